@@ -1,0 +1,126 @@
+/*
+ * executorch-tensorrt: the executor table, a plain C ABI between the native
+ * adapter (libexecutorch_backend_tensorrt.so) and the executors that run a
+ * TensorRT partition (Python executors installed on import, or an embedded
+ * interpreter in a C++ process).
+ *
+ * Versioning: every struct starts with struct_size; the table carries
+ * abi_version. The adapter refuses a table whose abi_version differs from
+ * ETRT_EXECUTOR_ABI_VERSION or whose struct_size is smaller than it needs.
+ *
+ * Return codes of the table's functions are ExecuTorch Error values
+ * (0 = Ok). Before returning non-zero an executor records the cause with
+ * etrt_set_last_error(); the adapter prints it to stderr.
+ */
+#ifndef EXECUTORCH_TENSORRT_EXECUTOR_TABLE_H
+#define EXECUTORCH_TENSORRT_EXECUTOR_TABLE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ETRT_EXECUTOR_ABI_VERSION 1u
+
+/* Kinds of delegate arguments. */
+enum etrt_arg_kind {
+  ETRT_ARG_TENSOR = 0,
+  ETRT_ARG_INT = 1,
+  ETRT_ARG_DOUBLE = 2,
+  ETRT_ARG_BOOL = 3,
+  ETRT_ARG_NONE = 4, /* None or a kind the adapter does not pass on */
+};
+
+/* Where a tensor's data lives. */
+enum etrt_device_type {
+  ETRT_DEVICE_CPU = 0,
+  ETRT_DEVICE_CUDA = 1,
+};
+
+/* One delegate argument (input or output), as ExecuTorch passes it. */
+typedef struct etrt_arg {
+  uint32_t struct_size;   /* sizeof(etrt_arg) */
+  int32_t kind;           /* etrt_arg_kind */
+  int32_t is_input;       /* 1 for an input, 0 for an output */
+  int32_t dtype;          /* ExecuTorch ScalarType code (same as c10) */
+  void* data;             /* tensor data (host or device pointer) */
+  uint64_t nbytes;        /* current size of data in bytes */
+  int32_t ndim;
+  int32_t device_type;    /* etrt_device_type */
+  int32_t device_index;
+  int32_t reserved0;
+  const int32_t* sizes;   /* ndim entries; live view, updated by resize */
+  const uint8_t* dim_order; /* ndim entries */
+  int64_t int_value;      /* ETRT_ARG_INT / ETRT_ARG_BOOL */
+  double double_value;    /* ETRT_ARG_DOUBLE */
+  void* tensor;           /* opaque: pass to etrt_resize_tensor */
+} etrt_arg;
+
+/* One compile spec, as the program stores it. */
+typedef struct etrt_compile_spec {
+  const char* key;
+  const void* value;
+  uint64_t nbytes;
+} etrt_compile_spec;
+
+/* Everything init receives. */
+typedef struct etrt_init_args {
+  uint32_t struct_size;   /* sizeof(etrt_init_args) */
+  uint32_t reserved0;
+  const void* blob;       /* the processed blob, valid during init only */
+  uint64_t blob_size;
+  const etrt_compile_spec* compile_specs;
+  uint64_t num_compile_specs;
+  const char* method_name;  /* may be NULL */
+  const char* fallback;     /* load-time backend option "fallback", or NULL */
+} etrt_init_args;
+
+typedef struct etrt_executor_table {
+  uint32_t struct_size;   /* sizeof(etrt_executor_table) */
+  uint32_t abi_version;   /* ETRT_EXECUTOR_ABI_VERSION */
+  /* Returns 1 if the executors can run anything at all. */
+  int32_t (*is_available)(void);
+  /* Prepares a partition; stores an executor-owned handle in *handle and
+   * the partition's input and output counts (the adapter checks them
+   * against what ExecuTorch passes to execute). */
+  int32_t (*init)(const etrt_init_args* args, uint64_t* handle,
+                  uint32_t* num_inputs, uint32_t* num_outputs);
+  /* Runs it. args holds the delegate's inputs, then its outputs. */
+  int32_t (*execute)(uint64_t handle, etrt_arg* args, uint64_t num_args);
+  /* Releases the handle. */
+  void (*destroy)(uint64_t handle);
+} etrt_executor_table;
+
+/* ---- Exported by the adapter ---- */
+
+/* Installs the executors (NULL uninstalls). Returns 0 or an Error code. */
+int32_t etrt_install_executor_table(const etrt_executor_table* table);
+
+/* Resizes an output tensor (ExecuTorch resize_tensor); updates arg->nbytes. */
+int32_t etrt_resize_tensor(etrt_arg* arg, int32_t ndim, const int64_t* sizes);
+
+/* The last error an executor or the adapter recorded (process-wide, guarded). */
+void etrt_set_last_error(const char* message);
+const char* etrt_last_error(void);
+
+/* Registration: 0 if this library holds "TensorRTBackend", else the
+ * register_backend Error code; the message says who holds the name. */
+int32_t etrt_registration_status(void);
+const char* etrt_registration_message(void);
+
+/* Validates a blob's TR01 header, section bounds and JSON metadata, as
+ * init does. Returns 0 if valid; else writes the reason to err. */
+int32_t etrt_validate_blob(const void* data, uint64_t size, char* err,
+                           uint64_t err_len);
+
+/* What the adapter was built against (ABI guard). */
+const char* etrt_built_executorch_version(void);
+const char* etrt_built_executorch_git_version(void);
+uint32_t etrt_executor_abi_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
