@@ -1,0 +1,50 @@
+"""executorch_tensorrt: a TensorRT backend for ExecuTorch.
+
+Importing this package loads the native adapter, which registers
+"TensorRTBackend" with the ExecuTorch runtime that `executorch.runtime` uses,
+and installs the Python executors. Set EXECUTORCH_TENSORRT_SKIP_REGISTRATION=1
+to import without loading it (tooling that only reads metadata).
+AOT names (export, TensorRTPartitioner, ...) are imported on first use.
+"""
+from __future__ import annotations
+
+from .runtime import _native
+
+__version__ = "0.1.0"
+
+if not _native.registration_skipped():
+    _native.load_adapter()
+    from .runtime import executor_table as _executor_table
+
+    _executor_table.install()
+
+
+def last_error() -> str:
+    """The last cause the backend recorded (ExecuTorch itself reports only a code)."""
+    if _native.registration_skipped() or not _native.is_loaded():
+        return ""
+    return _native.last_error()
+
+
+_LAZY = {
+    "export": ("aot.export", "export"),
+    "export_program": ("aot.export", "export_program"),
+    "TensorRTPartitioner": ("aot.partitioner", "TensorRTPartitioner"),
+    "TensorRTBackend": ("aot.backend", "TensorRTBackend"),
+    "TensorRTCompileSpec": ("aot.compile_spec", "TensorRTCompileSpec"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f".{module}", __name__), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'executorch_tensorrt' has no attribute {name!r}")
+
+
+__all__ = ["export", "export_program", "TensorRTPartitioner", "TensorRTBackend",
+           "TensorRTCompileSpec", "last_error", "__version__"]

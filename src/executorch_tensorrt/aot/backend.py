@@ -1,0 +1,60 @@
+"""TensorRTBackend.preprocess: partition -> ONNX -> TensorRT engine -> blob."""
+from __future__ import annotations
+
+import onnx
+import torch
+from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+from .. import blob
+from .compile_spec import TensorRTCompileSpec
+from .engine_builder import build_engine, stderr_progress
+from .onnx_export import export_onnx
+
+# ONNX TensorProto element type -> the blob's dtype string.
+_ONNX_DTYPE_NAMES = {
+    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.INT64: "int64", onnx.TensorProto.BOOL: "bool",
+}
+
+
+def io_bindings(model: onnx.ModelProto) -> list[dict]:
+    """The engine's inputs then outputs, in the order ExecuTorch passes them."""
+    out = []
+    for values, is_input in ((model.graph.input, True), (model.graph.output, False)):
+        for v in values:
+            t = v.type.tensor_type
+            dtype = _ONNX_DTYPE_NAMES.get(t.elem_type)
+            if dtype is None:
+                raise ValueError(f"ONNX value {v.name!r} has element type {t.elem_type}, "
+                                 "which has no ExecuTorch dtype")
+            shape = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
+            out.append({"name": v.name, "dtype": dtype, "shape": shape,
+                        "is_input": is_input})
+    return out
+
+
+class TensorRTBackend(BackendDetails):
+    """Backend id "TensorRTBackend" (the class name is the id)."""
+
+    @staticmethod
+    def preprocess(edge_program: torch.export.ExportedProgram,
+                   compile_specs: list[CompileSpec]) -> PreprocessResult:
+        spec = TensorRTCompileSpec.from_compile_specs(compile_specs)
+        exported = export_onnx(edge_program)
+        model = onnx.load_model_from_string(exported.onnx_bytes)
+        built = build_engine(exported.onnx_bytes, spec, label="delegate",
+                             progress=stderr_progress)
+        metadata = {
+            "io_bindings": io_bindings(model),
+            "trt_flavor": built.flavor,
+            "trt_version": built.version,
+            "compute_capabilities": list(built.compute_capabilities or []) or "all",
+            "device_id": spec.device_id,
+            "onnx_opset": max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                              default=None),
+        }
+        return PreprocessResult(processed_bytes=blob.write_blob(built.engine, metadata,
+                                                                onnx=exported.onnx_bytes))

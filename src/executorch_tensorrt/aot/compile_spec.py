@@ -1,0 +1,78 @@
+"""Compile specs of TensorRTBackend: typed options <-> ExecuTorch CompileSpecs."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, fields
+
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+PRECISIONS = ("fp32",)
+_CC = re.compile(r"^SM(\d{2,3})$")
+
+
+@dataclass(frozen=True)
+class TensorRTCompileSpec:
+    """Options of one TensorRT engine build.
+
+    compute_capabilities: targets such as ("SM89",) for TensorRT-RTX, or
+        None for its default (every capability it supports, so one engine
+        serves all of them). Standard TensorRT builds for the GPU present.
+    workspace_bytes: builder workspace limit, None for TensorRT's default.
+    device_id: CUDA device the engine runs on.
+    precision: "fp32" (engine precision follows the exported model).
+    """
+
+    compute_capabilities: tuple[str, ...] | None = None
+    workspace_bytes: int | None = None
+    device_id: int = 0
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        ccs = self.compute_capabilities
+        if ccs is not None:
+            if isinstance(ccs, str):
+                ccs = (ccs,)
+            ccs = tuple(str(c).upper() for c in ccs)
+            for cc in ccs:
+                if not _CC.match(cc):
+                    raise ValueError(
+                        f"compute capability {cc!r} is not of the form 'SM89' "
+                        "(SM followed by the major and minor digits)")
+            if not ccs:
+                raise ValueError("compute_capabilities is empty; pass None for the default")
+            object.__setattr__(self, "compute_capabilities", ccs)
+        if self.workspace_bytes is not None and (
+                not isinstance(self.workspace_bytes, int) or self.workspace_bytes <= 0):
+            raise ValueError(f"workspace_bytes must be a positive int, got {self.workspace_bytes!r}")
+        if not isinstance(self.device_id, int) or self.device_id < 0:
+            raise ValueError(f"device_id must be a non-negative int, got {self.device_id!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"precision {self.precision!r} is not supported; choose one of {PRECISIONS}")
+
+    def to_compile_specs(self) -> list[CompileSpec]:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["compute_capabilities"] = (
+            list(self.compute_capabilities) if self.compute_capabilities else None)
+        return [CompileSpec(k, json.dumps(v).encode()) for k, v in values.items()]
+
+    @classmethod
+    def from_compile_specs(cls, specs: list[CompileSpec]) -> "TensorRTCompileSpec":
+        known = {f.name for f in fields(cls)}
+        kwargs = {}
+        for spec in specs:
+            if spec.key not in known:
+                raise ValueError(
+                    f"unknown TensorRTBackend compile spec {spec.key!r}; known: {sorted(known)}")
+            try:
+                value = json.loads(bytes(spec.value).decode())
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise ValueError(f"compile spec {spec.key!r} is not valid JSON: {e}") from None
+            if spec.key == "compute_capabilities" and value is not None:
+                value = tuple(value)
+            kwargs[spec.key] = value
+        return cls(**kwargs)
+
+    def as_dict(self) -> dict:
+        return asdict(self)

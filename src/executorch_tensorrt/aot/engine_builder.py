@@ -1,0 +1,153 @@
+"""ONNX model -> TensorRT network -> serialized engine, with an in-process cache.
+
+The partitioner builds each candidate partition's engine as its final
+support check; preprocess then finds the same engine in the cache instead
+of building it twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import EngineBuildError
+from .compile_spec import TensorRTCompileSpec
+from .tensorrt_import import TensorRT, load_tensorrt
+
+Progress = Callable[[str], None]
+
+
+def stderr_progress(message: str) -> None:
+    print(f"[executorch_tensorrt] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class BuiltEngine:
+    engine: bytes
+    flavor: str
+    version: str
+    compute_capabilities: tuple[str, ...] | None
+    build_seconds: float
+
+
+class ParseFailure(EngineBuildError):
+    """TensorRT's ONNX parser rejected nodes; `node_indices` says which."""
+
+    def __init__(self, message: str, node_indices: list[int]):
+        super().__init__(message)
+        self.node_indices = node_indices
+
+
+_cache: dict[str, BuiltEngine] = {}
+_cache_lock = threading.Lock()
+
+
+def _logger(trt: TensorRT):
+    return trt.module.Logger(trt.module.Logger.ERROR)
+
+
+def parse_errors(parser) -> tuple[str, list[int]]:
+    lines, nodes = [], []
+    for i in range(parser.num_errors):
+        err = parser.get_error(i)
+        lines.append(f"node {err.node()} ({err.node_operator() or '?'} {err.node_name() or ''}): "
+                     f"{err.code()}: {err.desc()}")
+        if err.node() >= 0:
+            nodes.append(int(err.node()))
+    return "; ".join(lines), nodes
+
+
+def parse_network(trt: TensorRT, onnx_bytes: bytes):
+    """Parses an ONNX model into a new network. Raises ParseFailure."""
+    logger = _logger(trt)
+    builder = trt.module.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.module.OnnxParser(network, logger)
+    if not parser.parse(onnx_bytes):
+        message, nodes = parse_errors(parser)
+        raise ParseFailure(f"TensorRT's ONNX parser rejected the model: {message}", nodes)
+    return builder, network, parser
+
+
+def unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> set[int]:
+    """ONNX node indices that TensorRT's parser places in no supported subgraph.
+
+    `is_subgraph_supported(i) == False` means "not checked", so only nodes
+    outside every subgraph count as unsupported here; full parses of each
+    partition are the final check.
+    """
+    logger = _logger(trt)
+    builder = trt.module.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.module.OnnxParser(network, logger)
+    parser.supports_model_v2(onnx_bytes)
+    covered: set[int] = set()
+    for i in range(parser.num_subgraphs):
+        covered.update(int(n) for n in parser.get_subgraph_nodes(i))
+    import onnx
+
+    count = len(onnx.load_model_from_string(onnx_bytes).graph.node)
+    return set(range(count)) - covered
+
+
+def _configure(trt: TensorRT, builder, spec: TensorRTCompileSpec):
+    config = builder.create_builder_config()
+    m = trt.module
+    if spec.workspace_bytes is not None:
+        config.set_memory_pool_limit(m.MemoryPoolType.WORKSPACE, spec.workspace_bytes)
+    if trt.is_rtx and spec.compute_capabilities:
+        members = m.ComputeCapability.__members__
+        config.num_compute_capabilities = len(spec.compute_capabilities)
+        for i, cc in enumerate(spec.compute_capabilities):
+            if cc not in members:
+                supported = [k for k in members if k.startswith("SM")]
+                raise EngineBuildError(
+                    f"TensorRT-RTX {trt.version} cannot build for {cc}; it supports {supported}")
+            config.set_compute_capability(members[cc], i)
+    elif spec.compute_capabilities and not trt.is_rtx:
+        raise EngineBuildError(
+            "compute_capabilities applies to TensorRT-RTX only; standard TensorRT builds for "
+            "the GPU it runs on. Remove the option or install tensorrt-rtx-cu13.")
+    return config
+
+
+def _key(trt: TensorRT, onnx_bytes: bytes, spec: TensorRTCompileSpec) -> str:
+    h = hashlib.sha256(onnx_bytes)
+    h.update(json.dumps([trt.flavor, trt.version, spec.as_dict()], sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def build_engine(onnx_bytes: bytes, spec: TensorRTCompileSpec, *, label: str = "partition",
+                 progress: Progress | None = stderr_progress,
+                 trt: TensorRT | None = None) -> BuiltEngine:
+    """Builds (or returns the cached) engine for an ONNX model."""
+    trt = trt or load_tensorrt()
+    key = _key(trt, onnx_bytes, spec)
+    with _cache_lock:
+        hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    builder, network, _parser = parse_network(trt, onnx_bytes)
+    config = _configure(trt, builder, spec)
+    if progress:
+        progress(f"building TensorRT engine for {label} ({network.num_layers} layers, "
+                 f"{trt.flavor} {trt.version})...")
+    start = time.perf_counter()
+    serialized = builder.build_serialized_network(network, config)
+    seconds = time.perf_counter() - start
+    if serialized is None or serialized.nbytes == 0:
+        raise EngineBuildError(
+            f"TensorRT ({trt.flavor} {trt.version}) could not build an engine for {label}; "
+            "its log above says why (data-dependent output shapes, for one, need an "
+            "optimization profile).")
+    if progress:
+        progress(f"built {label} in {seconds:.2f} s ({serialized.nbytes} bytes)")
+    built = BuiltEngine(bytes(serialized), trt.flavor, trt.version,
+                        spec.compute_capabilities, seconds)
+    with _cache_lock:
+        _cache[key] = built
+    return built

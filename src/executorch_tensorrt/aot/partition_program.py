@@ -1,0 +1,35 @@
+"""Cuts a set of edge nodes out of a program as its own ExportedProgram.
+
+The same ExecuTorch helpers `to_backend` uses, applied to a deep copy, so
+the partitioner checks exactly the program that preprocess will receive.
+"""
+from __future__ import annotations
+
+import torch
+from executorch.exir.backend.backend_api import _get_node_list_with_same_tag
+from executorch.exir.backend.utils import tag_constant_data
+from executorch.exir.lowered_backend_module import (
+    create_exported_program_from_submodule,
+    create_submodule_from_nodes,
+)
+
+from .program_copy import copy_program
+
+_PROBE_TAG = "etrt_probe"
+
+
+def extract_partition(ep: torch.export.ExportedProgram,
+                      node_names: set[str]) -> torch.export.ExportedProgram:
+    probe = copy_program(ep)
+    gm = probe.graph_module
+    for node in gm.graph.nodes:
+        if node.name in node_names:
+            node.meta["delegation_tag"] = _PROBE_TAG
+    tag_constant_data(probe)
+    node_list = _get_node_list_with_same_tag(gm, _PROBE_TAG, probe)
+    with gm._set_replace_hook(probe.graph_signature.get_replace_hook()):
+        submodule, call_node = create_submodule_from_nodes(gm, node_list, _PROBE_TAG)
+    submodule.graph.output_node().meta = gm.graph.output_node().meta
+    sub_ep, _, _ = create_exported_program_from_submodule(
+        submodule, probe, _PROBE_TAG, call_node, False)
+    return sub_ep

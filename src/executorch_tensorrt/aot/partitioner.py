@@ -1,0 +1,202 @@
+"""TensorRTPartitioner: TensorRT's own ONNX parser decides what it takes.
+
+1. Nodes the ONNX exporter cannot translate, nodes in `exclude_ops` and
+   nodes with dtypes TensorRT has no type for are never candidates.
+2. Candidates are grouped into partitions (ExecuTorch/FX helpers).
+3. Each partition is cut out as its own program, exported to ONNX and given
+   to TensorRT: nodes its parser places in no supported subgraph, then nodes
+   a full parse rejects, are dropped; a partition whose engine does not build
+   is dropped whole. Repeat until every partition builds.
+Answers are cached per program (the engine cache makes preprocess reuse the
+engines built here).
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import torch
+from executorch.exir.backend.backend_details import CompileSpec  # noqa: F401 - re-export
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from executorch.exir.backend.utils import tag_constant_data
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from ..errors import EngineBuildError
+from .compile_spec import TensorRTCompileSpec
+from .engine_builder import (
+    ParseFailure, Progress, build_engine, parse_network, stderr_progress, unsupported_nodes)
+from .onnx_export import export_onnx, quiet
+from .partition_program import extract_partition
+from .tensorrt_import import load_tensorrt
+from .translatable import aten_op, untranslatable_nodes
+
+BACKEND_ID = "TensorRTBackend"
+# dtypes TensorRT has no type for (ONNX would carry them; TensorRT would not).
+UNSUPPORTED_DTYPES = {torch.float64, torch.complex64, torch.complex128, torch.complex32,
+                      torch.int16, torch.uint16, torch.uint32, torch.uint64}
+_MAX_ROUNDS = 50
+
+
+def op_name(target) -> str:
+    """'aten.convolution.default' for an edge or aten op."""
+    op = aten_op(target)
+    if isinstance(op, torch._ops.OpOverload):
+        return f"{op.namespace}.{op._opname}.{op._overloadname}"
+    return getattr(target, "__name__", str(target))
+
+
+def normalize_op_names(names: Iterable[str]) -> frozenset[str]:
+    out = set()
+    for name in names:
+        if not isinstance(name, str) or name.count(".") < 1:
+            raise ValueError(
+                f"exclude_ops entry {name!r} is not an op name like 'aten.convolution.default'")
+        n = name.replace("::", ".")
+        if n.startswith("torch.ops."):
+            n = n[len("torch.ops."):]
+        out.add(n if n.count(".") >= 2 else n + ".default")
+    return frozenset(out)
+
+
+@dataclass
+class PartitionReport:
+    """What the partitioner decided, for `export` and the CLI."""
+    partitions: list[list[str]] = field(default_factory=list)  # edge node names
+    rejected: dict[str, str] = field(default_factory=dict)     # node -> reason
+    ops_of: dict[str, str] = field(default_factory=dict)       # node -> op name
+
+
+class _Supported(OperatorSupportBase):
+    def __init__(self, names: set[str]):
+        self.names = names
+
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        if node.target is operator.getitem:
+            src = node.args[0]
+            return isinstance(src, torch.fx.Node) and src.name in self.names
+        return node.name in self.names
+
+
+def _dtypes(node: torch.fx.Node) -> set[torch.dtype]:
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    out = set()
+    for v in vals:
+        for t in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(t, torch.Tensor):
+                out.add(t.dtype)
+    return out
+
+
+class TensorRTPartitioner(Partitioner):
+    """Tags the nodes TensorRT can run. Options are TensorRTCompileSpec's."""
+
+    def __init__(self, compile_spec: TensorRTCompileSpec | None = None, *,
+                 exclude_ops: Iterable[str] = (), progress: Progress | None = stderr_progress,
+                 **options):
+        if compile_spec is not None and options:
+            raise TypeError("pass either compile_spec or keyword options, not both")
+        self.compile_spec = compile_spec or TensorRTCompileSpec(**options)
+        self.exclude_ops = normalize_op_names(exclude_ops)
+        self.progress = progress
+        self.delegation_spec = DelegationSpec(BACKEND_ID, self.compile_spec.to_compile_specs())
+        self.report = PartitionReport()
+
+    # -- candidate selection -------------------------------------------------
+    def _initial_rejections(self, ep) -> dict[str, str]:
+        rejected: dict[str, str] = {}
+        for node in ep.graph.nodes:
+            if node.op != "call_function" or node.target is operator.getitem:
+                continue
+            name = op_name(node.target)
+            self.report.ops_of[node.name] = name
+            if name in self.exclude_ops:
+                rejected[node.name] = "excluded by exclude_ops"
+            elif bad := _dtypes(node) & UNSUPPORTED_DTYPES:
+                rejected[node.name] = f"dtype {sorted(map(str, bad))} has no TensorRT type"
+        for node_name, op in untranslatable_nodes(ep).items():
+            rejected.setdefault(node_name, f"no ONNX translation for {op}")
+        return rejected
+
+    def _propose(self, ep, supported: set[str]) -> list[list[torch.fx.Node]]:
+        part = CapabilityBasedPartitioner(ep.graph_module, _Supported(supported),
+                                          allows_single_node_partition=True)
+        groups = []
+        for p in part.propose_partitions():
+            nodes = [n for n in p.nodes if n.target is not operator.getitem]
+            if nodes:
+                groups.append(sorted(p.nodes, key=lambda n: n.name))
+        return groups
+
+    # -- checks with TensorRT -----------------------------------------------
+    def _check(self, ep, nodes: list[torch.fx.Node], label: str) -> dict[str, str]:
+        """Rejections for one partition; empty when its engine builds."""
+        names = {n.name for n in nodes}
+        trt = load_tensorrt()
+        try:
+            exported = export_onnx(extract_partition(ep, names))
+        except Exception as e:  # noqa: BLE001 - the exporter raises many kinds
+            return self._export_failures(ep, nodes, e)
+        mapped = lambda idx: {exported.edge_node_of[i] for i in idx if i in exported.edge_node_of}  # noqa: E731
+        bad = mapped(unsupported_nodes(trt, exported.onnx_bytes)) & names
+        if bad:
+            return {n: "TensorRT's ONNX parser does not support it" for n in bad}
+        try:
+            parse_network(trt, exported.onnx_bytes)
+        except ParseFailure as e:
+            bad = mapped(e.node_indices) & names
+            return {n: str(e) for n in (bad or names)}
+        try:
+            build_engine(exported.onnx_bytes, self.compile_spec, label=label,
+                         progress=self.progress, trt=trt)
+        except EngineBuildError as e:
+            return {n: f"engine build failed: {e}" for n in names}
+        return {}
+
+    def _export_failures(self, ep, nodes, error) -> dict[str, str]:
+        if len(nodes) == 1:
+            return {nodes[0].name: f"ONNX export failed: {error}"}
+        # Find the nodes that fail alone (slow, only on this rare path).
+        out = {}
+        for node in nodes:
+            if node.target is operator.getitem:
+                continue
+            try:
+                export_onnx(extract_partition(ep, {node.name}))
+            except Exception as e:  # noqa: BLE001
+                out[node.name] = f"ONNX export failed: {e}"
+        return out or {n.name: f"ONNX export failed: {error}" for n in nodes}
+
+    # -- Partitioner API ----------------------------------------------------
+    def partition(self, exported_program: torch.export.ExportedProgram) -> PartitionResult:
+        ep = exported_program
+        self.report = PartitionReport()
+        with quiet():
+            rejected = self._initial_rejections(ep)
+        candidates = {n.name for n in ep.graph.nodes
+                      if n.op == "call_function" and n.target is not operator.getitem}
+        for _ in range(_MAX_ROUNDS):
+            groups = self._propose(ep, candidates - set(rejected))
+            new: dict[str, str] = {}
+            for i, nodes in enumerate(groups):
+                new.update(self._check(ep, nodes, f"partition {i} ({len(nodes)} nodes)"))
+            if not new:
+                break
+            rejected.update(new)
+        else:
+            raise EngineBuildError(
+                f"partitioning did not converge in {_MAX_ROUNDS} rounds; rejected so far: "
+                f"{sorted(rejected)}")
+        tags: dict[str, DelegationSpec] = {}
+        for i, nodes in enumerate(groups):
+            tag = f"tensorrt_{i}"
+            tags[tag] = self.delegation_spec
+            for node in nodes:
+                node.meta["delegation_tag"] = tag
+            self.report.partitions.append([n.name for n in nodes])
+        tag_constant_data(ep)
+        self.report.rejected = rejected
+        return PartitionResult(tagged_exported_program=ep, partition_tags=tags)

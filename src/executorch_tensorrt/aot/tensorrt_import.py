@@ -1,0 +1,51 @@
+"""Finds the installed TensorRT: standard `tensorrt` first, else TensorRT-RTX."""
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+from ..errors import TensorRTNotInstalledError
+
+# Import names in order of preference, with the flavour recorded in blobs.
+FLAVORS = (("tensorrt", "tensorrt"), ("tensorrt_rtx", "tensorrt_rtx"))
+
+
+@dataclass(frozen=True)
+class TensorRT:
+    module: ModuleType
+    flavor: str  # "tensorrt" or "tensorrt_rtx"
+    version: str
+
+    @property
+    def is_rtx(self) -> bool:
+        return self.flavor == "tensorrt_rtx"
+
+
+def _try(name: str) -> ModuleType | None:
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        return None
+    # The PyPI `tensorrt` stub packages import but carry no builder.
+    return module if hasattr(module, "Builder") else None
+
+
+@functools.lru_cache(maxsize=None)
+def load_tensorrt(flavor: str | None = None) -> TensorRT:
+    """Returns the preferred TensorRT, or the given flavour."""
+    tried = []
+    for name, fl in FLAVORS:
+        if flavor is not None and fl != flavor:
+            continue
+        module = _try(name)
+        tried.append(name)
+        if module is not None:
+            return TensorRT(module, fl, str(module.__version__))
+    wanted = flavor or "tensorrt or tensorrt_rtx"
+    raise TensorRTNotInstalledError(
+        f"TensorRT is not installed (tried to import {', '.join(tried)}; wanted {wanted}). "
+        "Install TensorRT-RTX with `pip install executorch-tensorrt[rtx]` "
+        "(tensorrt-rtx-cu13), or NVIDIA's standard `tensorrt` wheel."
+    )

@@ -1,0 +1,77 @@
+"""Which edge nodes the ONNX exporter can translate, decided without exporting.
+
+One decomposition pass with the exporter's own table, then every op that
+remains must have a registered ONNX translation. Looking only at the edge op
+is wrong: e.g. `erfinv` decomposes to `prims.erf_inv`, which has none.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.onnx._internal.exporter import _decomp, _registration
+
+from .onnx_export import edge_name_from_trace, quiet, tag_edge_nodes
+
+_registry: _registration.ONNXRegistry | None = None
+
+
+def onnx_registry() -> _registration.ONNXRegistry:
+    global _registry
+    if _registry is None:
+        with quiet():
+            _registry = _registration.ONNXRegistry.from_torchlib()
+    return _registry
+
+
+def _decompose(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    registry = onnx_registry()
+    table = _decomp.create_onnx_friendly_decomposition_table(
+        set(_decomp.get_onnx_implemented_overloads(registry)))
+    last: Exception | None = None
+    # run_decompositions fails every other call on some data-dependent graphs
+    # (PendingUnbackedSymbolNotFound, torch 2.13); a retry succeeds.
+    for _ in range(2):
+        try:
+            with quiet():
+                return ep.run_decompositions(table)
+        except Exception as e:  # noqa: BLE001 - retried, then re-raised
+            last = e
+    raise last  # type: ignore[misc]
+
+
+def untranslatable_nodes(ep: torch.export.ExportedProgram) -> dict[str, str]:
+    """Edge node name -> the op that has no ONNX translation."""
+    registry = onnx_registry()
+    tagged = tag_edge_nodes(ep)
+    try:
+        decomposed = _decompose(tagged)
+    except Exception:  # noqa: BLE001 - fall back to a per-op answer
+        return {n.name: str(n.target) for n in ep.graph.nodes
+                if n.op == "call_function" and not _registered(registry, n.target)}
+    missing: dict[str, str] = {}
+    for node in decomposed.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        name = edge_name_from_trace(node.meta.get("stack_trace"))
+        if name is not None and not _registered(registry, node.target):
+            missing.setdefault(name, str(node.target))
+    return missing
+
+
+def aten_op(target):
+    """The aten OpOverload behind an edge op (EdgeOpOverload wraps it as `_op`)."""
+    if isinstance(target, torch._ops.OpOverload):
+        return target
+    inner = getattr(target, "_op", None)
+    return inner if isinstance(inner, torch._ops.OpOverload) else target
+
+
+def _registered(registry, target) -> bool:
+    if target is operator.getitem:
+        return True
+    target = aten_op(target)
+    try:
+        return registry.is_registered(target)
+    except Exception:  # noqa: BLE001 - unknown target kinds are not translatable
+        return False

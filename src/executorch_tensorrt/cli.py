@@ -1,0 +1,165 @@
+"""The executorch-tensorrt command line: demo, export, inspect, run."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def _fmt(values, n: int = 8) -> str:
+    return ", ".join(f"{float(v):.4f}" for v in values[:n])
+
+
+def cmd_inspect(args) -> int:
+    from .program_info import format_program, read_program
+
+    print(format_program(read_program(args.model)))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .aot.export import export_program
+    from .models import example
+
+    model, inputs = example(args.example)
+    export_program(model, inputs, args.output)
+    return 0
+
+
+def _ones_inputs(method) -> list:
+    import torch
+
+    from .program_info import SCALAR_TYPE_NAMES  # noqa: F401 - names documented there
+
+    meta = method.metadata
+    inputs = []
+    for i in range(meta.num_inputs()):
+        tm = meta.input_tensor_meta(i)
+        dtype = _torch_dtype(int(tm.dtype()))
+        inputs.append(torch.ones(list(tm.sizes()), dtype=dtype))
+    return inputs
+
+
+def _torch_dtype(code: int):
+    import torch
+
+    from .runtime.arguments import SCALAR_TYPE_TO_TORCH
+
+    if code not in SCALAR_TYPE_TO_TORCH:
+        raise SystemExit(f"input dtype code {code} is not supported by the reference runner")
+    return SCALAR_TYPE_TO_TORCH[code]
+
+
+def cmd_run(args) -> int:
+    import executorch_tensorrt  # noqa: F401 - registers the backend
+    from executorch.runtime import Runtime
+
+    path = Path(args.model)
+    if not path.is_file():
+        print(f"error: {path} does not exist", file=sys.stderr)
+        return 2
+    try:
+        method = Runtime.get().load_program(str(path)).load_method(args.method)
+    except Exception as e:  # noqa: BLE001 - ExecuTorch raises RuntimeError with a code
+        print(f"error: cannot load {path}: {e}. {executorch_tensorrt.last_error()}",
+              file=sys.stderr)
+        return 1
+    outputs = method.execute(_ones_inputs(method))
+    for i, out in enumerate(outputs):
+        flat = out.flatten()
+        print(f"output[{i}] shape=[{','.join(str(d) for d in out.shape)}]")
+        print(f"  values: {_fmt(flat)}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    import torch
+
+    import executorch_tensorrt
+    from executorch.runtime import Runtime
+
+    from .aot.export import export_program
+    from .models import example
+    from .program_info import format_program, read_program
+    from .runtime.executor_table import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
+
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model, inputs = example(args.example)
+    path = out_dir / f"{args.example}.pte"
+    print(f"== export: built-in model {args.example!r} -> {path}")
+    result = export_program(model, inputs, path)
+    print(f"\n== inspect {path}")
+    print(format_program(read_program(path)))
+    if os.environ.get(FALLBACK_ENV) is None:
+        os.environ[FALLBACK_ENV] = FALLBACK_ONNXRUNTIME
+        print(f"\n== run (the demo sets {FALLBACK_ENV}={FALLBACK_ONNXRUNTIME}: where no GPU can "
+              "run the engine, the embedded ONNX runs on the CPU with onnxruntime)")
+    else:
+        print(f"\n== run ({FALLBACK_ENV}={os.environ[FALLBACK_ENV]})")
+    t = time.perf_counter()
+    try:
+        method = Runtime.get().load_program(str(path)).load_method("forward")
+    except RuntimeError as e:
+        print(f"error: loading failed: {e}: {executorch_tensorrt.last_error()}", file=sys.stderr)
+        return 1
+    load_s = time.perf_counter() - t
+    method.execute(list(inputs))  # warm-up
+    runs = 20
+    t = time.perf_counter()
+    for _ in range(runs):
+        outputs = method.execute(list(inputs))
+    run_ms = (time.perf_counter() - t) / runs * 1e3
+    with torch.no_grad():
+        t = time.perf_counter()
+        for _ in range(runs):
+            expected = model(*inputs)
+        eager_ms = (time.perf_counter() - t) / runs * 1e3
+    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+    worst = max(float((o - e).abs().max()) for o, e in zip(outputs, expected))
+    for i, o in enumerate(outputs):
+        print(f"output[{i}] shape={list(o.shape)} first values: {_fmt(o.flatten())}")
+    print(f"\n== compare with eager PyTorch\nlargest absolute difference: {worst:.3g}")
+    print(f"timings: export {result.seconds['total']:.2f} s, load {load_s * 1e3:.1f} ms, "
+          f"run {run_ms:.3f} ms/call (ExecuTorch), eager {eager_ms:.3f} ms/call")
+    ok = worst <= args.tolerance
+    print("PASS" if ok else f"FAIL: difference above {args.tolerance}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .models import EXAMPLES
+
+    parser = argparse.ArgumentParser(prog="executorch-tensorrt",
+                                     description="TensorRT delegate for ExecuTorch")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("demo", help="export a built-in model, inspect, run, compare with eager")
+    p.add_argument("--example", choices=sorted(EXAMPLES), default="cnn")
+    p.add_argument("--out-dir", default="out")
+    p.add_argument("--tolerance", type=float, default=1e-4)
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("export", help="export a built-in model to a .pte")
+    p.add_argument("--example", choices=sorted(EXAMPLES), default="cnn")
+    p.add_argument("output")
+    p.set_defaults(func=cmd_export)
+    p = sub.add_parser("inspect", help="describe a .pte: I/O, delegates, operators, blobs")
+    p.add_argument("model")
+    p.set_defaults(func=cmd_inspect)
+    p = sub.add_parser("run", help="run a .pte with every input filled with 1.0")
+    p.add_argument("model")
+    p.add_argument("--method", default="forward")
+    p.set_defaults(func=cmd_run)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except Exception as e:  # noqa: BLE001 - a CLI reports, it does not trace back
+        if os.environ.get("EXECUTORCH_TENSORRT_DEBUG"):
+            raise
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

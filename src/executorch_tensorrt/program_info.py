@@ -1,0 +1,112 @@
+"""Reads a saved .pte: methods, their I/O, delegates, operators, blob metadata."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .blob import BlobError, read_blob
+
+# ExecuTorch ScalarType codes -> names (runtime/core/portable_type/scalar_type.h).
+SCALAR_TYPE_NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16",
+                     6: "float32", 7: "float64", 11: "bool", 15: "bfloat16"}
+
+
+@dataclass
+class TensorInfo:
+    dtype: str
+    shape: list[int]
+    device: str = "cpu"
+
+
+@dataclass
+class DelegateInfo:
+    backend: str
+    size: int
+    metadata: dict | None = None   # TensorRT blobs only
+    engine_size: int | None = None
+    onnx_size: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class MethodInfo:
+    name: str
+    inputs: list[TensorInfo | str] = field(default_factory=list)
+    outputs: list[TensorInfo | str] = field(default_factory=list)
+    delegates: list[DelegateInfo] = field(default_factory=list)
+    operators: list[str] = field(default_factory=list)
+
+
+def _value_info(value) -> TensorInfo | str:
+    val = value.val
+    if hasattr(val, "scalar_type") and hasattr(val, "sizes"):
+        extra = getattr(val, "extra_tensor_info", None)
+        device = "cpu"
+        dev = getattr(extra, "device_type", None) if extra is not None else None
+        if dev is not None and "CUDA" in str(dev).upper():
+            device = "cuda"
+        code = int(getattr(val.scalar_type, "value", val.scalar_type))
+        return TensorInfo(SCALAR_TYPE_NAMES.get(code, f"scalar_type {code}"), list(val.sizes),
+                          device)
+    return type(val).__name__
+
+
+def read_program(path: str | Path) -> list[MethodInfo]:
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    data = Path(path).read_bytes()
+    try:
+        pte = deserialize_pte_binary(data)
+    except Exception as e:  # noqa: BLE001 - the deserializer raises many kinds
+        raise ValueError(f"{path} is not a valid ExecuTorch program: {e}") from None
+    program = pte.program
+    methods = []
+    for plan in program.execution_plan:
+        info = MethodInfo(plan.name)
+        info.inputs = [_value_info(plan.values[i]) for i in plan.inputs]
+        info.outputs = [_value_info(plan.values[i]) for i in plan.outputs]
+        info.operators = [f"{op.name}.{op.overload}" if op.overload else op.name
+                          for op in plan.operators]
+        for delegate in plan.delegates:
+            blob_bytes = bytes(program.backend_delegate_data[delegate.processed.index].data)
+            d = DelegateInfo(delegate.id, len(blob_bytes))
+            if delegate.id == "TensorRTBackend":
+                try:
+                    b = read_blob(blob_bytes)
+                    d.metadata, d.engine_size = b.metadata, len(b.engine)
+                    d.onnx_size = len(b.onnx) if b.onnx is not None else None
+                except BlobError as e:
+                    d.error = str(e)
+            info.delegates.append(d)
+        methods.append(info)
+    return methods
+
+
+def format_program(methods: list[MethodInfo]) -> str:
+    lines = []
+    for m in methods:
+        lines.append(f"method {m.name}")
+        for kind, values in (("input", m.inputs), ("output", m.outputs)):
+            for i, v in enumerate(values):
+                desc = (f"{v.dtype} {v.shape} on {v.device}" if isinstance(v, TensorInfo) else v)
+                lines.append(f"  {kind}[{i}]: {desc}")
+        backends: dict[str, int] = {}
+        for d in m.delegates:
+            backends[d.backend] = backends.get(d.backend, 0) + 1
+        lines.append("  delegates: " + (", ".join(f"{b} x{n}" for b, n in backends.items())
+                                        or "none"))
+        for i, d in enumerate(m.delegates):
+            if d.backend != "TensorRTBackend":
+                lines.append(f"    [{i}] {d.backend}: {d.size} bytes")
+            elif d.error:
+                lines.append(f"    [{i}] TensorRTBackend: INVALID BLOB: {d.error}")
+            else:
+                md = d.metadata or {}
+                ios = ", ".join(f"{'in' if b['is_input'] else 'out'} {b['name']} {b['dtype']}"
+                                f"{b['shape']}" for b in md.get("io_bindings", []))
+                lines.append(f"    [{i}] TensorRTBackend: engine {d.engine_size} bytes "
+                             f"({md.get('trt_flavor')} {md.get('trt_version')}, compute "
+                             f"capabilities {md.get('compute_capabilities')}), onnx "
+                             f"{d.onnx_size} bytes; {ios}")
+        lines.append("  operators outside delegates: " + (", ".join(m.operators) or "none"))
+    return "\n".join(lines)

@@ -1,0 +1,165 @@
+"""ctypes mirror of ``native/include/executorch_tensorrt/executor_table.h``.
+
+The executor table is the C ABI between the native adapter
+(``libexecutorch_backend_tensorrt.so``) and the executors. Every layout here
+must match the header exactly; ``tests/test_abi.py`` compiles the real header
+and compares sizes and offsets field by field.
+
+This module imports nothing but ctypes, so tooling can use it without loading
+the adapter.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+__all__ = [
+    "ETRT_EXECUTOR_ABI_VERSION",
+    "ETRT_ARG_TENSOR",
+    "ETRT_ARG_INT",
+    "ETRT_ARG_DOUBLE",
+    "ETRT_ARG_BOOL",
+    "ETRT_ARG_NONE",
+    "ETRT_DEVICE_CPU",
+    "ETRT_DEVICE_CUDA",
+    "EtrtArg",
+    "EtrtCompileSpec",
+    "EtrtInitArgs",
+    "EtrtExecutorTable",
+    "IsAvailableFn",
+    "InitFn",
+    "ExecuteFn",
+    "DestroyFn",
+    "make_table",
+]
+
+ETRT_EXECUTOR_ABI_VERSION = 1
+
+# enum etrt_arg_kind
+ETRT_ARG_TENSOR = 0
+ETRT_ARG_INT = 1
+ETRT_ARG_DOUBLE = 2
+ETRT_ARG_BOOL = 3
+ETRT_ARG_NONE = 4
+
+# enum etrt_device_type
+ETRT_DEVICE_CPU = 0
+ETRT_DEVICE_CUDA = 1
+
+
+class EtrtArg(ctypes.Structure):
+    """``etrt_arg``: one delegate argument (input or output)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("kind", ctypes.c_int32),
+        ("is_input", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),  # ExecuTorch ScalarType code
+        ("data", ctypes.c_void_p),
+        ("nbytes", ctypes.c_uint64),
+        ("ndim", ctypes.c_int32),
+        ("device_type", ctypes.c_int32),
+        ("device_index", ctypes.c_int32),
+        ("reserved0", ctypes.c_int32),
+        ("sizes", ctypes.POINTER(ctypes.c_int32)),  # live view, ndim entries
+        ("dim_order", ctypes.POINTER(ctypes.c_uint8)),
+        ("int_value", ctypes.c_int64),
+        ("double_value", ctypes.c_double),
+        ("tensor", ctypes.c_void_p),  # opaque: pass to etrt_resize_tensor
+    ]
+
+    def shape(self) -> tuple[int, ...]:
+        """The tensor's current sizes as a tuple (reads the live view)."""
+        return tuple(self.sizes[i] for i in range(self.ndim))
+
+
+class EtrtCompileSpec(ctypes.Structure):
+    """``etrt_compile_spec``: one compile spec as the program stores it."""
+
+    _fields_ = [
+        ("key", ctypes.c_char_p),
+        ("value", ctypes.c_void_p),
+        ("nbytes", ctypes.c_uint64),
+    ]
+
+    def value_bytes(self) -> bytes:
+        if not self.value or not self.nbytes:
+            return b""
+        return ctypes.string_at(self.value, self.nbytes)
+
+
+class EtrtInitArgs(ctypes.Structure):
+    """``etrt_init_args``: everything an executor's init receives."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("reserved0", ctypes.c_uint32),
+        ("blob", ctypes.c_void_p),  # valid during init only: copy what you keep
+        ("blob_size", ctypes.c_uint64),
+        ("compile_specs", ctypes.POINTER(EtrtCompileSpec)),
+        ("num_compile_specs", ctypes.c_uint64),
+        ("method_name", ctypes.c_char_p),  # may be None
+        ("fallback", ctypes.c_char_p),  # load-time option "fallback", or None
+    ]
+
+    def blob_bytes(self) -> bytes:
+        return ctypes.string_at(self.blob, self.blob_size) if self.blob_size else b""
+
+    def compile_spec_dict(self) -> dict[str, bytes]:
+        return {
+            self.compile_specs[i].key.decode(): self.compile_specs[i].value_bytes()
+            for i in range(self.num_compile_specs)
+        }
+
+
+# Function pointer types of the table. CFUNCTYPE (not PYFUNCTYPE): the
+# adapter calls them without holding the GIL; ctypes acquires it.
+IsAvailableFn = ctypes.CFUNCTYPE(ctypes.c_int32)
+InitFn = ctypes.CFUNCTYPE(
+    ctypes.c_int32,
+    ctypes.POINTER(EtrtInitArgs),
+    ctypes.POINTER(ctypes.c_uint64),
+    ctypes.POINTER(ctypes.c_uint32),
+    ctypes.POINTER(ctypes.c_uint32),
+)
+ExecuteFn = ctypes.CFUNCTYPE(
+    ctypes.c_int32, ctypes.c_uint64, ctypes.POINTER(EtrtArg), ctypes.c_uint64
+)
+DestroyFn = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
+
+
+class EtrtExecutorTable(ctypes.Structure):
+    """``etrt_executor_table``. Keep this object and its callbacks alive for
+    as long as it is installed: ctypes frees a CFUNCTYPE trampoline together
+    with its Python object."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("abi_version", ctypes.c_uint32),
+        ("is_available", IsAvailableFn),
+        ("init", InitFn),
+        ("execute", ExecuteFn),
+        ("destroy", DestroyFn),
+    ]
+
+
+def make_table(is_available, init, execute, destroy) -> EtrtExecutorTable:
+    """Builds a table from four Python callables (wrapped in the CFUNCTYPEs
+    above). The returned struct keeps references to the wrappers in
+    ``_callbacks`` so they live exactly as long as the struct does.
+
+    The callables must never raise: an exception in a ctypes callback is
+    printed and swallowed, and the adapter then sees an unspecified return
+    value. Catch everything, record it with ``set_last_error`` and return an
+    ExecuTorch Error code."""
+    callbacks = (
+        IsAvailableFn(is_available),
+        InitFn(init),
+        ExecuteFn(execute),
+        DestroyFn(destroy),
+    )
+    table = EtrtExecutorTable(
+        ctypes.sizeof(EtrtExecutorTable), ETRT_EXECUTOR_ABI_VERSION, *callbacks
+    )
+    table._callbacks = callbacks  # type: ignore[attr-defined]
+    return table

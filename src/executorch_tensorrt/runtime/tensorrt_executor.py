@@ -1,0 +1,122 @@
+"""Runs a partition's TensorRT engine on an NVIDIA GPU.
+
+No machine this project is tested on can execute a TensorRT engine, so this
+stays thin: every check that can run without a GPU (flavour, version,
+compute capability, argument validation, shapes) runs before CUDA is
+touched and raises EngineUnavailable with the real cause; argument handling
+is shared with the onnxruntime executor (arguments.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..aot.tensorrt_import import load_tensorrt
+from ..blob import Blob
+from ..errors import TensorRTNotInstalledError
+from . import abi
+from .cuda_probe import cuda_unavailable_reason
+from .arguments import HostViews, check_input, resize_output, split_bindings
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine cannot run in this process; the message says why."""
+
+
+def cuda_device_or_raise(device_id: int) -> torch.device:
+    reason = cuda_unavailable_reason()
+    if reason is not None:
+        raise EngineUnavailable(reason)
+    if not torch.cuda.is_available():
+        raise EngineUnavailable(
+            "this PyTorch build has no CUDA support (the TensorRT executor uses it for device "
+            "buffers and streams); install a CUDA build of PyTorch")
+    if device_id >= torch.cuda.device_count():
+        raise EngineUnavailable(f"the engine is for CUDA device {device_id}, but only "
+                                f"{torch.cuda.device_count()} device(s) exist")
+    return torch.device("cuda", device_id)
+
+
+def check_compute_capability(trt, metadata: dict, device: torch.device) -> None:
+    """TensorRT-RTX engines list the capabilities they were built for."""
+    major, minor = torch.cuda.get_device_capability(device)
+    here = f"SM{major}{minor}"
+    built = metadata.get("compute_capabilities")
+    if built == "all":
+        built = [k for k in trt.module.ComputeCapability.__members__ if k.startswith("SM")]
+    if trt.is_rtx and built and here not in built:
+        raise EngineUnavailable(
+            f"the engine was built for {', '.join(built)} but this GPU "
+            f"({torch.cuda.get_device_name(device)}) is {here}, compute capability "
+            f"{major}.{minor}, which TensorRT-RTX {trt.version} does not support")
+
+
+class TensorRTExecutor:
+    kind = "tensorrt"
+
+    def __init__(self, blob: Blob):
+        meta = blob.metadata
+        self.inputs, self.outputs = split_bindings(meta)
+        flavor = meta.get("trt_flavor")
+        try:
+            self.trt = load_tensorrt(flavor)
+        except TensorRTNotInstalledError as e:
+            raise EngineUnavailable(f"the engine was built with {flavor or 'TensorRT'} "
+                                    f"{meta.get('trt_version', '')}, which is not installed: {e}")
+        built_version = meta.get("trt_version")
+        if built_version and built_version != self.trt.version:
+            raise EngineUnavailable(f"the engine was built with {flavor} {built_version}, this "
+                                    f"process has {self.trt.version}; engines do not move "
+                                    "between TensorRT versions")
+        self.device = cuda_device_or_raise(int(meta.get("device_id", 0)))
+        check_compute_capability(self.trt, meta, self.device)
+        m = self.trt.module
+        self.runtime = m.Runtime(m.Logger(m.Logger.WARNING))
+        self.engine = self.runtime.deserialize_cuda_engine(blob.engine)
+        if self.engine is None:
+            raise EngineUnavailable("TensorRT could not deserialize the engine; its log above "
+                                    "says why")
+        self.context = self.engine.create_execution_context()
+        self.stream = torch.cuda.Stream(self.device)
+        self.views = HostViews()
+        self.staging: dict[str, torch.Tensor] = {}  # device buffers for host arguments
+
+    def _device_buffer(self, name: str, shape, dtype) -> torch.Tensor:
+        buf = self.staging.get(name)
+        numel = 1
+        for d in shape:
+            numel *= d
+        if buf is None or buf.numel() < numel or buf.dtype != dtype:
+            buf = torch.empty(max(numel, 1), dtype=dtype, device=self.device)
+            self.staging[name] = buf
+        return buf[:numel].view(shape)
+
+    def execute(self, args) -> None:
+        copies_back = []
+        with torch.cuda.stream(self.stream):
+            for i, binding in enumerate(self.inputs):
+                arg = args[i]
+                shape = check_input(arg, binding, i)
+                self.context.set_input_shape(binding.name, shape)
+                if arg.device_type == abi.ETRT_DEVICE_CUDA:
+                    address = arg.data
+                else:
+                    staged = self._device_buffer(binding.name, shape, binding.dtype)
+                    staged.copy_(self.views.view(arg, shape), non_blocking=True)
+                    address = staged.data_ptr()
+                self.context.set_tensor_address(binding.name, address)
+            for j, binding in enumerate(self.outputs):
+                arg = args[len(self.inputs) + j]
+                shape = tuple(self.context.get_tensor_shape(binding.name))
+                resize_output(arg, shape, binding)
+                if arg.device_type == abi.ETRT_DEVICE_CUDA:
+                    address = arg.data
+                else:
+                    staged = self._device_buffer(binding.name, shape, binding.dtype)
+                    copies_back.append((staged, arg, shape))
+                    address = staged.data_ptr()
+                self.context.set_tensor_address(binding.name, address)
+            if not self.context.execute_async_v3(self.stream.cuda_stream):
+                raise RuntimeError("TensorRT failed to enqueue the engine; its log says why")
+            for staged, arg, shape in copies_back:
+                self.views.view(arg, shape).copy_(staged, non_blocking=True)
+        self.stream.synchronize()
