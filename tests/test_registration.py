@@ -71,6 +71,25 @@ assert Runtime.get().backend_registry.registered_backend_names.count("TensorRTBa
 """, adapter=built.adapter))
 
 
+def test_second_copy_of_the_adapter_is_refused(built, tmp_path):
+    # E.g. a development build next to an installed wheel: the first copy
+    # keeps the name, the second reports who holds it.
+    copy = tmp_path / "other" / adapter_build.ADAPTER_FILENAME
+    copy.parent.mkdir()
+    copy.write_bytes(built.adapter.read_bytes())
+    out = adapter_build.check(adapter_build.run_python(REGISTRY + f"""
+import ctypes
+import executorch_tensorrt
+second = ctypes.CDLL({str(copy)!r})
+second.etrt_registration_message.restype = ctypes.c_char_p
+print("STATUS", second.etrt_registration_status())
+print("MSG", second.etrt_registration_message().decode())
+""", adapter=built.adapter))
+    assert "STATUS 0\n" not in out, out
+    msg = out.split("MSG ", 1)[1]
+    assert f"defined in {built.adapter}" in msg and str(copy) in msg, msg
+
+
 def test_skip_registration(built):
     adapter_build.check(adapter_build.run_python(REGISTRY + """
 import executorch_tensorrt
@@ -105,6 +124,24 @@ assert not _native.is_loaded()
     msg = out.split("ERR ", 1)[1]
     assert str(built.foreign) in msg, msg
     assert "already held" in msg and "TensorRTBackend" in msg, msg
+
+
+def test_full_registry_is_reported(built):
+    out = adapter_build.check(adapter_build.run_python(REGISTRY + f"""
+import ctypes
+foreign = ctypes.CDLL({str(built.foreign)!r})
+assert foreign.foreign_backend_status() == -1
+print("ADDED", foreign.foreign_fill_registry())
+try:
+    import executorch_tensorrt
+except ImportError as e:
+    print("ERR", e)
+else:
+    raise AssertionError("registered into a full registry?")
+""", adapter=built.adapter, env={"FOREIGN_BACKEND_SKIP_TRT": "1"}))
+    assert int(out.split("ADDED ", 1)[1].split()[0]) > 0, out
+    msg = out.split("ERR ", 1)[1]
+    assert "registry is probably full" in msg, msg
 
 
 def test_abi_guard_names_both_versions(built):

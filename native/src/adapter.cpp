@@ -29,8 +29,10 @@
  * dladdr into libc under a new version (GLIBC_2.34); binding to the old
  * version keeps the adapter loadable wherever libexecutorch.so is. The old
  * version still exists in every newer glibc. */
-#if defined(__x86_64__) && defined(__GLIBC__)
+#if defined(__GLIBC__) && defined(__x86_64__)
 __asm__(".symver dladdr,dladdr@GLIBC_2.2.5");
+#elif defined(__GLIBC__) && defined(__aarch64__)
+__asm__(".symver dladdr,dladdr@GLIBC_2.17");
 #endif
 
 namespace {
@@ -406,12 +408,6 @@ struct Registrar {
     BackendInterface* holder = et::get_backend_class(kBackendId);
     char code[32];
     std::snprintf(code, sizeof(code), "0x%x", static_cast<unsigned>(err));
-    if (holder == &g_backend) {
-      // Cannot happen with one copy of this library; kept for clarity.
-      g_registration_status = 0;
-      g_registration_message = "TensorRTBackend already registered by this library";
-      return;
-    }
     if (holder != nullptr) {
       // The holder is usually a static object; if it is on the heap, its
       // vtable still lives in the library that defined the class.

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 namespace {
 
@@ -414,6 +415,76 @@ bool str_eq(const Json& j, uint64_t a, uint64_t b) {
   }
 }
 
+uint64_t str_hash(const Json& j, uint64_t a) {
+  Decoder d(j, a);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over code points
+  for (int64_t cp = d.next(); cp >= 0; cp = d.next()) {
+    h = (h ^ static_cast<uint64_t>(cp)) * 1099511628211ull;
+  }
+  return h;
+}
+
+// A set of JSON strings (by their offsets), compared by decoded value;
+// open addressing over caller-provided storage of a power-of-two size at
+// least twice the number of strings inserted.
+class StringSet {
+ public:
+  StringSet(const Json& j, uint64_t* slots, uint64_t capacity) : j_(j), slots_(slots), mask_(capacity - 1) {
+    for (uint64_t i = 0; i < capacity; ++i) slots_[i] = kNone;
+  }
+  // Inserts the string at `s`; returns the offset of an equal string
+  // already present, or kNone.
+  uint64_t insert(uint64_t s) {
+    for (uint64_t i = str_hash(j_, s) & mask_;; i = (i + 1) & mask_) {
+      if (slots_[i] == kNone) {
+        slots_[i] = s;
+        return kNone;
+      }
+      if (str_eq(j_, slots_[i], s)) return slots_[i];
+    }
+  }
+
+ private:
+  const Json& j_;
+  uint64_t* slots_;
+  uint64_t mask_;
+};
+
+// Storage for a StringSet of n strings: on the stack when small, else on
+// the heap (nothrow); null if that fails.
+class SetStorage {
+ public:
+  explicit SetStorage(uint64_t n) {
+    capacity_ = 16;
+    while (capacity_ < 2 * n) capacity_ *= 2;
+    if (capacity_ <= kInline) {
+      data_ = inline_;
+    } else {
+      data_ = capacity_ <= (uint64_t{1} << 40) ? new (std::nothrow) uint64_t[capacity_] : nullptr;
+      heap_ = data_;
+    }
+  }
+  ~SetStorage() { delete[] heap_; }
+  SetStorage(const SetStorage&) = delete;
+  SetStorage& operator=(const SetStorage&) = delete;
+  uint64_t* data() const { return data_; }
+  uint64_t capacity() const { return capacity_; }
+
+ private:
+  static constexpr uint64_t kInline = 256;
+  uint64_t inline_[kInline];
+  uint64_t* data_ = nullptr;
+  uint64_t* heap_ = nullptr;
+  uint64_t capacity_ = 0;
+};
+
+uint64_t count_elements(const Json& j, uint64_t open) {
+  Iter it(j, open);
+  uint64_t k, v, n = 0;
+  while (it.next(k, v)) ++n;
+  return n;
+}
+
 bool str_is(const Json& j, uint64_t a, const char* lit) {
   Decoder d(j, a);
   for (const char* q = lit;; ++q) {
@@ -504,21 +575,19 @@ uint64_t find_key(const Json& j, uint64_t obj, const char* name) {
 
 // Repeated keys and the key count of one object.
 int32_t check_keys(const Json& j, uint64_t obj, const char* where, Err& e) {
-  uint64_t keys[kMaxKeys];
+  uint64_t slots[2 * kMaxKeys];
+  StringSet seen(j, slots, 2 * kMaxKeys);
   int count = 0;
   Iter it(j, obj);
   uint64_t k, v;
   while (it.next(k, v)) {
-    for (int m = 0; m < count; ++m) {
-      if (str_eq(j, keys[m], k)) {
-        char buf[64];
-        return fail(e, "duplicate key '%s' in %s", excerpt(j, k, buf, sizeof buf), where);
-      }
+    if (seen.insert(k) != kNone) {
+      char buf[64];
+      return fail(e, "duplicate key '%s' in %s", excerpt(j, k, buf, sizeof buf), where);
     }
-    if (count == kMaxKeys) {
+    if (++count > kMaxKeys) {
       return fail(e, "%s has more than %d keys", where, kMaxKeys);
     }
-    keys[count++] = k;
   }
   return 0;
 }
@@ -543,6 +612,9 @@ int32_t check_bindings(const Json& j, uint64_t arr, Err& e) {
     return fail(e, "'io_bindings' must be an array, got %s", kind_name(j.at(arr)));
   }
   static const char* const kRequired[] = {"name", "dtype", "shape", "is_input"};
+  SetStorage storage(count_elements(j, arr));
+  if (storage.data() == nullptr) return fail(e, "out of memory checking io_bindings names");
+  StringSet names(j, storage.data(), storage.capacity());
   Iter it(j, arr);
   uint64_t unused, b;
   unsigned long long idx = 0;
@@ -600,13 +672,13 @@ int32_t check_bindings(const Json& j, uint64_t arr, Err& e) {
       return fail(e, "%s.is_input must be true or false, got %s", where, kind_name(j.at(is_input)));
     }
     // Names are unique across the list (Torch-TensorRT refuses repeats).
-    Iter prev(j, arr);
-    uint64_t pb;
-    for (unsigned long long p = 0; p < idx && prev.next(unused, pb); ++p) {
-      if (str_eq(j, find_key(j, pb, "name"), name)) {
-        return fail(e, "duplicate binding name '%s' (io_bindings[%llu] and %s)",
-                    excerpt(j, name, buf, sizeof buf), p, where);
-      }
+    if (names.insert(name) != kNone) {
+      Iter prev(j, arr);
+      uint64_t pb;
+      unsigned long long first = 0;
+      while (prev.next(unused, pb) && !str_eq(j, find_key(j, pb, "name"), name)) ++first;
+      return fail(e, "duplicate binding name '%s' (io_bindings[%llu] and %s)",
+                  excerpt(j, name, buf, sizeof buf), first, where);
     }
   }
   return 0;
@@ -619,6 +691,9 @@ int32_t check_sections(const Json& j, uint64_t arr, uint64_t blob_size, uint64_t
   }
   uint64_t prev_end = engine_end;
   uint64_t prev_name = kNone;  // kNone: the previous region is the engine
+  SetStorage storage(count_elements(j, arr));
+  if (storage.data() == nullptr) return fail(e, "out of memory checking section names");
+  StringSet names(j, storage.data(), storage.capacity());
   Iter it(j, arr);
   uint64_t unused, s;
   unsigned long long idx = 0;
@@ -669,12 +744,8 @@ int32_t check_sections(const Json& j, uint64_t arr, uint64_t blob_size, uint64_t
                   static_cast<unsigned long long>(off.mag + len.mag),
                   excerpt(j, prev_name, pbuf, sizeof pbuf));
     }
-    Iter prev(j, arr);
-    uint64_t ps;
-    for (unsigned long long p = 0; p < idx && prev.next(unused, ps); ++p) {
-      if (str_eq(j, find_key(j, ps, "name"), name)) {
-        return fail(e, "duplicate section name '%s'", nbuf);
-      }
+    if (names.insert(name) != kNone) {
+      return fail(e, "duplicate section name '%s'", nbuf);
     }
     prev_end = off.mag + len.mag;
     prev_name = name;

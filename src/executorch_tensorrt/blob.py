@@ -39,6 +39,7 @@ __all__ = [
     "MAGIC",
     "MAX_JSON_DEPTH",
     "MAX_OBJECT_KEYS",
+    "READ_DTYPES",
     "SCHEMA_VERSION",
     "SECTION_ONNX",
     "Section",
@@ -93,9 +94,7 @@ _TORCH_DTYPE_NAMES = ("uint8", "int8", "int16", "int32", "int64", "float16",
 READ_DTYPES = WRITE_DTYPES | {"torch." + n for n in _TORCH_DTYPE_NAMES}
 
 _BINDING_KEYS = ("name", "dtype", "shape", "is_input")
-# Top-level keys that some upstream parser reads by key, so this format
-# pins their types (Torch-TensorRT refuses a blob whose device_id is not an
-# int or whose hardware_compatible is not a bool).
+# Keys write_blob fills in itself.
 _RESERVED_WRITE_KEYS = ("sections",)
 
 
@@ -175,7 +174,7 @@ def _check_object_keys(obj: dict, where: str, key_info: dict | None) -> None:
     if dup is not None:
         raise BlobError(f"duplicate key {_show(dup)} in {where}")
     if count > MAX_OBJECT_KEYS:
-        raise BlobError(f"{where} has {count} keys, more than {MAX_OBJECT_KEYS}")
+        raise BlobError(f"{where} has more than {MAX_OBJECT_KEYS} keys ({count})")
 
 
 def _check_bindings(bindings: Any, dtypes: frozenset, key_info: dict | None) -> None:
@@ -215,6 +214,8 @@ def _check_bindings(bindings: Any, dtypes: frozenset, key_info: dict | None) -> 
 
 
 def _check_top_level(meta: dict, dtypes: frozenset, key_info: dict | None) -> None:
+    # aliased_io, hardware_compatible and device_id are read by key by
+    # Torch-TensorRT's parser, which refuses a blob where they have other types.
     _check_object_keys(meta, "the metadata object", key_info)
     if "io_bindings" not in meta:
         raise BlobError("metadata has no 'io_bindings' key")

@@ -1,6 +1,11 @@
 // A library that is not executorch_tensorrt but registers "TensorRTBackend"
 // when loaded: the adapter must then refuse to load and name this file.
+// With FOREIGN_BACKEND_SKIP_TRT set it registers nothing at load, and
+// foreign_fill_registry() fills ExecuTorch's fixed-size registry instead.
 #include <executorch/runtime/backend/interface.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 namespace et = ::executorch::runtime;
 
@@ -21,7 +26,27 @@ class ForeignBackend final : public et::BackendInterface {
 
 ForeignBackend g_foreign;
 const et::Backend g_entry{"TensorRTBackend", &g_foreign};
-const et::Error g_status = et::register_backend(g_entry);
+const int g_status = std::getenv("FOREIGN_BACKEND_SKIP_TRT") != nullptr
+    ? -1
+    : static_cast<int>(et::register_backend(g_entry));
 } // namespace
 
-extern "C" int foreign_backend_status() { return static_cast<int>(g_status); }
+// 0 if this library registered "TensorRTBackend", -1 if it was told not to.
+extern "C" int foreign_backend_status() { return g_status; }
+
+// Registers filler backends until the registry refuses one; returns how many
+// were added.
+extern "C" int foreign_fill_registry() {
+  static char names[64][16];
+  static et::Backend entries[64];
+  int added = 0;
+  for (int i = 0; i < 64; ++i) {
+    std::snprintf(names[i], sizeof(names[i]), "Filler%d", i);
+    entries[i] = et::Backend{names[i], &g_foreign};
+    if (et::register_backend(entries[i]) != et::Error::Ok) {
+      break;
+    }
+    ++added;
+  }
+  return added;
+}

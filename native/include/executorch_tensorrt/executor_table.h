@@ -94,13 +94,22 @@ typedef struct etrt_executor_table {
 
 /* ---- Exported by the adapter ---- */
 
-/* Installs the executors (NULL uninstalls). Returns 0 or an Error code. */
+/* Installs the executors (NULL uninstalls). Returns 0 or an Error code
+ * (wrong abi_version, struct_size too small, a NULL function pointer; the
+ * cause goes to etrt_last_error). The adapter copies the struct; the
+ * functions it points to must stay callable while any delegate initialized
+ * through them is alive (a delegate keeps the table it was created with). */
 int32_t etrt_install_executor_table(const etrt_executor_table* table);
 
-/* Resizes an output tensor (ExecuTorch resize_tensor); updates arg->nbytes. */
+/* Resizes an output tensor (ExecuTorch resize_tensor); on success updates
+ * arg->nbytes, ndim, sizes, dim_order and data. Fails (rank change, a
+ * bounded tensor growing past its planned capacity) with an Error code and
+ * the cause in etrt_last_error. */
 int32_t etrt_resize_tensor(etrt_arg* arg, int32_t ndim, const int64_t* sizes);
 
-/* The last error an executor or the adapter recorded (process-wide, guarded). */
+/* The last error an executor or the adapter recorded (process-wide, guarded).
+ * etrt_last_error returns a per-thread copy, valid until the same thread
+ * calls it again. */
 void etrt_set_last_error(const char* message);
 const char* etrt_last_error(void);
 

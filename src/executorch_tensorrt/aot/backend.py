@@ -10,6 +10,7 @@ from .. import blob
 from .compile_spec import TensorRTCompileSpec
 from .engine_builder import build_engine, stderr_progress
 from .onnx_export import export_onnx
+from .shapes import input_profiles
 
 # ONNX TensorProto element type -> the blob's dtype string.
 _ONNX_DTYPE_NAMES = {
@@ -45,10 +46,14 @@ class TensorRTBackend(BackendDetails):
         spec = TensorRTCompileSpec.from_compile_specs(compile_specs)
         exported = export_onnx(edge_program)
         model = onnx.load_model_from_string(exported.onnx_bytes)
-        built = build_engine(exported.onnx_bytes, spec, label="delegate",
+        profiles = input_profiles(edge_program)
+        built = build_engine(exported.onnx_bytes, spec, label="delegate", profiles=profiles,
                              progress=stderr_progress)
+        bindings = io_bindings(model)
+        inputs = [b["name"] for b in bindings if b["is_input"]]
         metadata = {
-            "io_bindings": io_bindings(model),
+            "io_bindings": bindings,
+            "profiles": [p.as_dict(n) for n, p in zip(inputs, profiles)],
             "trt_flavor": built.flavor,
             "trt_version": built.version,
             "compute_capabilities": list(built.compute_capabilities or []) or "all",

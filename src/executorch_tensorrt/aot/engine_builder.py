@@ -16,6 +16,7 @@ from typing import Callable
 
 from ..errors import EngineBuildError
 from .compile_spec import TensorRTCompileSpec
+from .shapes import InputProfile
 from .tensorrt_import import TensorRT, load_tensorrt
 
 Progress = Callable[[str], None]
@@ -94,6 +95,18 @@ def unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> set[int]:
     return set(range(count)) - covered
 
 
+def _add_profile(builder, network, config, profiles: list[InputProfile] | None) -> None:
+    if not profiles or not any(p.is_dynamic for p in profiles):
+        return
+    if len(profiles) != network.num_inputs:
+        raise EngineBuildError(f"{len(profiles)} input profiles for a network with "
+                               f"{network.num_inputs} inputs")
+    profile = builder.create_optimization_profile()
+    for i, p in enumerate(profiles):
+        profile.set_shape(network.get_input(i).name, p.min, p.opt, p.max)
+    config.add_optimization_profile(profile)
+
+
 def _configure(trt: TensorRT, builder, spec: TensorRTCompileSpec):
     config = builder.create_builder_config()
     m = trt.module
@@ -115,24 +128,28 @@ def _configure(trt: TensorRT, builder, spec: TensorRTCompileSpec):
     return config
 
 
-def _key(trt: TensorRT, onnx_bytes: bytes, spec: TensorRTCompileSpec) -> str:
+def _key(trt: TensorRT, onnx_bytes: bytes, spec: TensorRTCompileSpec, profiles) -> str:
     h = hashlib.sha256(onnx_bytes)
-    h.update(json.dumps([trt.flavor, trt.version, spec.as_dict()], sort_keys=True).encode())
+    h.update(json.dumps([trt.flavor, trt.version, spec.as_dict(),
+                         [p.as_dict("") for p in profiles or []]], sort_keys=True).encode())
     return h.hexdigest()
 
 
 def build_engine(onnx_bytes: bytes, spec: TensorRTCompileSpec, *, label: str = "partition",
+                 profiles: list[InputProfile] | None = None,
                  progress: Progress | None = stderr_progress,
                  trt: TensorRT | None = None) -> BuiltEngine:
-    """Builds (or returns the cached) engine for an ONNX model."""
+    """Builds (or returns the cached) engine for an ONNX model. `profiles` gives
+    min/opt/max shapes per network input when any is dynamic."""
     trt = trt or load_tensorrt()
-    key = _key(trt, onnx_bytes, spec)
+    key = _key(trt, onnx_bytes, spec, profiles)
     with _cache_lock:
         hit = _cache.get(key)
     if hit is not None:
         return hit
     builder, network, _parser = parse_network(trt, onnx_bytes)
     config = _configure(trt, builder, spec)
+    _add_profile(builder, network, config, profiles)
     if progress:
         progress(f"building TensorRT engine for {label} ({network.num_layers} layers, "
                  f"{trt.flavor} {trt.version})...")

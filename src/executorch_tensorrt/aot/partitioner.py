@@ -29,6 +29,7 @@ from .engine_builder import (
     ParseFailure, Progress, build_engine, parse_network, stderr_progress, unsupported_nodes)
 from .onnx_export import export_onnx, quiet
 from .partition_program import extract_partition
+from .shapes import input_profiles
 from .tensorrt_import import load_tensorrt
 from .translatable import aten_op, untranslatable_nodes
 
@@ -137,7 +138,8 @@ class TensorRTPartitioner(Partitioner):
         names = {n.name for n in nodes}
         trt = load_tensorrt()
         try:
-            exported = export_onnx(extract_partition(ep, names))
+            sub_ep = extract_partition(ep, names)
+            exported = export_onnx(sub_ep)
         except Exception as e:  # noqa: BLE001 - the exporter raises many kinds
             return self._export_failures(ep, nodes, e)
         mapped = lambda idx: {exported.edge_node_of[i] for i in idx if i in exported.edge_node_of}  # noqa: E731
@@ -151,7 +153,7 @@ class TensorRTPartitioner(Partitioner):
             return {n: str(e) for n in (bad or names)}
         try:
             build_engine(exported.onnx_bytes, self.compile_spec, label=label,
-                         progress=self.progress, trt=trt)
+                         profiles=input_profiles(sub_ep), progress=self.progress, trt=trt)
         except EngineBuildError as e:
             return {n: f"engine build failed: {e}" for n in names}
         return {}

@@ -45,9 +45,10 @@ BACKEND_ID = "TensorRTBackend"
 
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
-# The installed table (and through it its CFUNCTYPE callbacks) must outlive
-# its installation, so the module keeps it.
-_installed_table: Optional[abi.EtrtExecutorTable] = None
+# Every table ever installed (and through it its CFUNCTYPE callbacks) stays
+# alive: a delegate keeps calling the table it was initialized with even after
+# another one is installed. Tables are installed a handful of times at most.
+_installed_tables: list = []
 
 _BUILD_INFO = re.compile(
     rb"etrt-build-info:executorch_version=([^;\x00]*);executorch_git_version=([^;\x00]*);"
@@ -223,7 +224,6 @@ def load_adapter() -> ctypes.CDLL:
 
 def install_executor_table(table: Optional[abi.EtrtExecutorTable]) -> None:
     """Installs the executors (None uninstalls). Keeps the table alive."""
-    global _installed_table
     lib = load_adapter()
     ptr = ctypes.byref(table) if table is not None else None
     code = lib.etrt_install_executor_table(ptr)
@@ -231,7 +231,8 @@ def install_executor_table(table: Optional[abi.EtrtExecutorTable]) -> None:
         raise RuntimeError(
             f"installing the executor table failed (error {code:#x}): {last_error()}"
         )
-    _installed_table = table
+    if table is not None:
+        _installed_tables.append(table)
 
 
 def resize_tensor(arg, sizes: Sequence[int]) -> int:

@@ -113,7 +113,8 @@ class EtrtInitArgs(ctypes.Structure):
 
 
 # Function pointer types of the table. CFUNCTYPE (not PYFUNCTYPE): the
-# adapter calls them without holding the GIL; ctypes acquires it.
+# callbacks are entered from C, and ctypes takes the GIL itself on entry,
+# whichever thread ExecuTorch calls from.
 IsAvailableFn = ctypes.CFUNCTYPE(ctypes.c_int32)
 InitFn = ctypes.CFUNCTYPE(
     ctypes.c_int32,

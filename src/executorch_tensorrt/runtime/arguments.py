@@ -36,18 +36,22 @@ class Binding:
     dtype: torch.dtype
     shape: tuple[int, ...]  # -1 for a dynamic dimension
     is_input: bool
+    min_shape: tuple[int, ...] | None = None  # optimization profile bounds
+    max_shape: tuple[int, ...] | None = None
 
     @classmethod
-    def from_metadata(cls, entry: dict) -> "Binding":
+    def from_metadata(cls, entry: dict, profile: dict | None) -> "Binding":
         dtype = BLOB_DTYPE_TO_TORCH.get(entry["dtype"].removeprefix("torch."))
         if dtype is None:
             raise ArgumentError(f"binding {entry['name']!r} has dtype {entry['dtype']!r}, "
                                 "which this runtime cannot map to a tensor type")
-        return cls(entry["name"], dtype, tuple(entry["shape"]), bool(entry["is_input"]))
+        bounds = (tuple(profile["min"]), tuple(profile["max"])) if profile else (None, None)
+        return cls(entry["name"], dtype, tuple(entry["shape"]), bool(entry["is_input"]), *bounds)
 
 
 def split_bindings(metadata: dict) -> tuple[list[Binding], list[Binding]]:
-    bindings = [Binding.from_metadata(e) for e in metadata["io_bindings"]]
+    profiles = {p["name"]: p for p in metadata.get("profiles", [])}
+    bindings = [Binding.from_metadata(e, profiles.get(e["name"])) for e in metadata["io_bindings"]]
     return [b for b in bindings if b.is_input], [b for b in bindings if not b.is_input]
 
 
@@ -67,6 +71,11 @@ def check_input(arg: abi.EtrtArg, binding: Binding, index: int) -> tuple[int, ..
     if not _dims_match(shape, binding.shape):
         raise ArgumentError(f"input {index} ({binding.name}) has shape {list(shape)}, "
                             f"the engine accepts {list(binding.shape)} (-1: any size)")
+    lo, hi = binding.min_shape, binding.max_shape
+    if lo is not None and hi is not None and not all(
+            a <= s <= b for s, a, b in zip(shape, lo, hi)):
+        raise ArgumentError(f"input {index} ({binding.name}) has shape {list(shape)}, outside "
+                            f"the engine's optimization profile: min {list(lo)}, max {list(hi)}")
     return shape
 
 

@@ -1,0 +1,64 @@
+"""torch.export dynamic dimensions -> TensorRT optimization profile bounds."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+import torch
+
+from ..errors import ExportError
+
+
+@dataclass(frozen=True)
+class InputProfile:
+    """min/opt/max shapes of one input; equal for a static input."""
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self.min != self.max
+
+    def as_dict(self, name: str) -> dict:
+        return {"name": name, "min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
+
+
+def _bounds(ep: torch.export.ExportedProgram, dim, where: str) -> tuple[int, int]:
+    if isinstance(dim, int):
+        return dim, dim
+    expr = dim.node.expr
+    if isinstance(expr, (int, sympy.Integer)):
+        return int(expr), int(expr)
+    lows, highs = {}, {}
+    for sym in expr.free_symbols:
+        vr = ep.range_constraints.get(sym)
+        if vr is None:
+            raise ExportError(f"{where}: dimension {expr} has no range in the exported program")
+        lo, hi = vr.lower, vr.upper
+        if not (lo.is_finite and hi.is_finite):
+            raise ExportError(
+                f"{where}: dynamic dimension {sym} has no finite upper bound, and TensorRT "
+                "needs one for its optimization profile; give it one, e.g. "
+                "torch.export.Dim('batch', min=1, max=8)")
+        # torch.export specialises sizes 0 and 1, so Dim(min=1) arrives as a
+        # lower bound of 2; the ONNX graph is size-generic, so admit 1 again.
+        lows[sym], highs[sym] = (1 if int(lo) == 2 else int(lo)), int(hi)
+    low, high = int(expr.subs(lows)), int(expr.subs(highs))
+    return min(low, high), max(low, high)
+
+
+def input_profiles(ep: torch.export.ExportedProgram) -> list[InputProfile]:
+    """One profile per user input tensor of `ep`, in order."""
+    user_inputs = set(ep.graph_signature.user_inputs)
+    profiles = []
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in user_inputs:
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        lo, hi = zip(*(_bounds(ep, d, f"input {node.name!r} dim {i}")
+                       for i, d in enumerate(val.shape))) if val.dim() else ((), ())
+        profiles.append(InputProfile(tuple(lo), tuple(hi), tuple(hi)))
+    return profiles

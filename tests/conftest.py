@@ -1,0 +1,47 @@
+"""Shared fixtures. Tests run against the installed package (tools/setup.sh)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["ci_guard"]
+
+FALLBACK_ENV = "EXECUTORCH_TENSORRT_FALLBACK"
+
+
+@pytest.fixture
+def allow_fallback(monkeypatch):
+    """Lets TensorRT partitions run through onnxruntime (no GPU runs engines here)."""
+    monkeypatch.setenv(FALLBACK_ENV, "onnxruntime")
+
+
+@pytest.fixture
+def no_fallback(monkeypatch):
+    monkeypatch.delenv(FALLBACK_ENV, raising=False)
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory):
+    """Exports each built-in example once per session: name -> (model, inputs, path)."""
+    import executorch_tensorrt
+    from executorch_tensorrt.models import example
+
+    out = tmp_path_factory.mktemp("exported")
+    cache: dict = {}
+
+    def get(name: str, **options):
+        key = (name, tuple(sorted(options.items())))
+        if key not in cache:
+            model, inputs = example(name)
+            path = executorch_tensorrt.export(model, inputs, out / f"{name}-{len(cache)}.pte",
+                                              progress=None, **options)
+            cache[key] = (model, inputs, Path(path))
+        return cache[key]
+
+    return get
+
+
+def pytest_report_header(config):
+    return f"fallback env: {os.environ.get(FALLBACK_ENV, '(unset)')}"

@@ -1,0 +1,269 @@
+"""Model zoo: small, download-free architectures for coverage and agreement tests.
+
+Each entry names a model, a factory (returns the model in eval mode), a seeded
+input maker, the absolute tolerance the .pte must meet against eager PyTorch
+(fp32), and a coverage floor: the share of compute ops (edge call_function
+nodes, getitem excluded) that TensorRT must take. Floors are what TensorRT-RTX's
+parser takes today (tools/coverage_table.py measures it; docs/coverage.md).
+
+Imported by tests/test_zoo.py and tools/coverage_table.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+# -- models -------------------------------------------------------------------
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.GELU(),
+                                 nn.Linear(64, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class LeNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(1, 6, 5), nn.Conv2d(6, 16, 5)
+        self.f1, self.f2, self.f3 = nn.Linear(16 * 4 * 4, 120), nn.Linear(120, 84), nn.Linear(84, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.c1(x)), 2)
+        x = F.max_pool2d(F.relu(self.c2(x)), 2)
+        x = x.flatten(1)
+        return self.f3(F.relu(self.f2(F.relu(self.f1(x)))))
+
+
+class ResNetBasicBlock(nn.Module):
+    """Two 3x3 convs with batch norm and a strided 1x1 projection shortcut."""
+
+    def __init__(self, cin=16, cout=32, stride=2):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        # Non-trivial running statistics so batch norm is not an identity.
+        with torch.no_grad():
+            for bn in (self.bn1, self.bn2, self.down[1]):
+                bn.running_mean.uniform_(-0.5, 0.5)
+                bn.running_var.uniform_(0.5, 1.5)
+                bn.weight.uniform_(0.5, 1.5)
+                bn.bias.uniform_(-0.2, 0.2)
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + self.down(x))
+
+
+class MobileNetBlock(nn.Module):
+    """Inverted residual: 1x1 expand, 3x3 depthwise, 1x1 project, ReLU6, residual."""
+
+    def __init__(self, c=16, expand=4):
+        super().__init__()
+        h = c * expand
+        self.expand = nn.Sequential(nn.Conv2d(c, h, 1, bias=False), nn.BatchNorm2d(h), nn.ReLU6())
+        self.dw = nn.Sequential(nn.Conv2d(h, h, 3, 1, 1, groups=h, bias=False), nn.BatchNorm2d(h),
+                                nn.ReLU6())
+        self.project = nn.Sequential(nn.Conv2d(h, c, 1, bias=False), nn.BatchNorm2d(c))
+
+    def forward(self, x):
+        return x + self.project(self.dw(self.expand(x)))
+
+
+class TransformerEncoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128,
+                                                dropout=0.0, batch_first=True)
+
+    def forward(self, x):
+        return self.layer(x)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, dim=64, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class TokenClassifier(nn.Module):
+    """int64 token ids -> embedding (+ learned positions) -> layer norm -> linear head."""
+
+    def __init__(self, vocab=100, dim=32, seq=16, classes=7):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(seq, dim) * 0.1)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, ids):
+        return self.head(self.norm(self.tok(ids) + self.pos))
+
+
+class UNetBlock(nn.Module):
+    """Encoder conv, downsample, bottleneck, upsample (nearest and bilinear), skip concat."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Conv2d(3, c, 3, padding=1), nn.ReLU())
+        self.mid = nn.Sequential(nn.Conv2d(c, 2 * c, 3, padding=1), nn.ReLU())
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.dec = nn.Sequential(nn.Conv2d(3 * c, c, 3, padding=1), nn.ReLU())
+        self.out = nn.Conv2d(c, 2, 1)
+
+    def forward(self, x):
+        e = self.enc(x)
+        m = self.mid(F.max_pool2d(e, 2))
+        u = torch.cat([self.up(m), e], dim=1)
+        d = self.dec(u)
+        return self.out(d) + F.interpolate(self.out(F.avg_pool2d(d, 2)), scale_factor=2,
+                                           mode="bilinear", align_corners=False)
+
+
+class LSTMModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(16, 32, num_layers=1, batch_first=True)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        return self.head(y[:, -1])
+
+
+class GRUModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(16, 32, num_layers=1, batch_first=True)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        y, h = self.gru(x)
+        return self.head(y[:, -1]) + h[-1].sum(-1, keepdim=True)
+
+
+class ArgmaxTopkHead(nn.Module):
+    """Linear logits -> argmax (int64) and top-3 values/indices."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 20)
+
+    def forward(self, x):
+        logits = self.fc(x)
+        values, indices = torch.topk(logits, 3, dim=-1)
+        return logits.argmax(dim=-1), values, indices
+
+
+class ElementwiseMath(nn.Module):
+    def forward(self, x):
+        a = torch.erf(x) + torch.pow(x, 2) * 0.5 - torch.pow(x.abs() + 1, 0.5)
+        b = torch.log(torch.exp(x.clamp(-3, 3)) + 1.0)
+        c = torch.where(x > 0, a, b)
+        return torch.clamp(c * torch.rsqrt(x * x + 1.0), min=-1.5, max=2.0)
+
+
+class MultiOutput(nn.Module):
+    """A shared trunk with three heads of different shapes; returns a tuple."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(16, 32), nn.Tanh())
+        self.cls = nn.Linear(32, 5)
+        self.reg = nn.Linear(32, 2)
+
+    def forward(self, x):
+        h = self.trunk(x)
+        return torch.softmax(self.cls(h), -1), self.reg(h), h.mean(-1)
+
+
+# -- registry -----------------------------------------------------------------
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    factory: Callable[[], nn.Module]
+    make_inputs: Callable[[torch.Generator], tuple[torch.Tensor, ...]]
+    atol: float = 1e-4
+    coverage_floor: float = 1.0
+    note: str = ""
+
+    def build(self, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+        """The model in eval mode (weights seeded) and seeded example inputs."""
+        torch.manual_seed(seed)
+        model = self.factory().eval()
+        gen = torch.Generator().manual_seed(seed + 1)
+        return model, self.make_inputs(gen)
+
+
+def _randn(*shape):
+    return lambda g: (torch.randn(*shape, generator=g),)
+
+
+ZOO: list[ZooEntry] = [
+    ZooEntry("mlp", MLP, _randn(4, 32)),
+    ZooEntry("lenet", LeNet, _randn(2, 1, 28, 28)),
+    ZooEntry("resnet_block", ResNetBasicBlock, _randn(2, 16, 16, 16)),
+    ZooEntry("mobilenet_block", MobileNetBlock, _randn(2, 16, 16, 16)),
+    ZooEntry("transformer_encoder", TransformerEncoder, _randn(2, 16, 64)),
+    ZooEntry("causal_attention", CausalSelfAttention, _randn(2, 16, 64)),
+    ZooEntry("token_classifier", TokenClassifier,
+             lambda g: (torch.randint(0, 100, (2, 16), generator=g, dtype=torch.int64),)),
+    ZooEntry("unet_block", UNetBlock, _randn(1, 3, 16, 16)),
+    ZooEntry("lstm", LSTMModel, _randn(2, 8, 16)),
+    ZooEntry("gru", GRUModel, _randn(2, 8, 16)),
+    ZooEntry("argmax_topk", ArgmaxTopkHead, _randn(4, 32)),
+    ZooEntry("elementwise", ElementwiseMath, _randn(4, 64)),
+    ZooEntry("multi_output", MultiOutput, _randn(4, 16)),
+]
+
+BY_NAME = {e.name: e for e in ZOO}
+
+
+# -- measurement helpers (shared by tests/test_zoo.py and tools/coverage_table.py) --
+def eager(model: nn.Module, inputs) -> tuple[torch.Tensor, ...]:
+    with torch.no_grad():
+        out = model(*inputs)
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def coverage(report) -> tuple[float, int, int]:
+    """(share, taken, total) of compute ops TensorRT took, from a PartitionReport:
+    edge call_function nodes other than getitem (the keys of `ops_of`) that are in a
+    partition, over all of them."""
+    total = set(report.ops_of)
+    taken = {n for part in report.partitions for n in part} & total
+    return (len(taken) / len(total) if total else 0.0), len(taken), len(total)
+
+
+def max_abs_diff(got, want) -> float:
+    """Largest |got - want| over all outputs; integer outputs compared exactly (as float)."""
+    got, want = list(got), list(want)
+    if len(got) != len(want):
+        raise AssertionError(f"{len(got)} outputs, expected {len(want)}")
+    worst = 0.0
+    for g, w in zip(got, want):
+        g = torch.as_tensor(g)
+        if tuple(g.shape) != tuple(w.shape):
+            raise AssertionError(f"output shape {tuple(g.shape)}, expected {tuple(w.shape)}")
+        if g.numel():
+            worst = max(worst, (g.double() - w.double()).abs().max().item())
+    return worst
