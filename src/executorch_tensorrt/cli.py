@@ -31,8 +31,6 @@ def cmd_export(args) -> int:
 def _ones_inputs(method) -> list:
     import torch
 
-    from .program_info import SCALAR_TYPE_NAMES  # noqa: F401 - names documented there
-
     meta = method.metadata
     inputs = []
     for i in range(meta.num_inputs()):
@@ -56,6 +54,8 @@ def cmd_run(args) -> int:
     import executorch_tensorrt  # noqa: F401 - registers the backend
     from executorch.runtime import Runtime
 
+    from .expected import PRINTED, format_values
+
     path = Path(args.model)
     if not path.is_file():
         print(f"error: {path} does not exist", file=sys.stderr)
@@ -70,7 +70,31 @@ def cmd_run(args) -> int:
     for i, out in enumerate(outputs):
         flat = out.flatten()
         print(f"output[{i}] shape=[{','.join(str(d) for d in out.shape)}]")
-        print(f"  values: {_fmt(flat)}")
+        print(f"  values: {format_values(flat[:PRINTED].tolist())}")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .expected import ExpectedError, compare, expected_path, read_expected
+
+    exp_file = Path(args.expected)
+    if exp_file.suffix == ".pte":
+        exp_file = expected_path(exp_file)
+    if args.tolerance < 0:
+        print("error: --tolerance must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        expected = read_expected(exp_file)
+        text = sys.stdin.read() if args.output == "-" else Path(args.output).read_text()
+        problems = compare(expected, text, args.tolerance)
+    except (ExpectedError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for p in problems:
+        print(f"FAIL {p}")
+    if problems:
+        return 1
+    print(f"OK: {len(expected)} output(s) match {exp_file} (tolerance {args.tolerance:g})")
     return 0
 
 
@@ -91,6 +115,8 @@ def cmd_demo(args) -> int:
     path = out_dir / f"{args.example}.pte"
     print(f"== export: built-in model {args.example!r} -> {path}")
     result = export_program(model, inputs, path)
+    if result.expected_path:
+        print(f"eager reference for inputs of 1.0: {result.expected_path}")
     print(f"\n== inspect {path}")
     print(format_program(read_program(path)))
     if os.environ.get(FALLBACK_ENV) is None:
@@ -113,6 +139,7 @@ def cmd_demo(args) -> int:
         outputs = method.execute(list(inputs))
     run_ms = (time.perf_counter() - t) / runs * 1e3
     with torch.no_grad():
+        model(*inputs)  # warm-up
         t = time.perf_counter()
         for _ in range(runs):
             expected = model(*inputs)
@@ -144,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--example", choices=sorted(EXAMPLES), default="cnn")
     p.add_argument("output")
     p.set_defaults(func=cmd_export)
+    p = sub.add_parser("verify", help="compare a runner's printed output with a .expected file")
+    p.add_argument("expected", help="the .expected file (or the .pte beside it)")
+    p.add_argument("output", nargs="?", default="-",
+                   help="the runner's printed output (default: standard input)")
+    p.add_argument("--tolerance", type=float, default=1e-4,
+                   help="largest absolute difference allowed; 0: printed text must match")
+    p.set_defaults(func=cmd_verify)
     p = sub.add_parser("inspect", help="describe a .pte: I/O, delegates, operators, blobs")
     p.add_argument("model")
     p.set_defaults(func=cmd_inspect)

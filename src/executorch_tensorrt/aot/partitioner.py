@@ -105,6 +105,7 @@ class TensorRTPartitioner(Partitioner):
         self.progress = progress
         self.delegation_spec = DelegationSpec(BACKEND_ID, self.compile_spec.to_compile_specs())
         self.report = PartitionReport()
+        self.reports: list[PartitionReport] = []  # one per partition() call (per method)
 
     # -- candidate selection -------------------------------------------------
     def _initial_rejections(self, ep) -> dict[str, str]:
@@ -201,4 +202,5 @@ class TensorRTPartitioner(Partitioner):
             self.report.partitions.append([n.name for n in nodes])
         tag_constant_data(ep)
         self.report.rejected = rejected
+        self.reports.append(self.report)
         return PartitionResult(tagged_exported_program=ep, partition_tags=tags)

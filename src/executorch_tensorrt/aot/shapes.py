@@ -24,6 +24,14 @@ class InputProfile:
         return {"name": name, "min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
 
 
+def _finite_int(value) -> int | None:
+    """int(value), or None for an infinite bound (sympy oo, torch's int_oo)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
+
+
 def _bounds(ep: torch.export.ExportedProgram, dim, where: str) -> tuple[int, int]:
     if isinstance(dim, int):
         return dim, dim
@@ -35,15 +43,15 @@ def _bounds(ep: torch.export.ExportedProgram, dim, where: str) -> tuple[int, int
         vr = ep.range_constraints.get(sym)
         if vr is None:
             raise ExportError(f"{where}: dimension {expr} has no range in the exported program")
-        lo, hi = vr.lower, vr.upper
-        if not (lo.is_finite and hi.is_finite):
+        lo, hi = _finite_int(vr.lower), _finite_int(vr.upper)
+        if lo is None or hi is None:
             raise ExportError(
                 f"{where}: dynamic dimension {sym} has no finite upper bound, and TensorRT "
                 "needs one for its optimization profile; give it one, e.g. "
                 "torch.export.Dim('batch', min=1, max=8)")
         # torch.export specialises sizes 0 and 1, so Dim(min=1) arrives as a
         # lower bound of 2; the ONNX graph is size-generic, so admit 1 again.
-        lows[sym], highs[sym] = (1 if int(lo) == 2 else int(lo)), int(hi)
+        lows[sym], highs[sym] = (1 if lo == 2 else lo), hi
     low, high = int(expr.subs(lows)), int(expr.subs(highs))
     return min(low, high), max(low, high)
 

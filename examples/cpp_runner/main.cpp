@@ -1,0 +1,290 @@
+// executorch-tensorrt C++ reference runner: the C++ twin of
+// `executorch-tensorrt run model.pte`.
+//
+//   etrt_runner --model_path model.pte [--method forward]
+//
+// Loads the program with ExecuTorch's C++ API (extension Module, shipped in
+// the wheel's libexecutorch.so), fills every input with 1 (1.0 for floating
+// types, true for bool), runs the method and prints each output as
+//   output[i] shape=[d0,d1,...]
+//     values: v0, v1, ...        (the first 8 values, 4 decimals)
+// exactly like the Python runner. TensorRTBackend comes from linking
+// executorch_tensorrt::backend; its executors come from the Python
+// interpreter the adapter embeds on first use (docs/cpp.md).
+#include <executorch/extension/module/module.h>
+#include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
+#include <executorch/runtime/platform/runtime.h>
+#include <executorch_tensorrt/executor_table.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+using executorch::aten::ScalarType;
+using executorch::extension::Module;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::Tag;
+using executorch::runtime::etensor::Tensor;
+using executorch::runtime::etensor::TensorImpl;
+
+constexpr int kShownValues = 8;
+
+int usage(const char* argv0) {
+  std::fprintf(stderr, "usage: %s --model_path <model.pte> [--method <name>]\n", argv0);
+  return 2;
+}
+
+// Owns the storage behind one input tensor.
+struct InputTensor {
+  std::vector<TensorImpl::SizesType> sizes;
+  std::vector<TensorImpl::DimOrderType> dim_order;
+  std::vector<TensorImpl::StridesType> strides;
+  std::vector<uint8_t> data;
+  std::unique_ptr<TensorImpl> impl;
+};
+
+uint16_t one_half() { return 0x3C00; }      // IEEE binary16 1.0
+uint16_t one_bfloat16() { return 0x3F80; }  // bfloat16 1.0
+
+// Fills `count` elements of type t with one. False if the type is not handled.
+bool fill_ones(ScalarType t, uint8_t* p, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    switch (t) {
+      case ScalarType::Float: reinterpret_cast<float*>(p)[i] = 1.0f; break;
+      case ScalarType::Double: reinterpret_cast<double*>(p)[i] = 1.0; break;
+      case ScalarType::Half: reinterpret_cast<uint16_t*>(p)[i] = one_half(); break;
+      case ScalarType::BFloat16: reinterpret_cast<uint16_t*>(p)[i] = one_bfloat16(); break;
+      case ScalarType::Byte: reinterpret_cast<uint8_t*>(p)[i] = 1; break;
+      case ScalarType::Char: reinterpret_cast<int8_t*>(p)[i] = 1; break;
+      case ScalarType::Short: reinterpret_cast<int16_t*>(p)[i] = 1; break;
+      case ScalarType::Int: reinterpret_cast<int32_t*>(p)[i] = 1; break;
+      case ScalarType::Long: reinterpret_cast<int64_t*>(p)[i] = 1; break;
+      case ScalarType::Bool: reinterpret_cast<bool*>(p)[i] = true; break;
+      default: return false;
+    }
+  }
+  return true;
+}
+
+double half_to_double(uint16_t h) {
+  const int sign = (h >> 15) & 1;
+  const int exp = (h >> 10) & 0x1f;
+  const int mant = h & 0x3ff;
+  double v;
+  if (exp == 0) {
+    v = mant / 1024.0 / 16384.0;  // subnormal: mant * 2^-24
+  } else if (exp == 31) {
+    v = mant ? 0.0 / 0.0 : 1.0 / 0.0;
+  } else {
+    v = (1.0 + mant / 1024.0);
+    for (int e = exp - 15; e > 0; --e) v *= 2.0;
+    for (int e = exp - 15; e < 0; ++e) v /= 2.0;
+  }
+  return sign ? -v : v;
+}
+
+double bfloat16_to_double(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Element `index` (in logical, row-major order, as Python's flatten() sees
+// it) of a tensor as a double (what Python's float(v) gives).
+bool value_at(const Tensor& t, size_t index, double* out) {
+  const void* p = t.const_data_ptr();
+  size_t i = 0;  // the element's position in memory, through the strides
+  size_t rest = index;
+  for (ssize_t d = t.dim(); d-- > 0;) {
+    const size_t size = static_cast<size_t>(t.size(d));
+    i += (rest % size) * static_cast<size_t>(t.strides()[d]);
+    rest /= size;
+  }
+  switch (t.scalar_type()) {
+    case ScalarType::Float: *out = static_cast<const float*>(p)[i]; return true;
+    case ScalarType::Double: *out = static_cast<const double*>(p)[i]; return true;
+    case ScalarType::Half: *out = half_to_double(static_cast<const uint16_t*>(p)[i]); return true;
+    case ScalarType::BFloat16: *out = bfloat16_to_double(static_cast<const uint16_t*>(p)[i]); return true;
+    case ScalarType::Byte: *out = static_cast<const uint8_t*>(p)[i]; return true;
+    case ScalarType::Char: *out = static_cast<const int8_t*>(p)[i]; return true;
+    case ScalarType::Short: *out = static_cast<const int16_t*>(p)[i]; return true;
+    case ScalarType::Int: *out = static_cast<const int32_t*>(p)[i]; return true;
+    case ScalarType::Long: *out = static_cast<double>(static_cast<const int64_t*>(p)[i]); return true;
+    case ScalarType::Bool: *out = static_cast<const bool*>(p)[i] ? 1.0 : 0.0; return true;
+    default: return false;
+  }
+}
+
+void print_error(const std::string& what, Error err) {
+  const char* cause = etrt_last_error();
+  std::fprintf(stderr, "error: %s: ExecuTorch error 0x%x (%s).%s%s\n", what.c_str(),
+               static_cast<unsigned>(err), executorch::runtime::to_string(err),
+               cause != nullptr && cause[0] != '\0' ? " " : "",
+               cause != nullptr ? cause : "");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path;
+  std::string method_name = "forward";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* flag, std::string* dst) {
+      const std::string f = flag;
+      if (arg == f && i + 1 < argc) {
+        *dst = argv[++i];
+        return true;
+      }
+      if (arg.rfind(f + "=", 0) == 0) {
+        *dst = arg.substr(f.size() + 1);
+        return true;
+      }
+      return false;
+    };
+    if (value("--model_path", &model_path) || value("--method", &method_name)) {
+      continue;
+    }
+    if (arg == "-h" || arg == "--help") {
+      usage(argv[0]);
+      return 0;
+    }
+    std::fprintf(stderr, "error: unknown argument %s\n", arg.c_str());
+    return usage(argv[0]);
+  }
+  if (model_path.empty()) {
+    std::fprintf(stderr, "error: --model_path is required\n");
+    return usage(argv[0]);
+  }
+  if (FILE* f = std::fopen(model_path.c_str(), "rb")) {
+    std::fclose(f);
+  } else {
+    std::fprintf(stderr, "error: %s does not exist or cannot be read\n", model_path.c_str());
+    return 2;
+  }
+
+  executorch::runtime::runtime_init();
+  Module module(model_path, Module::LoadMode::File);
+  Error err = module.load();
+  if (err != Error::Ok) {
+    print_error("cannot load " + model_path + " (not a valid ExecuTorch program?)", err);
+    return 1;
+  }
+  err = module.load_method(method_name);
+  if (err != Error::Ok) {
+    print_error("cannot load method '" + method_name + "' of " + model_path, err);
+    return 1;
+  }
+  auto meta = module.method_meta(method_name);
+  if (!meta.ok()) {
+    print_error("cannot read the metadata of method '" + method_name + "'", meta.error());
+    return 1;
+  }
+
+  std::vector<std::unique_ptr<InputTensor>> storage;
+  std::vector<EValue> inputs;
+  for (size_t i = 0; i < meta->num_inputs(); ++i) {
+    auto tag = meta->input_tag(i);
+    if (!tag.ok()) {
+      print_error("cannot read input " + std::to_string(i), tag.error());
+      return 1;
+    }
+    if (tag.get() == Tag::Int) {
+      inputs.emplace_back(static_cast<int64_t>(1));
+      continue;
+    }
+    if (tag.get() == Tag::Double) {
+      inputs.emplace_back(1.0);
+      continue;
+    }
+    if (tag.get() == Tag::Bool) {
+      inputs.emplace_back(true);
+      continue;
+    }
+    if (tag.get() != Tag::Tensor) {
+      std::fprintf(stderr, "error: input %zu has a kind (tag %d) the reference runner cannot fill\n",
+                   i, static_cast<int>(tag.get()));
+      return 1;
+    }
+    auto info = meta->input_tensor_meta(i);
+    if (!info.ok()) {
+      print_error("cannot read input " + std::to_string(i), info.error());
+      return 1;
+    }
+    auto in = std::make_unique<InputTensor>();
+    const ScalarType dtype = info->scalar_type();
+    const auto sizes = info->sizes();
+    const auto dim_order = info->dim_order();
+    in->sizes.assign(sizes.begin(), sizes.end());
+    in->dim_order.assign(dim_order.begin(), dim_order.end());
+    const size_t ndim = in->sizes.size();
+    in->strides.assign(ndim, 1);
+    // Strides follow the dim order (the innermost dimension is last in it).
+    for (size_t k = ndim; k-- > 1;) {
+      const auto inner = in->dim_order[k];
+      const auto outer = in->dim_order[k - 1];
+      in->strides[outer] = in->strides[inner] * in->sizes[inner];
+    }
+    size_t numel = 1;
+    for (auto s : in->sizes) numel *= static_cast<size_t>(s);
+    in->data.assign(numel * executorch::runtime::elementSize(dtype) + 1, 0);
+    if (!fill_ones(dtype, in->data.data(), numel)) {
+      std::fprintf(stderr, "error: input %zu has dtype %s, which the reference runner does not fill\n",
+                   i, executorch::runtime::toString(dtype));
+      return 1;
+    }
+    in->impl = std::make_unique<TensorImpl>(
+        dtype, static_cast<ssize_t>(ndim), in->sizes.data(), in->data.data(),
+        in->dim_order.data(), in->strides.data());
+    inputs.emplace_back(Tensor(in->impl.get()));
+    storage.push_back(std::move(in));
+  }
+
+  auto outputs = module.execute(method_name, inputs);
+  if (!outputs.ok()) {
+    print_error("running '" + method_name + "' of " + model_path + " failed", outputs.error());
+    return 1;
+  }
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    const EValue& out = (*outputs)[i];
+    if (!out.isTensor()) {
+      // The Python runner handles tensors only; say what it is.
+      if (out.isInt()) std::printf("output[%zu] int=%" PRId64 "\n", i, out.toInt());
+      else if (out.isDouble()) std::printf("output[%zu] double=%.4f\n", i, out.toDouble());
+      else if (out.isBool()) std::printf("output[%zu] bool=%s\n", i, out.toBool() ? "true" : "false");
+      else std::printf("output[%zu] (tag %d)\n", i, static_cast<int>(out.tag));
+      continue;
+    }
+    const Tensor& t = out.toTensor();
+    std::string shape;
+    for (ssize_t d = 0; d < t.dim(); ++d) {
+      shape += (d ? "," : "") + std::to_string(t.size(d));
+    }
+    std::printf("output[%zu] shape=[%s]\n", i, shape.c_str());
+    std::string values;
+    const size_t n = std::min<size_t>(t.numel(), kShownValues);
+    for (size_t k = 0; k < n; ++k) {
+      double v = 0.0;
+      if (!value_at(t, k, &v)) {
+        std::fprintf(stderr, "error: output %zu has dtype %s, which the reference runner cannot print\n",
+                     i, executorch::runtime::toString(t.scalar_type()));
+        return 1;
+      }
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%.4f", v);
+      values += (k ? ", " : "") + std::string(buf);
+    }
+    std::printf("  values: %s\n", values.c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}

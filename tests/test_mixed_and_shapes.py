@@ -1,0 +1,141 @@
+"""Mixed-backend programs, require_backends, split warnings, several methods,
+dynamic shapes. All real: engines built, programs run through executorch.runtime."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.runtime import Runtime
+
+import executorch_tensorrt
+from executorch_tensorrt.aot.export import PartitionSplitWarning, export_program
+from executorch_tensorrt.errors import ExportError
+from executorch_tensorrt.models import example
+from executorch_tensorrt.program_info import read_program
+
+
+def load(path, method="forward"):
+    return Runtime.get().load_program(str(path)).load_method(method)
+
+
+def test_tensorrt_plus_xnnpack_with_convolutions_excluded(tmp_path, allow_fallback):
+    model, inputs = example("cnn")
+    result = export_program(model, inputs, tmp_path / "cnn.pte", progress=None,
+                            exclude_ops={"aten.convolution.default"},
+                            partitioners=[XnnpackPartitioner()],
+                            require_backends={"TensorRTBackend", "XnnpackBackend"})
+    (method,) = read_program(result.path)
+    ids = [d.backend for d in method.delegates]
+    assert "TensorRTBackend" in ids and "XnnpackBackend" in ids
+    # No TensorRT partition holds a convolution: its ONNX has no Conv node.
+    import onnx
+
+    from executorch_tensorrt.blob import read_blob
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(result.path.read_bytes()).program
+    for plan in program.execution_plan:
+        for d in plan.delegates:
+            if d.id == "TensorRTBackend":
+                blob = read_blob(bytes(program.backend_delegate_data[d.processed.index].data))
+                ops = {n.op_type for n in onnx.load_model_from_string(blob.onnx).graph.node}
+                assert "Conv" not in ops
+    # It runs, and matches its .expected file within 1e-3 through the runner.
+    run = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "run",
+                          str(result.path)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    verify = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "verify",
+                             str(result.expected_path), "--tolerance", "1e-3"],
+                            input=run.stdout, capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    (got,) = load(result.path).execute(list(inputs))
+    assert torch.allclose(got, model(*inputs), atol=1e-3)
+
+
+def test_require_backends_names_what_is_missing(tmp_path):
+    model, inputs = example("add")
+    path = tmp_path / "add.pte"
+    with pytest.raises(ExportError, match="XnnpackBackend"):
+        executorch_tensorrt.export(model, inputs, path, progress=None,
+                                   require_backends={"TensorRTBackend", "XnnpackBackend"})
+    assert not path.exists()
+
+
+def test_split_partitions_warn_with_the_splitting_ops(tmp_path):
+    model, inputs = example("bitwise")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        executorch_tensorrt.export(model, inputs, tmp_path / "b.pte", progress=None)
+    splits = [w for w in caught if issubclass(w.category, PartitionSplitWarning)]
+    assert len(splits) == 1
+    assert "aten.bitwise_and" in str(splits[0].message)
+
+
+def test_single_partition_does_not_warn(tmp_path):
+    model, inputs = example("add")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PartitionSplitWarning)
+        executorch_tensorrt.export(model, inputs, tmp_path / "a.pte", progress=None)
+
+
+def test_several_methods_in_one_program(tmp_path, allow_fallback):
+    cnn, cnn_in = example("cnn")
+    tb, tb_in = example("transformer")
+    programs = {"classify": torch.export.export(cnn, cnn_in),
+                "encode": torch.export.export(tb, tb_in)}
+    result = export_program(programs, None, tmp_path / "multi.pte", progress=None)
+    methods = {m.name: m for m in read_program(result.path)}
+    assert set(methods) == {"classify", "encode"}
+    for m in methods.values():
+        assert [d.backend for d in m.delegates] == ["TensorRTBackend"]
+    (a,) = load(result.path, "classify").execute(list(cnn_in))
+    (b,) = load(result.path, "encode").execute(list(tb_in))
+    assert torch.allclose(a, cnn(*cnn_in), atol=1e-4)
+    assert torch.allclose(b, tb(*tb_in), atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["cnn", "transformer"])
+def test_dynamic_batch_runs_across_the_bounds(name, tmp_path, allow_fallback):
+    model, (x,) = example(name)
+    batch = torch.export.Dim("batch", min=1, max=8)
+    x = torch.randn(4, *x.shape[1:])
+    path = executorch_tensorrt.export(model, (x,), tmp_path / f"{name}.pte", progress=None,
+                                      dynamic_shapes=({0: batch},))
+    (method,) = read_program(path)
+    (trt,) = method.delegates
+    (profile,) = trt.metadata["profiles"]
+    assert profile["min"][0] == 1 and profile["max"][0] == 8
+    m = load(path)
+    for n in range(1, 9):
+        xs = torch.randn(n, *x.shape[1:])
+        (got,) = m.execute([xs])
+        assert got.shape[0] == n
+        with torch.no_grad():
+            assert torch.allclose(got, model(xs), atol=1e-4), n
+    with pytest.raises(RuntimeError):
+        m.execute([torch.randn(9, *x.shape[1:])])  # above the bound: ExecuTorch refuses
+
+
+def test_shape_outside_profile_names_input_shape_and_bounds(tmp_path, allow_fallback, capfd):
+    model, (x,) = example("cnn")
+    batch = torch.export.Dim("batch", min=3, max=6)
+    path = executorch_tensorrt.export(model, (torch.randn(4, *x.shape[1:]),),
+                                      tmp_path / "b.pte", progress=None,
+                                      dynamic_shapes=({0: batch},))
+    m = load(path)
+    with pytest.raises(RuntimeError):
+        m.execute([torch.randn(2, *x.shape[1:])])  # below min: the engine's bound
+    cause = executorch_tensorrt.last_error()
+    assert "arg_0" in cause and "[2, 3, 32, 32]" in cause
+    assert "min [3, 3, 32, 32]" in cause and "max [6, 3, 32, 32]" in cause
+
+
+def test_unbounded_dynamic_dimension_is_rejected(tmp_path):
+    model, (x,) = example("add")
+    with pytest.raises(ExportError, match="upper bound"):
+        executorch_tensorrt.export(model, (x,), tmp_path / "u.pte", progress=None,
+                                   dynamic_shapes=({0: torch.export.Dim("b")},))
