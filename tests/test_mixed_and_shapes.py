@@ -139,3 +139,32 @@ def test_unbounded_dynamic_dimension_is_rejected(tmp_path):
     with pytest.raises(ExportError, match="upper bound"):
         executorch_tensorrt.export(model, (x,), tmp_path / "u.pte", progress=None,
                                    dynamic_shapes=({0: torch.export.Dim("b")},))
+
+
+@pytest.mark.parametrize("name, precision, atol", [
+    ("cnn", "fp16", 2e-3), ("transformer", "fp16", 2e-3), ("transformer", "bf16", 1e-2)])
+def test_reduced_precision_engines(name, precision, atol, tmp_path, allow_fallback):
+    """The engine is built from an fp16/bf16 graph (its embedded ONNX carries
+    reduced-precision weights); I/O stay fp32. The fallback runs it in fp32, so
+    this checks weight rounding, not the engine's activations: docs/precision.md."""
+    import onnx
+
+    from executorch_tensorrt.blob import read_blob
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    model, inputs = example(name)
+    path = executorch_tensorrt.export(model, inputs, tmp_path / "m.pte", progress=None,
+                                      precision=precision)
+    program = deserialize_pte_binary(path.read_bytes()).program
+    (data,) = program.backend_delegate_data
+    blob = read_blob(bytes(data.data))
+    assert blob.metadata["precision"] == precision
+    kinds = {t.data_type for t in onnx.load_model_from_string(blob.onnx).graph.initializer}
+    want = onnx.TensorProto.FLOAT16 if precision == "fp16" else onnx.TensorProto.BFLOAT16
+    assert want in kinds and onnx.TensorProto.FLOAT not in kinds
+    assert [b["dtype"] for b in blob.metadata["io_bindings"]] == ["float32", "float32"]
+    (got,) = load(path).execute(list(inputs))
+    with torch.no_grad():
+        want_out = model(*inputs)
+    assert got.dtype == torch.float32
+    assert torch.allclose(got, want_out, atol=atol, rtol=0), (got - want_out).abs().max()

@@ -8,7 +8,15 @@ AOT names (export, TensorRTPartitioner, ...) are imported on first use.
 """
 from __future__ import annotations
 
-from .runtime import _native
+import logging as _logging
+
+# torchao (imported by executorch) warns at import that its CUDA kernels do not
+# load on a CPU machine; that says nothing about this package, so keep it quiet
+# unless the application configured that logger itself.
+if _logging.getLogger("torchao").level == _logging.NOTSET:
+    _logging.getLogger("torchao").setLevel(_logging.ERROR)
+
+from .runtime import _native  # noqa: E402
 
 __version__ = "0.1.0"
 

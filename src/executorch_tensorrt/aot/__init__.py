@@ -1,6 +1,5 @@
-"""Ahead-of-time side: partitioner, backend preprocess, export."""
-from .backend import TensorRTBackend
-from .compile_spec import TensorRTCompileSpec
-from .partitioner import TensorRTPartitioner
+"""Ahead-of-time side: partitioner, backend preprocess, engine builds, export.
 
-__all__ = ["TensorRTBackend", "TensorRTCompileSpec", "TensorRTPartitioner"]
+Imported lazily (executorch_tensorrt.export, .TensorRTPartitioner, ...), so the
+runtime side never pulls in executorch.exir.
+"""

@@ -8,7 +8,7 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 from .. import blob
 from .compile_spec import TensorRTCompileSpec
-from .engine_builder import build_engine, stderr_progress
+from .engine_builder import build_engine, current_progress
 from .onnx_export import export_onnx
 from .shapes import input_profiles
 
@@ -44,11 +44,11 @@ class TensorRTBackend(BackendDetails):
     def preprocess(edge_program: torch.export.ExportedProgram,
                    compile_specs: list[CompileSpec]) -> PreprocessResult:
         spec = TensorRTCompileSpec.from_compile_specs(compile_specs)
-        exported = export_onnx(edge_program)
+        exported = export_onnx(edge_program, spec.precision)
         model = onnx.load_model_from_string(exported.onnx_bytes)
         profiles = input_profiles(edge_program)
         built = build_engine(exported.onnx_bytes, spec, label="delegate", profiles=profiles,
-                             progress=stderr_progress)
+                             progress=current_progress())
         bindings = io_bindings(model)
         inputs = [b["name"] for b in bindings if b["is_input"]]
         metadata = {
@@ -58,6 +58,7 @@ class TensorRTBackend(BackendDetails):
             "trt_version": built.version,
             "compute_capabilities": list(built.compute_capabilities or []) or "all",
             "device_id": spec.device_id,
+            "precision": spec.precision,
             "onnx_opset": max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
                               default=None),
         }

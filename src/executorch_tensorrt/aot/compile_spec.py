@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields
 
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
-PRECISIONS = ("fp32",)
+PRECISIONS = ("fp32", "fp16", "bf16")
 _CC = re.compile(r"^SM(\d{2,3})$")
 
 
@@ -20,7 +20,8 @@ class TensorRTCompileSpec:
         serves all of them). Standard TensorRT builds for the GPU present.
     workspace_bytes: builder workspace limit, None for TensorRT's default.
     device_id: CUDA device the engine runs on.
-    precision: "fp32" (engine precision follows the exported model).
+    precision: "fp32" (default), "fp16" or "bf16": the engine computes in that
+        precision; the delegate's inputs and outputs keep their dtypes.
     """
 
     compute_capabilities: tuple[str, ...] | None = None

@@ -6,6 +6,8 @@ of building it twice.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import sys
@@ -17,13 +19,32 @@ from typing import Callable
 from ..errors import EngineBuildError
 from .compile_spec import TensorRTCompileSpec
 from .shapes import InputProfile
-from .tensorrt_import import TensorRT, load_tensorrt
+from .tensorrt_import import TensorRT, collecting_logger, load_tensorrt
 
 Progress = Callable[[str], None]
 
 
 def stderr_progress(message: str) -> None:
     print(f"[executorch_tensorrt] {message}", file=sys.stderr, flush=True)
+
+
+# ExecuTorch calls preprocess itself, so the progress sink chosen by export()
+# reaches it through this context variable.
+_progress: contextvars.ContextVar[Progress | None] = contextvars.ContextVar(
+    "executorch_tensorrt_progress", default=stderr_progress)
+
+
+def current_progress() -> Progress | None:
+    return _progress.get()
+
+
+@contextlib.contextmanager
+def progress_to(progress: Progress | None):
+    token = _progress.set(progress)
+    try:
+        yield
+    finally:
+        _progress.reset(token)
 
 
 @dataclass(frozen=True)
@@ -47,10 +68,6 @@ _cache: dict[str, BuiltEngine] = {}
 _cache_lock = threading.Lock()
 
 
-def _logger(trt: TensorRT):
-    return trt.module.Logger(trt.module.Logger.ERROR)
-
-
 def parse_errors(parser) -> tuple[str, list[int]]:
     lines, nodes = [], []
     for i in range(parser.num_errors):
@@ -64,14 +81,14 @@ def parse_errors(parser) -> tuple[str, list[int]]:
 
 def parse_network(trt: TensorRT, onnx_bytes: bytes):
     """Parses an ONNX model into a new network. Raises ParseFailure."""
-    logger = _logger(trt)
+    logger = collecting_logger(trt)
     builder = trt.module.Builder(logger)
     network = builder.create_network(0)
     parser = trt.module.OnnxParser(network, logger)
     if not parser.parse(onnx_bytes):
         message, nodes = parse_errors(parser)
         raise ParseFailure(f"TensorRT's ONNX parser rejected the model: {message}", nodes)
-    return builder, network, parser
+    return builder, network, parser, logger
 
 
 def unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> set[int]:
@@ -81,7 +98,7 @@ def unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> set[int]:
     outside every subgraph count as unsupported here; full parses of each
     partition are the final check.
     """
-    logger = _logger(trt)
+    logger = collecting_logger(trt)
     builder = trt.module.Builder(logger)
     network = builder.create_network(0)
     parser = trt.module.OnnxParser(network, logger)
@@ -147,7 +164,7 @@ def build_engine(onnx_bytes: bytes, spec: TensorRTCompileSpec, *, label: str = "
         hit = _cache.get(key)
     if hit is not None:
         return hit
-    builder, network, _parser = parse_network(trt, onnx_bytes)
+    builder, network, _parser, logger = parse_network(trt, onnx_bytes)
     config = _configure(trt, builder, spec)
     _add_profile(builder, network, config, profiles)
     if progress:
@@ -157,10 +174,10 @@ def build_engine(onnx_bytes: bytes, spec: TensorRTCompileSpec, *, label: str = "
     serialized = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - start
     if serialized is None or serialized.nbytes == 0:
+        log = "; ".join(logger.messages[-5:]) or "no message"
         raise EngineBuildError(
-            f"TensorRT ({trt.flavor} {trt.version}) could not build an engine for {label}; "
-            "its log above says why (data-dependent output shapes, for one, need an "
-            "optimization profile).")
+            f"TensorRT ({trt.flavor} {trt.version}) could not build an engine for {label}: "
+            f"{log}")
     if progress:
         progress(f"built {label} in {seconds:.2f} s ({serialized.nbytes} bytes)")
     built = BuiltEngine(bytes(serialized), trt.flavor, trt.version,

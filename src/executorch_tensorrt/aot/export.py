@@ -13,7 +13,7 @@ from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
 from ..expected import ExpectedError, expected_path, reference_outputs, write_expected
-from .engine_builder import Progress, stderr_progress
+from .engine_builder import Progress, progress_to, stderr_progress
 from .partitioner import BACKEND_ID, PartitionReport, TensorRTPartitioner
 from .runtime_kernels import check_runtime_kernels
 
@@ -108,11 +108,12 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     t1 = time.perf_counter()
     if progress:
         progress("partitioning and building TensorRT engines...")
-    edge = to_edge_transform_and_lower(
-        programs, partitioner=[trt_partitioner, *partitioners],
-        # Non-core ATen ops (erfinv, ...) must get through to be reported below.
-        compile_config=EdgeCompileConfig(_check_ir_validity=False))
-    program = edge.to_executorch()
+    with progress_to(progress):
+        edge = to_edge_transform_and_lower(
+            programs, partitioner=[trt_partitioner, *partitioners],
+            # Non-core ATen ops (erfinv, ...) must get through to be reported below.
+            compile_config=EdgeCompileConfig(_check_ir_validity=False))
+        program = edge.to_executorch()
     seconds["lower"] = time.perf_counter() - t1
     check_runtime_kernels(program.executorch_program)
     backends = _delegate_ids(program.executorch_program)

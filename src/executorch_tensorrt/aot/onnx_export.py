@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import onnx
 import torch
+from torch.onnx._internal.exporter import _core
 
+from .precision import with_precision
 from .program_copy import copy_program
 
 TAG_PREFIX = "etrt-node:"
@@ -75,16 +77,20 @@ def strip_metadata(model: onnx.ModelProto) -> onnx.ModelProto:
     return stripped
 
 
-def export_onnx(ep: torch.export.ExportedProgram) -> OnnxExport:
+def export_onnx(ep: torch.export.ExportedProgram, precision: str = "fp32") -> OnnxExport:
     """Exports an edge program (or partition) to ONNX with the exporter's optimizer on.
 
     The optimizer is needed: without it TensorRT rejects Sequence ops and
-    reductions whose axes are computed.
+    reductions whose axes are computed. `precision` other than fp32 re-exports
+    the program computing in fp16/bf16 (precision.py).
     """
-    tagged = tag_edge_nodes(ep)
+    tagged = with_precision(tag_edge_nodes(ep), precision)
+    from .translatable import onnx_registry
+
     with quiet():
-        program = torch.onnx.export(tagged, dynamo=True, optimize=True, verbose=False,
-                                    external_data=False)
+        # torch.onnx.export(dynamo=True) minus rebuilding the registry per call;
+        # torch is pinned, so this private entry point is stable for us.
+        program = _core.export(tagged, registry=onnx_registry(), optimize=True, verbose=False)
     model = program.model_proto
     mapping: dict[int, str] = {}
     for i, node in enumerate(model.graph.node):

@@ -24,6 +24,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..errors import EngineBuildError
+from . import backend as _backend  # noqa: F401 - defines TensorRTBackend for to_backend
 from .compile_spec import TensorRTCompileSpec
 from .engine_builder import (
     ParseFailure, Progress, build_engine, parse_network, stderr_progress, unsupported_nodes)
@@ -140,7 +141,7 @@ class TensorRTPartitioner(Partitioner):
         trt = load_tensorrt()
         try:
             sub_ep = extract_partition(ep, names)
-            exported = export_onnx(sub_ep)
+            exported = export_onnx(sub_ep, self.compile_spec.precision)
         except Exception as e:  # noqa: BLE001 - the exporter raises many kinds
             return self._export_failures(ep, nodes, e)
         mapped = lambda idx: {exported.edge_node_of[i] for i in idx if i in exported.edge_node_of}  # noqa: E731

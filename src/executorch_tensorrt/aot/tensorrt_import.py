@@ -49,3 +49,20 @@ def load_tensorrt(flavor: str | None = None) -> TensorRT:
         "Install TensorRT-RTX with `pip install executorch-tensorrt[rtx]` "
         "(tensorrt-rtx-cu13), or NVIDIA's standard `tensorrt` wheel."
     )
+
+
+def collecting_logger(trt: TensorRT):
+    """A logger that keeps TensorRT's messages instead of printing them: the
+    partitioner asks about many subgraphs whose rejection is expected."""
+    base = trt.module.ILogger
+
+    class CollectingLogger(base):
+        def __init__(self):
+            base.__init__(self)
+            self.messages: list[str] = []
+
+        def log(self, severity, msg):
+            if severity <= trt.module.ILogger.Severity.WARNING:
+                self.messages.append(str(msg))
+
+    return CollectingLogger()

@@ -16,11 +16,39 @@ from .onnx_export import edge_name_from_trace, quiet, tag_edge_nodes
 _registry: _registration.ONNXRegistry | None = None
 
 
+# Edge programs use *_copy variants of view ops; torchlib translates few of
+# them (select_copy, slice_copy, ... have none). ONNX has no aliasing, so the
+# view op's translation computes exactly the copy's values.
+_VIEW_OPS = ("select", "slice", "view", "permute", "expand", "unsqueeze", "squeeze",
+             "transpose", "t", "diagonal", "unfold", "alias", "detach", "narrow",
+             "split", "split_with_sizes", "unbind", "as_strided")
+
+
+def _register_copy_ops(registry: _registration.ONNXRegistry) -> None:
+    for view in _VIEW_OPS:
+        copy_packet = getattr(torch.ops.aten, f"{view}_copy", None)
+        view_packet = getattr(torch.ops.aten, view, None)
+        if copy_packet is None or view_packet is None:
+            continue
+        for overload in copy_packet.overloads():
+            if overload not in view_packet.overloads():
+                continue
+            copy_op = getattr(copy_packet, overload)
+            view_op = getattr(view_packet, overload)
+            if not registry.is_registered(copy_op) and registry.is_registered(view_op):
+                registry.register_op(copy_op, registry.get_decomps(view_op)[0].onnx_function,
+                                     is_complex=False)
+
+
 def onnx_registry() -> _registration.ONNXRegistry:
+    """torchlib's registry plus the *_copy ops, built once per process (building
+    it takes about a second, which torch.onnx.export would pay per call)."""
     global _registry
     if _registry is None:
         with quiet():
-            _registry = _registration.ONNXRegistry.from_torchlib()
+            registry = _registration.ONNXRegistry.from_torchlib()
+            _register_copy_ops(registry)
+        _registry = registry
     return _registry
 
 

@@ -1,8 +1,8 @@
 """Runs a partition's embedded ONNX model with onnxruntime on the CPU.
 
 Used only when the caller allows the fallback (EXECUTORCH_TENSORRT_FALLBACK=
-onnxruntime or the load-time backend option "fallback"). Device-resident
-arguments are staged through host memory.
+onnxruntime or the load-time backend option "fallback"). Reduced-precision
+partitions run in fp32 here (onnx_upcast.py).
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 
 from ..blob import Blob
 from . import abi
+from .onnx_upcast import upcast_to_fp32
 from .arguments import ArgumentError, HostViews, check_input, resize_output, split_bindings
 
 
@@ -23,10 +24,13 @@ class OnnxRuntimeExecutor:
             raise ArgumentError("this blob carries no ONNX model, so onnxruntime cannot run it "
                                 "(it was written by a tool that embeds only the engine)")
         self.inputs, self.outputs = split_bindings(blob.metadata)
+        model = blob.onnx
+        if blob.metadata.get("precision", "fp32") != "fp32":
+            model = upcast_to_fp32(model)  # see onnx_upcast.py: the CPU lacks fp16 kernels
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
         self.session = onnxruntime.InferenceSession(
-            blob.onnx, options, providers=["CPUExecutionProvider"])
+            model, options, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         if len(self.input_names) != len(self.inputs) or len(self.output_names) != len(self.outputs):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..aot.tensorrt_import import load_tensorrt
+from ..aot.tensorrt_import import collecting_logger, load_tensorrt
 from ..blob import Blob
 from ..errors import TensorRTNotInstalledError
 from . import abi
@@ -70,11 +70,12 @@ class TensorRTExecutor:
         self.device = cuda_device_or_raise(int(meta.get("device_id", 0)))
         check_compute_capability(self.trt, meta, self.device)
         m = self.trt.module
-        self.runtime = m.Runtime(m.Logger(m.Logger.WARNING))
+        self.logger = collecting_logger(self.trt)
+        self.runtime = m.Runtime(self.logger)
         self.engine = self.runtime.deserialize_cuda_engine(blob.engine)
         if self.engine is None:
-            raise EngineUnavailable("TensorRT could not deserialize the engine; its log above "
-                                    "says why")
+            raise EngineUnavailable("TensorRT could not deserialize the engine: "
+                                    + ("; ".join(self.logger.messages[-3:]) or "no message"))
         self.context = self.engine.create_execution_context()
         self.stream = torch.cuda.Stream(self.device)
         self.views = HostViews()

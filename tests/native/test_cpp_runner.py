@@ -1,0 +1,110 @@
+"""The C++ reference runner (examples/cpp_runner), built with CMake against
+the installed packages (both routes of executorch's package), runs a CNN
+exported here with EXECUTORCH_TENSORRT_FALLBACK=onnxruntime and prints
+exactly what the Python runner (`executorch-tensorrt run`) prints.
+
+The runner process has no Python of its own: its TensorRT partitions run on
+the executors of the interpreter the adapter embeds (docs/cpp.md), so this
+is also the end-to-end test of the embedded interpreter.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_cmake_package import (ROUTES, REPO, child_env, cmake_for, configure_and_build,
+                                needed, prefix_path_args)
+
+RUNNER_SRC = REPO / "examples" / "cpp_runner"
+FALLBACK = {"EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime"}
+
+_runners: dict = {}
+
+
+@pytest.fixture(scope="module", params=ROUTES)
+def runner(request, tmp_path_factory) -> Path:
+    route = request.param
+    if route not in _runners:
+        build = tmp_path_factory.mktemp(f"cpp-runner-{route}")
+        configure_and_build(cmake_for(route), RUNNER_SRC, build, *prefix_path_args())
+        _runners[route] = build / "etrt_runner"
+    return _runners[route]
+
+
+@pytest.fixture(scope="module")
+def cnn(exported) -> Path:
+    _, _, path = exported("cnn")
+    return path
+
+
+@pytest.fixture(scope="module")
+def python_runner_output(cnn) -> str:
+    proc = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "run", str(cnn)],
+                          capture_output=True, text=True, env=child_env(**FALLBACK), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("output[0] shape=["), proc.stdout
+    return proc.stdout
+
+
+def run(runner: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(runner), *args], capture_output=True, text=True,
+                          env=child_env(**env), timeout=300)
+
+
+def test_runner_links_the_adapter(runner):
+    assert "libexecutorch_backend_tensorrt.so" in needed(runner)
+    assert not [n for n in needed(runner) if n.startswith("libpython")], needed(runner)
+
+
+def test_runner_matches_python_runner(runner, cnn, python_runner_output):
+    proc = run(runner, "--model_path", str(cnn), **FALLBACK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == python_runner_output, (proc.stdout, python_runner_output, proc.stderr)
+    # The values came through the embedded interpreter's onnxruntime executor.
+    assert "running TensorRT partitions with onnxruntime" in proc.stderr, proc.stderr
+
+
+def test_runner_method_option(runner, cnn, python_runner_output):
+    proc = run(runner, f"--model_path={cnn}", "--method", "forward", **FALLBACK)
+    assert proc.returncode == 0 and proc.stdout == python_runner_output, proc.stdout + proc.stderr
+
+
+def test_runner_without_fallback_reports_cause(runner, cnn):
+    """No GPU here: loading fails with the executor's cause, via etrt_last_error()."""
+    proc = run(runner, "--model_path", str(cnn))
+    assert proc.returncode != 0, proc.stdout
+    assert proc.stdout == ""
+    assert "error: cannot load method 'forward'" in proc.stderr, proc.stderr
+    assert "EXECUTORCH_TENSORRT_FALLBACK=onnxruntime" in proc.stderr, proc.stderr
+
+
+def test_runner_missing_model(runner, tmp_path):
+    missing = tmp_path / "nope.pte"
+    proc = run(runner, "--model_path", str(missing))
+    assert proc.returncode != 0
+    assert f"error: {missing} does not exist" in proc.stderr, proc.stderr
+
+
+def test_runner_invalid_model(runner, tmp_path):
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(b"this is not an ExecuTorch program" * 10)
+    proc = run(runner, "--model_path", str(bad))
+    assert proc.returncode != 0
+    assert f"error: cannot load {bad}" in proc.stderr and "InvalidProgram" in proc.stderr, proc.stderr
+
+
+def test_runner_unknown_method(runner, cnn):
+    proc = run(runner, "--model_path", str(cnn), "--method", "nosuch", **FALLBACK)
+    assert proc.returncode != 0
+    assert "error: cannot load method 'nosuch'" in proc.stderr, proc.stderr
+
+
+def test_runner_usage(runner):
+    proc = run(runner)
+    assert proc.returncode != 0 and "--model_path is required" in proc.stderr, proc.stderr
+    proc = run(runner, "--bogus")
+    assert proc.returncode != 0 and "unknown argument --bogus" in proc.stderr, proc.stderr
