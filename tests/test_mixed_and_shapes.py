@@ -168,3 +168,42 @@ def test_reduced_precision_engines(name, precision, atol, tmp_path, allow_fallba
         want_out = model(*inputs)
     assert got.dtype == torch.float32
     assert torch.allclose(got, want_out, atol=atol, rtol=0), (got - want_out).abs().max()
+
+
+class _NonZero(torch.nn.Module):  # data-dependent output shape
+    def forward(self, x):
+        return torch.nonzero(torch.relu(x)).sum() + x.sin().sum()
+
+
+class _Cond(torch.nn.Module):  # control flow
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: x.sin(), lambda x: x.cos(), (x,)) + 1
+
+
+class _Complex(torch.nn.Module):  # a dtype TensorRT has no type for
+    def forward(self, x):
+        c = torch.view_as_complex(x.reshape(4, 2))
+        return torch.view_as_real(c * c).cos()
+
+
+@pytest.mark.parametrize("model, inputs, node, reason", [
+    (_NonZero(), [torch.randn(4, 4)], "aten_nonzero_default", "parser"),
+    (_Cond(), [torch.randn(4), -torch.rand(4) - 1], "cond", "control flow"),
+])
+def test_unsupported_constructs_stay_with_executorch(model, inputs, node, reason, tmp_path,
+                                                     allow_fallback):
+    result = export_program(model, (inputs[0],), tmp_path / "m.pte", progress=None)
+    rejected = result.partitioner.reports[0].rejected
+    assert reason in rejected[node], rejected
+    assert "TensorRTBackend" in result.backends["forward"]
+    m = load(result.path)
+    for x in inputs:  # both branches of cond, data-dependent nonzero
+        (got,) = m.execute([x])
+        assert torch.allclose(got, model(x), atol=1e-5)
+
+
+def test_complex_tensors_are_rejected_clearly(tmp_path):
+    path = tmp_path / "c.pte"
+    with pytest.raises(ExportError, match="view_as_complex"):
+        executorch_tensorrt.export(_Complex(), (torch.randn(8),), path, progress=None)
+    assert not path.exists()

@@ -93,6 +93,12 @@ def _dtypes(node: torch.fx.Node) -> set[torch.dtype]:
     return out
 
 
+def _produces_tensors(node: torch.fx.Node) -> bool:
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    return bool(vals) and all(isinstance(v, torch.Tensor) for v in vals)
+
+
 class TensorRTPartitioner(Partitioner):
     """Tags the nodes TensorRT can run. Options are TensorRTCompileSpec's."""
 
@@ -118,6 +124,12 @@ class TensorRTPartitioner(Partitioner):
             self.report.ops_of[node.name] = name
             if name in self.exclude_ops:
                 rejected[node.name] = "excluded by exclude_ops"
+            elif not _produces_tensors(node):
+                rejected[node.name] = ("produces no tensor (shape arithmetic or a runtime "
+                                       "check); stays with ExecuTorch")
+            elif isinstance(node.target, torch._ops.HigherOrderOperator):
+                rejected[node.name] = (f"control flow ({node.target.name()}) stays with "
+                                       "ExecuTorch; TensorRT partitions hold plain ops")
             elif bad := _dtypes(node) & UNSUPPORTED_DTYPES:
                 rejected[node.name] = f"dtype {sorted(map(str, bad))} has no TensorRT type"
         for node_name, op in untranslatable_nodes(ep).items():

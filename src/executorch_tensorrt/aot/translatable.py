@@ -68,6 +68,14 @@ def _decompose(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram
     raise last  # type: ignore[misc]
 
 
+# Runtime checks the exporter drops before translating (they need no ONNX).
+_ASSERTIONS = {
+    torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.default,
+    torch.ops.aten._assert_async.msg, torch.ops.aten._assert_tensor_metadata.default,
+    torch.ops.aten.sym_constrain_range_for_size.default,
+}
+
+
 def untranslatable_nodes(ep: torch.export.ExportedProgram) -> dict[str, str]:
     """Edge node name -> the op that has no ONNX translation."""
     registry = onnx_registry()
@@ -79,7 +87,8 @@ def untranslatable_nodes(ep: torch.export.ExportedProgram) -> dict[str, str]:
                 if n.op == "call_function" and not _registered(registry, n.target)}
     missing: dict[str, str] = {}
     for node in decomposed.graph.nodes:
-        if node.op != "call_function" or node.target is operator.getitem:
+        if (node.op != "call_function" or node.target is operator.getitem
+                or node.target in _ASSERTIONS):
             continue
         name = edge_name_from_trace(node.meta.get("stack_trace"))
         if name is not None and not _registered(registry, node.target):
