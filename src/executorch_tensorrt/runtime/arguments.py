@@ -33,7 +33,7 @@ class ArgumentError(ValueError):
 @dataclass(frozen=True)
 class Binding:
     name: str
-    dtype: torch.dtype
+    dtype: torch.dtype | None  # None: not recorded (Torch-TensorRT blobs); the engine knows
     shape: tuple[int, ...]  # -1 for a dynamic dimension
     is_input: bool
     min_shape: tuple[int, ...] | None = None  # optimization profile bounds
@@ -41,8 +41,9 @@ class Binding:
 
     @classmethod
     def from_metadata(cls, entry: dict, profile: dict | None) -> "Binding":
-        dtype = BLOB_DTYPE_TO_TORCH.get(entry["dtype"].removeprefix("torch."))
-        if dtype is None:
+        recorded = entry["dtype"].removeprefix("torch.")
+        dtype = BLOB_DTYPE_TO_TORCH.get(recorded) if recorded else None
+        if recorded and dtype is None:
             raise ArgumentError(f"binding {entry['name']!r} has dtype {entry['dtype']!r}, "
                                 "which this runtime cannot map to a tensor type")
         bounds = (tuple(profile["min"]), tuple(profile["max"])) if profile else (None, None)
@@ -64,7 +65,7 @@ def check_input(arg: abi.EtrtArg, binding: Binding, index: int) -> tuple[int, ..
     if arg.kind != abi.ETRT_ARG_TENSOR:
         raise ArgumentError(f"input {index} ({binding.name}) is not a tensor (kind {arg.kind})")
     dtype = SCALAR_TYPE_TO_TORCH.get(arg.dtype)
-    if dtype != binding.dtype:
+    if binding.dtype is not None and dtype != binding.dtype:
         raise ArgumentError(f"input {index} ({binding.name}) has dtype {dtype or arg.dtype}, "
                             f"the engine expects {binding.dtype}")
     shape = arg.shape()

@@ -15,7 +15,8 @@ from ..blob import Blob
 from ..errors import TensorRTNotInstalledError
 from . import abi
 from .cuda_probe import cuda_unavailable_reason
-from .arguments import HostViews, check_input, resize_output, split_bindings
+from .arguments import (
+    SCALAR_TYPE_TO_TORCH, HostViews, check_input, resize_output, split_bindings)
 
 
 class EngineUnavailable(RuntimeError):
@@ -101,7 +102,8 @@ class TensorRTExecutor:
                 if arg.device_type == abi.ETRT_DEVICE_CUDA:
                     address = arg.data
                 else:
-                    staged = self._device_buffer(binding.name, shape, binding.dtype)
+                    staged = self._device_buffer(binding.name, shape,
+                                                 SCALAR_TYPE_TO_TORCH[arg.dtype])
                     staged.copy_(self.views.view(arg, shape), non_blocking=True)
                     address = staged.data_ptr()
                 self.context.set_tensor_address(binding.name, address)
@@ -112,7 +114,8 @@ class TensorRTExecutor:
                 if arg.device_type == abi.ETRT_DEVICE_CUDA:
                     address = arg.data
                 else:
-                    staged = self._device_buffer(binding.name, shape, binding.dtype)
+                    staged = self._device_buffer(binding.name, shape,
+                                                 SCALAR_TYPE_TO_TORCH[arg.dtype])
                     copies_back.append((staged, arg, shape))
                     address = staged.data_ptr()
                 self.context.set_tensor_address(binding.name, address)
