@@ -23,29 +23,31 @@ class TensorRT:
         return self.flavor == "tensorrt_rtx"
 
 
-def _try(name: str) -> ModuleType | None:
+def _try(name: str, failures: list[str]) -> ModuleType | None:
     try:
         module = importlib.import_module(name)
-    except ImportError:
+    except ImportError as e:
+        failures.append(f"{name}: {e}")
         return None
-    # The PyPI `tensorrt` stub packages import but carry no builder.
-    return module if hasattr(module, "Builder") else None
+    if not hasattr(module, "Builder"):
+        # The PyPI `tensorrt` stub packages import but carry no builder.
+        failures.append(f"{name}: imports but has no Builder (a stub package?)")
+        return None
+    return module
 
 
 @functools.lru_cache(maxsize=None)
 def load_tensorrt(flavor: str | None = None) -> TensorRT:
     """Returns the preferred TensorRT, or the given flavour."""
-    tried = []
+    failures: list[str] = []
     for name, fl in FLAVORS:
         if flavor is not None and fl != flavor:
             continue
-        module = _try(name)
-        tried.append(name)
+        module = _try(name, failures)
         if module is not None:
             return TensorRT(module, fl, str(module.__version__))
-    wanted = flavor or "tensorrt or tensorrt_rtx"
     raise TensorRTNotInstalledError(
-        f"TensorRT is not installed (tried to import {', '.join(tried)}; wanted {wanted}). "
+        f"TensorRT cannot be imported ({'; '.join(failures)}). "
         "Install TensorRT-RTX with `pip install executorch-tensorrt[rtx]` "
         "(tensorrt-rtx-cu13), or NVIDIA's standard `tensorrt` wheel."
     )
