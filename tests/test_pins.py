@@ -200,8 +200,8 @@ MUTATIONS = {
         "README.md", f"[extra]=={_v('tensorrt-rtx-cu13')}", f"[extra] >= {_v('tensorrt-rtx-cu13')}",
         ["README.md:12", "tensorrt-rtx-cu13>="]),
     "readme-site-moved-to-prose": (
-        "README.md", f'```bash\n# pip install tensorrt-rtx-cu13==0.0.1\npip install "tensorrt-rtx-cu13',
-        f'# pip install tensorrt-rtx-cu13==0.0.1\npip install "tensorrt-rtx-cu13',
+        "README.md", '```bash\n# pip install tensorrt-rtx-cu13==0.0.1\npip install "tensorrt-rtx-cu13',
+        '# pip install tensorrt-rtx-cu13==0.0.1\npip install "tensorrt-rtx-cu13',
         ["README.md: expected 2 pin sites, found 1"]),
     "readme-block-in-html-comment": (
         "README.md", '```bash\n', '<!-- ```bash\n', ["README.md: expected 2 pin sites, found 1"]),
@@ -211,7 +211,7 @@ MUTATIONS = {
                            ["native/CMakeLists.txt: expected 1 pin sites, found 0"]),
     "cmake-find-package-version": (
         "native/CMakeLists.txt", "${ETRT_EXECUTORCH_VERSION}", _bump(ET),
-        ["native/CMakeLists.txt: expected 1 pin sites, found 2", f"native/CMakeLists.txt:5", _bump(ET)]),
+        ["native/CMakeLists.txt: expected 1 pin sites, found 2", "native/CMakeLists.txt:5", _bump(ET)]),
 }
 
 

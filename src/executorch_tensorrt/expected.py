@@ -132,7 +132,8 @@ def parse_runner_output(text: str) -> list[tuple[list[int], list[float] | None]]
             try:
                 values = [float(x) for x in v.group(1).split(",") if x.strip()]
             except ValueError:
-                raise ExpectedError(f"runner output has an unparsable values line: {line!r}") from None
+                raise ExpectedError(
+                    f"runner output has an unparsable values line: {line!r}") from None
             outputs[-1] = (outputs[-1][0], values)
     return outputs
 
@@ -158,7 +159,8 @@ def compare(expected: list[ExpectedOutput], printed_text: str, tolerance: float)
         want = exp.values[:PRINTED]
         n = min(PRINTED, math.prod(shape))
         if len(values) != min(n, len(want)):
-            problems.append(f"output[{i}]: {len(values)} values printed, expected {min(n, len(want))}")
+            problems.append(f"output[{i}]: {len(values)} values printed, "
+                            f"expected {min(n, len(want))}")
             continue
         if tolerance == 0:
             if format_values(values) != format_values(want):

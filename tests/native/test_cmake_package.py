@@ -17,8 +17,6 @@ import importlib.util
 import os
 import shutil
 import subprocess
-import sys
-import textwrap
 import tomllib
 from pathlib import Path
 

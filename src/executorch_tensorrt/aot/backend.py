@@ -59,7 +59,8 @@ class TensorRTBackend(BackendDetails):
             "compute_capabilities": list(built.compute_capabilities or []) or "all",
             "device_id": spec.device_id,
             "precision": spec.precision,
-            "onnx_opset": max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+            "onnx_opset": max((o.version for o in model.opset_import
+                               if o.domain in ("", "ai.onnx")),
                               default=None),
         }
         return PreprocessResult(processed_bytes=blob.write_blob(built.engine, metadata,

@@ -7,6 +7,7 @@ of building it twice.
 from __future__ import annotations
 
 import contextlib
+import functools
 import contextvars
 import hashlib
 import json
@@ -15,6 +16,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
+
+import onnx
 
 from ..errors import EngineBuildError
 from .compile_spec import TensorRTCompileSpec
@@ -98,6 +101,11 @@ def unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> set[int]:
     outside every subgraph count as unsupported here; full parses of each
     partition are the final check.
     """
+    return set(_unsupported_nodes(trt, onnx_bytes))
+
+
+@functools.lru_cache(maxsize=256)
+def _unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> frozenset[int]:
     logger = collecting_logger(trt)
     builder = trt.module.Builder(logger)
     network = builder.create_network(0)
@@ -106,10 +114,8 @@ def unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> set[int]:
     covered: set[int] = set()
     for i in range(parser.num_subgraphs):
         covered.update(int(n) for n in parser.get_subgraph_nodes(i))
-    import onnx
-
     count = len(onnx.load_model_from_string(onnx_bytes).graph.node)
-    return set(range(count)) - covered
+    return frozenset(set(range(count)) - covered)
 
 
 def _add_profile(builder, network, config, profiles: list[InputProfile] | None) -> None:

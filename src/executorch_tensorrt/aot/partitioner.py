@@ -7,8 +7,9 @@
    to TensorRT: nodes its parser places in no supported subgraph, then nodes
    a full parse rejects, are dropped; a partition whose engine does not build
    is dropped whole. Repeat until every partition builds.
-Answers are cached per program (the engine cache makes preprocess reuse the
-engines built here).
+ExecuTorch hands partitioners programs with fake weights, so the engines
+built here use stand-in weights; preprocess builds the real one. Parser
+answers and engine builds are cached per ONNX model within a process.
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 import torch
-from executorch.exir.backend.backend_details import CompileSpec  # noqa: F401 - re-export
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from executorch.exir.backend.utils import tag_constant_data
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner

@@ -36,7 +36,8 @@ def _example(val) -> torch.Tensor:
     return torch.zeros(shape, dtype=val.dtype)
 
 
-def with_precision(ep: torch.export.ExportedProgram, precision: str) -> torch.export.ExportedProgram:
+def with_precision(ep: torch.export.ExportedProgram,
+                   precision: str) -> torch.export.ExportedProgram:
     """`ep` unchanged for fp32, else re-exported with reduced internal precision."""
     if precision not in PRECISION_DTYPES:
         raise ExportError(f"precision {precision!r} is not one of {sorted(PRECISION_DTYPES)}")

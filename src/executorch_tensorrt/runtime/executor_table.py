@@ -8,7 +8,6 @@ ExecuTorch Error code returned.
 """
 from __future__ import annotations
 
-import ctypes
 import itertools
 import os
 import sys
@@ -38,7 +37,8 @@ def fallback_requested(option: str | None) -> str | None:
     if value in ("", "0", "none", "off"):
         return None
     if value != FALLBACK_ONNXRUNTIME:
-        raise ValueError(f"unknown fallback {value!r} (from {'the load-time option' if option else FALLBACK_ENV}); "
+        source = "the load-time option" if option else FALLBACK_ENV
+        raise ValueError(f"unknown fallback {value!r} (from {source}); "
                          f"the only fallback is {FALLBACK_ONNXRUNTIME!r}")
     return value
 
