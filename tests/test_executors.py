@@ -6,6 +6,8 @@ import pytest
 from executorch_tensorrt.aot.tensorrt_import import load_tensorrt
 from executorch_tensorrt.blob import read_blob, write_blob
 from executorch_tensorrt.runtime.arguments import split_bindings
+from executorch_tensorrt.runtime.engine_portability import (
+    RebuildImpossible, built_here, rebuilt_engine)
 from executorch_tensorrt.runtime.executor_table import create_executor, fallback_requested
 from executorch_tensorrt.runtime.tensorrt_executor import EngineUnavailable, TensorRTExecutor
 
@@ -25,14 +27,42 @@ def test_no_gpu_is_named():
         TensorRTExecutor(blob())
 
 
-def test_other_tensorrt_version_is_named():
-    with pytest.raises(EngineUnavailable, match=r"built with tensorrt_rtx 0\.1\.2.*this process has"):
-        TensorRTExecutor(blob(trt_version="0.1.2"))
+def test_engine_from_another_tensorrt_is_not_used_as_is():
+    trt = load_tensorrt()
+    here = blob()
+    assert built_here(here, trt, "SM89")
+    assert not built_here(blob(trt_version="0.1.2"), trt, "SM89")
+    assert not built_here(blob(trt_flavor="tensorrt"), trt, "SM89")
+    assert not built_here(blob(compute_capabilities=["SM120"]), trt, "SM89")
 
 
-def test_missing_tensorrt_flavour_is_named():
-    with pytest.raises(EngineUnavailable, match="tensorrt 10.0.*not installed"):
-        TensorRTExecutor(blob(trt_flavor="tensorrt", trt_version="10.0"))
+def test_rebuild_from_embedded_onnx_is_cached_on_disk(exported, tmp_path, monkeypatch):
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    monkeypatch.setenv("EXECUTORCH_TENSORRT_CACHE_DIR", str(tmp_path / "cache"))
+    _, _, path = exported("add")
+    data = bytes(deserialize_pte_binary(path.read_bytes()).program.backend_delegate_data[0].data)
+    old = read_blob(data)
+    stale = read_blob(write_blob(old.engine, dict(old.metadata, trt_version="0.1.2"),
+                                 onnx=old.onnx))
+    trt = load_tensorrt()
+    engine = rebuilt_engine(stale, trt, "SM89")
+    cached = list((tmp_path / "cache").glob("*.engine"))
+    assert len(cached) == 1 and cached[0].read_bytes() == engine
+    assert engine[:16] == old.engine[:16]  # a plan of the installed TensorRT
+    stamp = cached[0].stat().st_mtime_ns
+    assert rebuilt_engine(stale, trt, "SM89") == engine  # from the cache, not rebuilt
+    assert cached[0].stat().st_mtime_ns == stamp
+
+
+def test_rebuild_refusals_name_the_cause(monkeypatch, tmp_path):
+    monkeypatch.setenv("EXECUTORCH_TENSORRT_CACHE_DIR", str(tmp_path))
+    trt = load_tensorrt()
+    with pytest.raises(RebuildImpossible, match="no ONNX model"):
+        rebuilt_engine(blob(trt_version="0.1.2"), trt, "SM89")
+    with_onnx = read_blob(write_blob(b"\0" * 64, blob().metadata, onnx=b"not onnx"))
+    with pytest.raises(RebuildImpossible, match="cannot build for SM90"):
+        rebuilt_engine(with_onnx, trt, "SM90")  # the H200's capability: not in TensorRT-RTX
 
 
 def test_without_fallback_the_error_says_how_to_allow_it(monkeypatch):

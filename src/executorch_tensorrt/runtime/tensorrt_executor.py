@@ -1,10 +1,10 @@
 """Runs a partition's TensorRT engine on an NVIDIA GPU.
 
 No machine this project is tested on can execute a TensorRT engine, so this
-stays thin: every check that can run without a GPU (flavour, version,
-compute capability, argument validation, shapes) runs before CUDA is
-touched and raises EngineUnavailable with the real cause; argument handling
-is shared with the onnxruntime executor (arguments.py).
+stays thin: the CUDA driver is asked first, an engine from another TensorRT
+or for another GPU is rebuilt from the embedded ONNX (engine_portability.py)
+or refused with the real cause, and argument handling is shared with the
+onnxruntime executor (arguments.py).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ..blob import Blob
 from ..errors import TensorRTNotInstalledError
 from . import abi
 from .cuda_probe import cuda_unavailable_reason
+from .engine_portability import RebuildImpossible, built_here, rebuilt_engine
 from .arguments import (
     SCALAR_TYPE_TO_TORCH, HostViews, check_input, resize_output, split_bindings)
 
@@ -37,18 +38,37 @@ def cuda_device_or_raise(device_id: int) -> torch.device:
     return torch.device("cuda", device_id)
 
 
-def check_compute_capability(trt, metadata: dict, device: torch.device) -> None:
-    """TensorRT-RTX engines list the capabilities they were built for."""
+def device_capability(device: torch.device) -> str:
     major, minor = torch.cuda.get_device_capability(device)
-    here = f"SM{major}{minor}"
-    built = metadata.get("compute_capabilities")
+    return f"SM{major}{minor}"
+
+
+def engine_for_this_gpu(blob: Blob, trt, device: torch.device) -> bytes:
+    """The blob's engine, or one rebuilt from its ONNX for this TensorRT and GPU."""
+    here = device_capability(device)
+    if built_here(blob, trt, here):
+        return blob.engine
+    meta = blob.metadata
+    built = meta.get("compute_capabilities")
     if built == "all":
         built = [k for k in trt.module.ComputeCapability.__members__ if k.startswith("SM")]
-    if trt.is_rtx and built and here not in built:
+    was = (f"{meta.get('trt_flavor')} {meta.get('trt_version')} for "
+           f"{', '.join(built) if isinstance(built, list) and built else 'its GPU'}")
+    try:
+        return rebuilt_engine(blob, trt, here)
+    except RebuildImpossible as e:
         raise EngineUnavailable(
-            f"the engine was built for {', '.join(built)} but this GPU "
-            f"({torch.cuda.get_device_name(device)}) is {here}, compute capability "
-            f"{major}.{minor}, which TensorRT-RTX {trt.version} does not support")
+            f"the engine was built with {was}, and this GPU ({torch.cuda.get_device_name(device)})"
+            f" is {here}, compute capability {here[2:-1]}.{here[-1]}, with {trt.flavor} "
+            f"{trt.version} here; rebuilding it from the embedded ONNX failed: {e}") from None
+
+
+def _importable(flavor: str | None) -> bool:
+    try:
+        load_tensorrt(flavor)
+        return True
+    except TensorRTNotInstalledError:
+        return False
 
 
 class TensorRTExecutor:
@@ -58,22 +78,18 @@ class TensorRTExecutor:
         meta = blob.metadata
         self.inputs, self.outputs = split_bindings(meta)
         flavor = meta.get("trt_flavor")
-        try:
-            self.trt = load_tensorrt(flavor)
+        try:  # the flavour that built it, else any: engine_for_this_gpu rebuilds
+            self.trt = load_tensorrt(flavor) if _importable(flavor) else load_tensorrt()
         except TensorRTNotInstalledError as e:
             raise EngineUnavailable(f"the engine was built with {flavor or 'TensorRT'} "
-                                    f"{meta.get('trt_version', '')}, which is not installed: {e}")
-        built_version = meta.get("trt_version")
-        if built_version and built_version != self.trt.version:
-            raise EngineUnavailable(f"the engine was built with {flavor} {built_version}, this "
-                                    f"process has {self.trt.version}; engines do not move "
-                                    "between TensorRT versions")
+                                    f"{meta.get('trt_version', '')}, and no TensorRT is "
+                                    f"installed here to run or rebuild it: {e}")
         self.device = cuda_device_or_raise(int(meta.get("device_id", 0)))
-        check_compute_capability(self.trt, meta, self.device)
+        engine = engine_for_this_gpu(blob, self.trt, self.device)
         m = self.trt.module
         self.logger = collecting_logger(self.trt)
         self.runtime = m.Runtime(self.logger)
-        self.engine = self.runtime.deserialize_cuda_engine(blob.engine)
+        self.engine = self.runtime.deserialize_cuda_engine(engine)
         if self.engine is None:
             raise EngineUnavailable("TensorRT could not deserialize the engine: "
                                     + ("; ".join(self.logger.messages[-3:]) or "no message"))
