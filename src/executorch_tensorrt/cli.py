@@ -13,9 +13,18 @@ def _fmt(values, n: int = 8) -> str:
 
 
 def cmd_inspect(args) -> int:
-    from .program_info import format_program, read_program
+    from .program_info import device_resident_problems, format_program, read_program
 
-    print(format_program(read_program(args.model)))
+    methods = read_program(args.model)
+    print(format_program(methods))
+    if not args.device_resident:
+        return 0
+    problems = device_resident_problems(methods)
+    for problem in problems:
+        print(f"device-resident: FAIL: {problem}")
+    if problems:
+        return 1
+    print("device-resident: OK (no et_copy ops; every method input and output is a CUDA tensor)")
     return 0
 
 
@@ -41,7 +50,6 @@ def _ones_inputs(method) -> list:
 
 
 def _torch_dtype(code: int):
-    import torch
 
     from .runtime.arguments import SCALAR_TYPE_TO_TORCH
 
@@ -180,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_verify)
     p = sub.add_parser("inspect", help="describe a .pte: I/O, delegates, operators, blobs")
     p.add_argument("model")
+    p.add_argument("--device-resident", action="store_true",
+                   help="exit 1 unless every method input and output is recorded as a CUDA "
+                        "tensor and no et_copy (host<->device copy) op is left")
     p.set_defaults(func=cmd_inspect)
     p = sub.add_parser("run", help="run a .pte with every input filled with 1.0")
     p.add_argument("model")

@@ -5,10 +5,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .blob import BlobError, read_blob
+from .runtime.arguments import SCALAR_TYPE_TO_TORCH
 
-# ExecuTorch ScalarType codes -> names (runtime/core/portable_type/scalar_type.h).
-SCALAR_TYPE_NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16",
-                     6: "float32", 7: "float64", 11: "bool", 15: "bfloat16"}
+
+def scalar_type_name(code: int) -> str:
+    dtype = SCALAR_TYPE_TO_TORCH.get(code)
+    return str(dtype).removeprefix("torch.") if dtype else f"scalar_type {code}"
 
 
 @dataclass
@@ -43,11 +45,11 @@ def _value_info(value) -> TensorInfo | str:
         extra = getattr(val, "extra_tensor_info", None)
         device = "cpu"
         dev = getattr(extra, "device_type", None) if extra is not None else None
-        if dev is not None and "CUDA" in str(dev).upper():
-            device = "cuda"
+        # schema.DeviceType is an IntEnum (CUDA = 1); str() of it is "1" on Python 3.11.
+        if dev is not None and int(getattr(dev, "value", dev)) == 1:
+            device = f"cuda:{int(getattr(extra, 'device_index', 0) or 0)}"
         code = int(getattr(val.scalar_type, "value", val.scalar_type))
-        return TensorInfo(SCALAR_TYPE_NAMES.get(code, f"scalar_type {code}"), list(val.sizes),
-                          device)
+        return TensorInfo(scalar_type_name(code), list(val.sizes), device)
     return type(val).__name__
 
 
@@ -59,7 +61,11 @@ def read_program(path: str | Path) -> list[MethodInfo]:
         pte = deserialize_pte_binary(data)
     except Exception as e:  # noqa: BLE001 - the deserializer raises many kinds
         raise ValueError(f"{path} is not a valid ExecuTorch program: {e}") from None
-    program = pte.program
+    return describe_program(pte.program)
+
+
+def describe_program(program) -> list[MethodInfo]:
+    """The methods of a deserialized program (executorch.exir.schema.Program)."""
     methods = []
     for plan in program.execution_plan:
         info = MethodInfo(plan.name)
@@ -80,6 +86,28 @@ def read_program(path: str | Path) -> list[MethodInfo]:
             info.delegates.append(d)
         methods.append(info)
     return methods
+
+
+# Host<->device copies ExecuTorch inserts at CUDA delegate boundaries.
+ET_COPY_OPS = ("et_copy::_h2d_copy", "et_copy::_d2h_copy")
+
+
+def device_resident_problems(methods: list[MethodInfo]) -> list[str]:
+    """Why a program is not device-resident: et_copy ops, or I/O not recorded on CUDA."""
+    problems = []
+    for m in methods:
+        copies = [op for op in m.operators if op.split(".", 1)[0] in ET_COPY_OPS]
+        if copies:
+            problems.append(f"method {m.name}: the operator table has {', '.join(copies)} "
+                            "(ExecuTorch copies between host and device memory)")
+        for kind, values in (("input", m.inputs), ("output", m.outputs)):
+            for i, v in enumerate(values):
+                if not isinstance(v, TensorInfo):
+                    problems.append(f"method {m.name}: {kind}[{i}] is a {v}, not a CUDA tensor")
+                elif not v.device.startswith("cuda"):
+                    problems.append(f"method {m.name}: {kind}[{i}] ({v.dtype} {v.shape}) is "
+                                    f"recorded on {v.device}, not on a CUDA device")
+    return problems
 
 
 def format_program(methods: list[MethodInfo]) -> str:

@@ -9,6 +9,9 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 _CC = re.compile(r"^SM(\d{2,3})$")
+# ExecuTorch's own key (PropagateDevicePass): b"cuda:<device_id>" on a delegate
+# places its inputs and outputs in CUDA memory (device_resident.py adds it).
+TARGET_DEVICE_KEY = "target_device"
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,11 @@ class TensorRTCompileSpec:
     def from_compile_specs(cls, specs: list[CompileSpec]) -> "TensorRTCompileSpec":
         known = {f.name for f in fields(cls)}
         kwargs = {}
+        target_device = None
         for spec in specs:
+            if spec.key == TARGET_DEVICE_KEY:  # not an engine option: checked below
+                target_device = bytes(spec.value).decode(errors="replace")
+                continue
             if spec.key not in known:
                 raise ValueError(
                     f"unknown TensorRTBackend compile spec {spec.key!r}; known: {sorted(known)}")
@@ -73,7 +80,12 @@ class TensorRTCompileSpec:
             if spec.key == "compute_capabilities" and value is not None:
                 value = tuple(value)
             kwargs[spec.key] = value
-        return cls(**kwargs)
+        result = cls(**kwargs)
+        if target_device is not None and target_device != f"cuda:{result.device_id}":
+            raise ValueError(
+                f"compile spec {TARGET_DEVICE_KEY!r} is {target_device!r}, but the engine is "
+                f"for device_id {result.device_id}; it must be 'cuda:{result.device_id}'")
+        return result
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -13,6 +13,7 @@ from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
 from ..expected import ExpectedError, expected_path, reference_outputs, write_expected
+from . import device_resident as dr
 from .engine_builder import Progress, progress_to, stderr_progress
 from .partitioner import BACKEND_ID, PartitionReport, TensorRTPartitioner
 from .runtime_kernels import check_runtime_kernels
@@ -74,6 +75,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    example_inputs: Sequence[Any] | None, path: str | Path, *,
                    dynamic_shapes=None, partitioners: Sequence = (), exclude_ops=(),
                    require_backends: Iterable[str] = (), write_expected_file: bool = True,
+                   device_resident: bool = False,
                    progress: Progress | None = stderr_progress, **options) -> ExportResult:
     """export() returning timings, backends and the partitioner's reports too.
 
@@ -105,6 +107,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         reference = (model, inputs)
     seconds["torch_export"] = time.perf_counter() - t0
     trt_partitioner = TensorRTPartitioner(exclude_ops=exclude_ops, progress=progress, **options)
+    if device_resident:
+        dr.place_on_device(trt_partitioner)
     t1 = time.perf_counter()
     if progress:
         progress("partitioning and building TensorRT engines...")
@@ -113,9 +117,13 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             programs, partitioner=[trt_partitioner, *partitioners],
             # Non-core ATen ops (erfinv, ...) must get through to be reported below.
             compile_config=EdgeCompileConfig(_check_ir_validity=False))
-        program = edge.to_executorch()
+        if device_resident:
+            dr.check_device_io(edge)
+        program = edge.to_executorch(*([dr.backend_config()] if device_resident else []))
     seconds["lower"] = time.perf_counter() - t1
     check_runtime_kernels(program.executorch_program)
+    if device_resident:
+        dr.check_program(program.buffer)
     backends = _delegate_ids(program.executorch_program)
     _check_required(backends, require_backends)
     _warn_splits(backends, trt_partitioner.reports)
@@ -142,7 +150,10 @@ def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | Pa
     named in `require_backends` got no delegate. Also writes `<path>.expected`
     (eager outputs for inputs of 1.0). Options: TensorRTCompileSpec fields
     (compute_capabilities, workspace_bytes, device_id, precision),
-    `require_backends`, `progress` (a callable, or None for silence).
+    `require_backends`, `progress` (a callable, or None for silence),
+    `device_resident=True` (method inputs and outputs stay in CUDA memory on
+    device_id; fails naming any input or output that would need a copy; see
+    docs/device-resident.md).
     """
     return export_program(model, example_inputs, path, dynamic_shapes=dynamic_shapes,
                           partitioners=partitioners, exclude_ops=exclude_ops, **options).path

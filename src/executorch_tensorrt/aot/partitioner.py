@@ -99,6 +99,23 @@ def _produces_tensors(node: torch.fx.Node) -> bool:
     return bool(vals) and all(isinstance(v, torch.Tensor) for v in vals)
 
 
+def _is_shape_value(node: torch.fx.Node) -> bool:
+    """A SymInt (sym_size, size arithmetic): fine inside a partition, which
+    computes it from its own tensors, but never as a partition output."""
+    return isinstance(node.meta.get("val"), torch.SymInt)
+
+
+def _escaping_shape_values(groups: list[list[torch.fx.Node]]) -> dict[str, str]:
+    out = {}
+    for nodes in groups:
+        names = {n.name for n in nodes}
+        for n in nodes:
+            if _is_shape_value(n) and any(u.name not in names for u in n.users):
+                out[n.name] = ("a shape value used outside its TensorRT partition (partitions "
+                               "output tensors only); stays with ExecuTorch")
+    return out
+
+
 class TensorRTPartitioner(Partitioner):
     """Tags the nodes TensorRT can run. Options are TensorRTCompileSpec's."""
 
@@ -124,9 +141,9 @@ class TensorRTPartitioner(Partitioner):
             self.report.ops_of[node.name] = name
             if name in self.exclude_ops:
                 rejected[node.name] = "excluded by exclude_ops"
-            elif not _produces_tensors(node):
-                rejected[node.name] = ("produces no tensor (shape arithmetic or a runtime "
-                                       "check); stays with ExecuTorch")
+            elif not (_produces_tensors(node) or _is_shape_value(node)):
+                rejected[node.name] = ("produces no tensor (a runtime check or a condition); "
+                                       "stays with ExecuTorch")
             elif isinstance(node.target, torch._ops.HigherOrderOperator):
                 rejected[node.name] = (f"control flow ({node.target.name()}) stays with "
                                        "ExecuTorch; TensorRT partitions hold plain ops")
@@ -196,8 +213,8 @@ class TensorRTPartitioner(Partitioner):
                       if n.op == "call_function" and n.target is not operator.getitem}
         for _ in range(_MAX_ROUNDS):
             groups = self._propose(ep, candidates - set(rejected))
-            new: dict[str, str] = {}
-            for i, nodes in enumerate(groups):
+            new = _escaping_shape_values(groups)
+            for i, nodes in enumerate([] if new else groups):
                 new.update(self._check(ep, nodes, f"partition {i} ({len(nodes)} nodes)"))
             if not new:
                 break

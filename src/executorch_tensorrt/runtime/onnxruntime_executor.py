@@ -2,9 +2,15 @@
 
 Used only when the caller allows the fallback (EXECUTORCH_TENSORRT_FALLBACK=
 onnxruntime or the load-time backend option "fallback"). Reduced-precision
-partitions run in fp32 here (onnx_upcast.py).
+partitions run in fp32 here (onnx_upcast.py). Arguments in CUDA memory
+(device-resident programs) are staged through host memory with the CUDA
+driver API, which it says once on stderr.
 """
 from __future__ import annotations
+
+import ctypes
+import sys
+import threading
 
 import numpy as np
 import onnxruntime
@@ -13,7 +19,92 @@ import torch
 from ..blob import Blob
 from . import abi
 from .onnx_upcast import upcast_to_fp32
-from .arguments import ArgumentError, HostViews, check_input, resize_output, split_bindings
+from .arguments import (
+    SCALAR_TYPE_TO_TORCH, ArgumentError, HostViews, check_input, resize_output, split_bindings)
+from .cuda_probe import cuda_unavailable_reason
+
+
+class CudaStaging:
+    """Copies CUDA arguments to and from host memory (CUDA driver API, primary context)."""
+
+    _instance: "CudaStaging | None" = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls) -> "CudaStaging":
+        with cls._lock:
+            if cls._instance is None:
+                reason = cuda_unavailable_reason()
+                if reason is not None:
+                    raise ArgumentError(
+                        "this argument is in CUDA memory (a device-resident program); the "
+                        "onnxruntime fallback runs on the host and copies it through host memory "
+                        f"with CUDA, but CUDA is not usable here: {reason}")
+                cls._instance = cls()
+                print("[executorch_tensorrt] onnxruntime fallback: arguments in CUDA memory "
+                      "(device-resident program) are copied through host memory on every call",
+                      file=sys.stderr, flush=True)
+            return cls._instance
+
+    def __init__(self) -> None:
+        c = ctypes
+        self.cuda = cuda = c.CDLL("libcuda.so.1")
+        for name, args in (("cuDeviceGet", [c.POINTER(c.c_int), c.c_int]),
+                           ("cuDevicePrimaryCtxRetain", [c.POINTER(c.c_void_p), c.c_int]),
+                           ("cuCtxPushCurrent_v2", [c.c_void_p]),
+                           ("cuCtxPopCurrent_v2", [c.POINTER(c.c_void_p)]),
+                           ("cuMemcpyDtoH_v2", [c.c_void_p, c.c_uint64, c.c_size_t]),
+                           ("cuMemcpyHtoD_v2", [c.c_uint64, c.c_void_p, c.c_size_t])):
+            fn = getattr(cuda, name)
+            fn.argtypes, fn.restype = args, c.c_int
+        self.contexts: dict[int, ctypes.c_void_p] = {}
+
+    def _call(self, fn, *args) -> None:
+        status = fn(*args)
+        if status != 0:
+            raise ArgumentError(f"{fn.__name__} failed with CUresult {status} while staging a "
+                                "device-resident argument through host memory")
+
+    def _copy(self, index: int, fn, *args) -> None:
+        ctx = self.contexts.get(index)
+        if ctx is None:
+            dev, ctx = ctypes.c_int(0), ctypes.c_void_p()
+            self._call(self.cuda.cuDeviceGet, ctypes.byref(dev), index)
+            self._call(self.cuda.cuDevicePrimaryCtxRetain, ctypes.byref(ctx), dev.value)
+            self.contexts[index] = ctx
+        self._call(self.cuda.cuCtxPushCurrent_v2, ctx)
+        try:
+            self._call(fn, *args)
+        finally:
+            self.cuda.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+
+    def to_host(self, arg: abi.EtrtArg, shape) -> torch.Tensor:
+        host = torch.empty(shape, dtype=SCALAR_TYPE_TO_TORCH[arg.dtype])
+        if host.nbytes:
+            self._copy(arg.device_index, self.cuda.cuMemcpyDtoH_v2, host.data_ptr(), arg.data,
+                       host.nbytes)
+        return host
+
+    def to_device(self, arg: abi.EtrtArg, host: torch.Tensor) -> None:
+        if host.nbytes:
+            self._copy(arg.device_index, self.cuda.cuMemcpyHtoD_v2, arg.data, host.data_ptr(),
+                       host.nbytes)
+
+
+def _check_device_arg(arg: abi.EtrtArg, shape) -> None:
+    numel = 1
+    for d in shape:
+        numel *= d
+    nbytes = numel * SCALAR_TYPE_TO_TORCH[arg.dtype].itemsize
+    if nbytes and not arg.data:
+        raise ArgumentError(
+            "this argument is a device-resident "
+            f"{'input' if arg.is_input else 'output'} with no memory: ExecuTorch plans none for "
+            "a device-resident program's inputs and outputs, so the caller must pass CUDA "
+            "buffers (set_input with a CUDA tensor, set_output_data_ptr for outputs)")
+    if nbytes > arg.nbytes:
+        raise ArgumentError(f"tensor of shape {list(shape)} needs {nbytes} bytes, its CUDA "
+                            f"buffer holds {arg.nbytes}")
 
 
 class OnnxRuntimeExecutor:
@@ -43,8 +134,8 @@ class OnnxRuntimeExecutor:
     def _host(self, arg: abi.EtrtArg, shape) -> torch.Tensor:
         if arg.device_type == abi.ETRT_DEVICE_CPU:
             return self.views.view(arg, shape)
-        raise ArgumentError("the onnxruntime fallback needs host memory, and this argument is "
-                            "device-resident; run it on a GPU with TensorRT")
+        _check_device_arg(arg, shape)
+        return CudaStaging.get().to_host(arg, shape)
 
     def execute(self, args) -> None:
         feeds = {}
@@ -56,5 +147,11 @@ class OnnxRuntimeExecutor:
             arg = args[len(self.inputs) + j]
             result = np.asarray(result)
             resize_output(arg, tuple(result.shape), self.outputs[j])
-            out = self._host(arg, tuple(result.shape)).numpy()
-            np.copyto(out, result, casting="same_kind")
+            if arg.device_type == abi.ETRT_DEVICE_CPU:
+                np.copyto(self.views.view(arg, tuple(result.shape)).numpy(), result,
+                          casting="same_kind")
+                continue
+            _check_device_arg(arg, tuple(result.shape))
+            host = torch.empty(result.shape, dtype=SCALAR_TYPE_TO_TORCH[arg.dtype])
+            np.copyto(host.numpy(), result, casting="same_kind")
+            CudaStaging.get().to_device(arg, host)
