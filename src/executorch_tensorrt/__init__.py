@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging as _logging
 
 # torchao (imported by executorch) warns at import that its CUDA kernels do not
-# load on a CPU machine; that says nothing about this package, so keep it quiet
-# unless the application configured that logger itself.
-if _logging.getLogger("torchao").level == _logging.NOTSET:
-    _logging.getLogger("torchao").setLevel(_logging.ERROR)
+# load on a CPU machine, and torch's pytree logs a deprecation about one of
+# torchao's enums; neither says anything about this package, so keep them quiet
+# unless the application configured those loggers itself.
+for _name in ("torchao", "torch.utils._pytree"):
+    if _logging.getLogger(_name).level == _logging.NOTSET:
+        _logging.getLogger(_name).setLevel(_logging.ERROR)
 
 from .runtime import _native  # noqa: E402
 
