@@ -71,3 +71,19 @@ def test_pte_matches_eager(name, zoo_export, allow_fallback):
         assert torch.as_tensor(g).dtype == w.dtype, f"{name}: dtype {g.dtype} != {w.dtype}"
     diff = zoo.max_abs_diff(got, want)
     assert diff <= entry.atol, f"{name}: max |pte - eager| = {diff:.3g} > atol {entry.atol}"
+
+
+@pytest.mark.parametrize("name", ["resnet_block", "causal_attention"])
+def test_fp16_export_of_zoo_models_matches_eager(name, tmp_path, allow_fallback):
+    """fp16 engines (docs/precision.md: 2e-3 relative to the largest output magnitude,
+    about four fp16 roundings)."""
+    entry = next(e for e in zoo.ZOO if e.name == name)
+    model, inputs = entry.build()
+    path = executorch_tensorrt.export(model, inputs, tmp_path / f"{name}.pte", progress=None,
+                                      precision="fp16")
+    (method,) = read_program(path)
+    assert {d.metadata["precision"] for d in method.delegates} == {"fp16"}
+    got = Runtime.get().load_program(str(path)).load_method("forward").execute(list(inputs))
+    want = zoo.eager(model, inputs)
+    scale = max(1.0, max(float(t.abs().max()) for t in want))
+    assert zoo.max_abs_diff(got, want) <= 2e-3 * scale
