@@ -27,15 +27,7 @@
 #include <string>
 #include <type_traits>
 
-/* The wheel's libexecutorch.so needs at most GLIBC_2.27. glibc 2.34 moved
- * dladdr into libc under a new version (GLIBC_2.34); binding to the old
- * version keeps the adapter loadable wherever libexecutorch.so is. The old
- * version still exists in every newer glibc. */
-#if defined(__GLIBC__) && defined(__x86_64__)
-__asm__(".symver dladdr,dladdr@GLIBC_2.2.5");
-#elif defined(__GLIBC__) && defined(__aarch64__)
-__asm__(".symver dladdr,dladdr@GLIBC_2.17");
-#endif
+#include "dl_symver.h"
 
 namespace {
 

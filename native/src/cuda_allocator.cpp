@@ -18,17 +18,7 @@
 #include <mutex>
 #include <new>
 
-/* Bind the dl* functions to their pre-2.34 versions, as embedded_python.cpp
- * does (see adapter.cpp's note on dladdr). */
-#if defined(__GLIBC__) && defined(__x86_64__)
-__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
-__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
-__asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
-#elif defined(__GLIBC__) && defined(__aarch64__)
-__asm__(".symver dlopen,dlopen@GLIBC_2.17");
-__asm__(".symver dlsym,dlsym@GLIBC_2.17");
-__asm__(".symver dlerror,dlerror@GLIBC_2.17");
-#endif
+#include "dl_symver.h"
 
 namespace etrt {
 namespace {
