@@ -51,7 +51,8 @@ def test_a_program_for_another_runtime_is_flagged():
 
     from executorch_tensorrt.aot.runtime_kernels import (
         RuntimeMismatchWarning, check_runtime_kernels)
+    from executorch_tensorrt.program_info import describe_program
 
     program = deserialize_pte_binary(H200_PROGRAM.read_bytes()).program
     with pytest.warns(RuntimeMismatchWarning, match="CudaBackend.*cannot run here"):
-        check_runtime_kernels(program)
+        check_runtime_kernels(describe_program(program))

@@ -8,10 +8,6 @@ import time
 from pathlib import Path
 
 
-def _fmt(values, n: int = 8) -> str:
-    return ", ".join(f"{float(v):.4f}" for v in values[:n])
-
-
 def cmd_inspect(args) -> int:
     from .program_info import device_resident_problems, format_program, read_program
 
@@ -113,6 +109,7 @@ def cmd_demo(args) -> int:
     from executorch.runtime import Runtime
 
     from .aot.export import export_program
+    from .expected import PRINTED, format_values
     from .models import example
     from .program_info import format_program, read_program
     from .runtime.executor_table import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
@@ -155,7 +152,8 @@ def cmd_demo(args) -> int:
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
     worst = max(float((o - e).abs().max()) for o, e in zip(outputs, expected))
     for i, o in enumerate(outputs):
-        print(f"output[{i}] shape={list(o.shape)} first values: {_fmt(o.flatten())}")
+        print(f"output[{i}] shape={list(o.shape)} first values: "
+              f"{format_values(o.flatten()[:PRINTED].tolist())}")
     print(f"\n== compare with eager PyTorch\nlargest absolute difference: {worst:.3g}")
     print(f"timings: export {result.seconds['total']:.2f} s, load {load_s * 1e3:.1f} ms, "
           f"run {run_ms:.3f} ms/call (ExecuTorch), eager {eager_ms:.3f} ms/call")

@@ -82,12 +82,17 @@ def parse_errors(parser) -> tuple[str, list[int]]:
     return "; ".join(lines), nodes
 
 
-def parse_network(trt: TensorRT, onnx_bytes: bytes):
-    """Parses an ONNX model into a new network. Raises ParseFailure."""
+def _new_parser(trt: TensorRT):
+    """A builder, an empty network and an ONNX parser into it, sharing one logger."""
     logger = collecting_logger(trt)
     builder = trt.module.Builder(logger)
     network = builder.create_network(0)
-    parser = trt.module.OnnxParser(network, logger)
+    return builder, network, trt.module.OnnxParser(network, logger), logger
+
+
+def parse_network(trt: TensorRT, onnx_bytes: bytes):
+    """Parses an ONNX model into a new network. Raises ParseFailure."""
+    builder, network, parser, logger = _new_parser(trt)
     if not parser.parse(onnx_bytes):
         message, nodes = parse_errors(parser)
         raise ParseFailure(f"TensorRT's ONNX parser rejected the model: {message}", nodes)
@@ -106,10 +111,7 @@ def unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> set[int]:
 
 @functools.lru_cache(maxsize=256)
 def _unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> frozenset[int]:
-    logger = collecting_logger(trt)
-    builder = trt.module.Builder(logger)
-    network = builder.create_network(0)
-    parser = trt.module.OnnxParser(network, logger)
+    _builder, _network, parser, _logger = _new_parser(trt)  # all kept alive until done
     parser.supports_model_v2(onnx_bytes)
     covered: set[int] = set()
     for i in range(parser.num_subgraphs):

@@ -13,6 +13,7 @@ from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
 from ..expected import ExpectedError, expected_path, reference_outputs, write_expected
+from ..program_info import describe_program
 from . import device_resident as dr
 from .engine_builder import Progress, progress_to, stderr_progress
 from .partitioner import BACKEND_ID, PartitionReport, TensorRTPartitioner
@@ -39,10 +40,6 @@ def _as_inputs(example_inputs) -> tuple:
         raise TypeError("example_inputs must be a tuple of tensors, got "
                         f"{type(example_inputs).__name__}")
     return tuple(example_inputs)
-
-
-def _delegate_ids(program) -> dict[str, list[str]]:
-    return {plan.name: [d.id for d in plan.delegates] for plan in program.execution_plan}
 
 
 def _check_required(backends: dict[str, list[str]], required: Iterable[str]) -> None:
@@ -121,10 +118,11 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             dr.check_device_io(edge)
         program = edge.to_executorch(*([dr.backend_config()] if device_resident else []))
     seconds["lower"] = time.perf_counter() - t1
-    check_runtime_kernels(program.executorch_program)
+    methods = describe_program(program.executorch_program)
+    check_runtime_kernels(methods)
     if device_resident:
         dr.check_program(program.buffer)
-    backends = _delegate_ids(program.executorch_program)
+    backends = {m.name: [d.backend for d in m.delegates] for m in methods}
     _check_required(backends, require_backends)
     _warn_splits(backends, trt_partitioner.reports)
     try:

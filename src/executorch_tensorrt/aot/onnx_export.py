@@ -27,7 +27,6 @@ _TRACE_KEY = "pkg.torch.onnx.stack_trace"
 
 @dataclass
 class OnnxExport:
-    model: onnx.ModelProto        # with metadata, for mapping
     onnx_bytes: bytes             # stripped of metadata: what is built and embedded
     edge_node_of: dict[int, str]  # ONNX node index -> edge node name
 
@@ -66,14 +65,14 @@ def quiet():
 def strip_metadata(model: onnx.ModelProto) -> onnx.ModelProto:
     stripped = copy.deepcopy(model)
     stripped.ClearField("metadata_props")
-    for graph in [stripped.graph]:
-        for node in graph.node:
-            node.ClearField("metadata_props")
-            node.doc_string = ""
-        for value in list(graph.input) + list(graph.output) + list(graph.value_info):
-            value.ClearField("metadata_props")
-        for init in graph.initializer:
-            init.ClearField("metadata_props")
+    graph = stripped.graph
+    for node in graph.node:
+        node.ClearField("metadata_props")
+        node.doc_string = ""
+    for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+        value.ClearField("metadata_props")
+    for init in graph.initializer:
+        init.ClearField("metadata_props")
     return stripped
 
 
@@ -99,4 +98,4 @@ def export_onnx(ep: torch.export.ExportedProgram, precision: str = "fp32") -> On
         if name is not None:
             mapping[i] = name
     stripped = strip_metadata(model)
-    return OnnxExport(model, stripped.SerializeToString(), mapping)
+    return OnnxExport(stripped.SerializeToString(), mapping)

@@ -27,7 +27,7 @@ from ..errors import EngineBuildError
 from . import backend as _backend  # noqa: F401 - defines TensorRTBackend for to_backend
 from .compile_spec import TensorRTCompileSpec
 from .engine_builder import (
-    ParseFailure, Progress, build_engine, parse_network, stderr_progress, unsupported_nodes)
+    ParseFailure, Progress, build_engine, stderr_progress, unsupported_nodes)
 from .onnx_export import export_onnx, quiet
 from .partition_program import extract_partition
 from .shapes import input_profiles
@@ -177,14 +177,12 @@ class TensorRTPartitioner(Partitioner):
         bad = mapped(unsupported_nodes(trt, exported.onnx_bytes)) & names
         if bad:
             return {n: "TensorRT's ONNX parser does not support it" for n in bad}
-        try:
-            parse_network(trt, exported.onnx_bytes)
+        try:  # parses the whole partition first: ParseFailure names the nodes
+            build_engine(exported.onnx_bytes, self.compile_spec, label=label,
+                         profiles=input_profiles(sub_ep), progress=self.progress, trt=trt)
         except ParseFailure as e:
             bad = mapped(e.node_indices) & names
             return {n: str(e) for n in (bad or names)}
-        try:
-            build_engine(exported.onnx_bytes, self.compile_spec, label=label,
-                         profiles=input_profiles(sub_ep), progress=self.progress, trt=trt)
         except EngineBuildError as e:
             return {n: f"engine build failed: {e}" for n in names}
         return {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import warnings
 
 from ..errors import ExportError
+from ..program_info import MethodInfo
 from .partitioner import BACKEND_ID
 
 
@@ -27,23 +28,12 @@ def registered_backends() -> set[str]:
     return set(Runtime.get().backend_registry.registered_backend_names) | {BACKEND_ID}
 
 
-def program_operators(program) -> list[tuple[str, str]]:
-    """(method, 'aten::op.overload') for every operator a program's methods call."""
-    out = []
-    for plan in program.execution_plan:
-        for op in plan.operators:
-            out.append((plan.name, f"{op.name}.{op.overload}" if op.overload else op.name))
-    return out
-
-
-def program_backends(program) -> set[str]:
-    return {d.id for plan in program.execution_plan for d in plan.delegates}
-
-
-def check_runtime_kernels(program, *, runtime: str = "the installed ExecuTorch runtime") -> None:
+def check_runtime_kernels(methods: list[MethodInfo], *,
+                          runtime: str = "the installed ExecuTorch runtime") -> None:
+    """`methods` as program_info.describe_program gives them."""
     kernels = registered_kernels()
-    missing = sorted({(m, op) for m, op in program_operators(program) if op not in kernels})
-    foreign = sorted(program_backends(program) - registered_backends())
+    missing = sorted({(m.name, op) for m in methods for op in m.operators if op not in kernels})
+    foreign = sorted({d.backend for m in methods for d in m.delegates} - registered_backends())
     if foreign:
         ops = f" and kernels for {', '.join(op for _, op in missing)}" if missing else ""
         warnings.warn(RuntimeMismatchWarning(

@@ -63,14 +63,6 @@ def engine_for_this_gpu(blob: Blob, trt, device: torch.device) -> bytes:
             f"{trt.version} here; rebuilding it from the embedded ONNX failed: {e}") from None
 
 
-def _importable(flavor: str | None) -> bool:
-    try:
-        load_tensorrt(flavor)
-        return True
-    except TensorRTNotInstalledError:
-        return False
-
-
 class TensorRTExecutor:
     kind = "tensorrt"
 
@@ -79,7 +71,10 @@ class TensorRTExecutor:
         self.inputs, self.outputs = split_bindings(meta)
         flavor = meta.get("trt_flavor")
         try:  # the flavour that built it, else any: engine_for_this_gpu rebuilds
-            self.trt = load_tensorrt(flavor) if _importable(flavor) else load_tensorrt()
+            try:
+                self.trt = load_tensorrt(flavor)
+            except TensorRTNotInstalledError:
+                self.trt = load_tensorrt()
         except TensorRTNotInstalledError as e:
             raise EngineUnavailable(f"the engine was built with {flavor or 'TensorRT'} "
                                     f"{meta.get('trt_version', '')}, and no TensorRT is "
