@@ -71,6 +71,41 @@ assert Runtime.get().backend_registry.registered_backend_names.count("TensorRTBa
 """, adapter=built.adapter))
 
 
+# A C++ host that embeds Python (the C++ runner on a machine whose PyTorch
+# does not match the one executorch's Python extension links) has
+# libexecutorch.so loaded but cannot import executorch.runtime. Emulated
+# here by loading libexecutorch.so first and making that import fail.
+BLOCK_RUNTIME = """
+import ctypes, sys
+from pathlib import Path
+import executorch
+if {preload}:
+    lib = Path(list(executorch.__path__)[0]) / "lib" / "libexecutorch.so"
+    ctypes.CDLL(str(lib))
+sys.modules["executorch.runtime"] = None  # any import of it raises ImportError
+"""
+
+
+def test_preloaded_libexecutorch_needs_no_python_runtime(built):
+    out = adapter_build.check(adapter_build.run_python(BLOCK_RUNTIME.format(preload=True) + """
+import executorch_tensorrt
+from executorch_tensorrt.runtime import _native
+lib = _native.load_adapter()
+assert lib.etrt_registration_status() == 0, lib.etrt_registration_message()
+print("MSG", lib.etrt_registration_message().decode())
+""", adapter=built.adapter))
+    assert f"MSG TensorRTBackend registered by {built.adapter}" in out, out
+
+
+def test_without_libexecutorch_the_python_runtime_is_required(built):
+    # The guard above must not hide a broken executorch in a Python process.
+    proc = adapter_build.run_python(BLOCK_RUNTIME.format(preload=False) + """
+import executorch_tensorrt
+""", adapter=built.adapter)
+    assert proc.returncode != 0
+    assert "executorch.runtime cannot be imported" in proc.stderr, proc.stderr
+
+
 def test_second_copy_of_the_adapter_is_refused(built, tmp_path):
     # E.g. a development build next to an installed wheel: the first copy
     # keeps the name, the second reports who holds it.

@@ -42,6 +42,7 @@ ADAPTER_ENV = "EXECUTORCH_TENSORRT_ADAPTER"
 SKIP_ENV = "EXECUTORCH_TENSORRT_SKIP_REGISTRATION"
 ADAPTER_FILENAME = "libexecutorch_backend_tensorrt.so"
 BACKEND_ID = "TensorRTBackend"
+LIBEXECUTORCH_SONAME = "libexecutorch.so"
 
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
@@ -94,6 +95,17 @@ def _runtime_executorch_version() -> tuple[str, str]:
             f"in this environment ({e}). Install it with: pip install '{_executorch_pin()}'"
         ) from e
     return str(et_version.__version__), str(et_version.git_version)
+
+
+def _libexecutorch_loaded() -> bool:
+    """True when this process already has libexecutorch.so (matched by its
+    SONAME): a C++ application that embeds Python, or an earlier import of
+    executorch.runtime."""
+    try:
+        ctypes.CDLL(LIBEXECUTORCH_SONAME, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return False
+    return True
 
 
 def _built_against(path: Path) -> Optional[tuple[str, str]]:
@@ -157,15 +169,19 @@ def load_adapter() -> ctypes.CDLL:
                 "unset it to run TensorRT programs"
             )
         running = _runtime_executorch_version()
-        # Loads executorch's Python extension and libexecutorch.so, whose
-        # SONAME then satisfies the adapter's dependency wherever it lives.
-        try:
-            import executorch.runtime  # noqa: F401
-        except ImportError as e:
-            raise ImportError(
-                f"executorch is installed but executorch.runtime cannot be imported: {e}. "
-                f"Reinstall it: pip install --force-reinstall '{_executorch_pin()}'"
-            ) from e
+        if not _libexecutorch_loaded():
+            # Loads executorch's Python extension and libexecutorch.so, whose
+            # SONAME then satisfies the adapter's dependency wherever it lives.
+            # A C++ host that embeds this interpreter has libexecutorch.so
+            # already and may not be able to load the extension at all (it
+            # links the libtorch executorch was built with), so it is skipped.
+            try:
+                import executorch.runtime  # noqa: F401
+            except ImportError as e:
+                raise ImportError(
+                    f"executorch is installed but executorch.runtime cannot be imported: {e}. "
+                    f"Reinstall it: pip install --force-reinstall '{_executorch_pin()}'"
+                ) from e
 
         path = adapter_path()
         if not path.is_file():
