@@ -11,7 +11,14 @@
 // exactly like the Python runner. TensorRTBackend comes from linking
 // executorch_tensorrt::backend; its executors come from the Python
 // interpreter the adapter embeds on first use (docs/cpp.md).
+//
+// Device-resident programs (docs/device-resident.md) keep method inputs and
+// outputs in CUDA memory that the caller provides. The runner allocates it
+// with the CUDA device allocator the adapter registers with ExecuTorch,
+// copies the ones in, and copies the outputs back only to print them; it
+// says on stderr which tensors live on the device.
 #include <executorch/extension/module/module.h>
+#include <executorch/runtime/core/device_allocator.h>
 #include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
 #include <executorch/runtime/platform/runtime.h>
 #include <executorch_tensorrt/executor_table.h>
@@ -29,7 +36,11 @@ namespace {
 
 using executorch::aten::ScalarType;
 using executorch::extension::Module;
+using executorch::runtime::DeviceAllocator;
 using executorch::runtime::Error;
+using executorch::runtime::Method;
+using executorch::runtime::etensor::DeviceIndex;
+using executorch::runtime::etensor::DeviceType;
 using executorch::runtime::EValue;
 using executorch::runtime::Tag;
 using executorch::runtime::etensor::Tensor;
@@ -42,14 +53,36 @@ int usage(const char* argv0) {
   return 2;
 }
 
-// Owns the storage behind one input tensor.
-struct InputTensor {
+// Owns the storage behind one tensor the runner makes: its shape arrays,
+// host bytes and, for a CUDA tensor, the device copy.
+struct OwnedTensor {
   std::vector<TensorImpl::SizesType> sizes;
   std::vector<TensorImpl::DimOrderType> dim_order;
   std::vector<TensorImpl::StridesType> strides;
   std::vector<uint8_t> data;
   std::unique_ptr<TensorImpl> impl;
 };
+
+// Device memory from ExecuTorch's registered device allocator, freed with it.
+class DeviceMemory {
+ public:
+  DeviceMemory(DeviceAllocator* allocator, void* ptr, DeviceIndex index)
+      : allocator_(allocator), ptr_(ptr), index_(index) {}
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() { allocator_->deallocate(ptr_, index_); }
+  void* get() const { return ptr_; }
+
+ private:
+  DeviceAllocator* allocator_;
+  void* ptr_;
+  DeviceIndex index_;
+};
+
+std::string device_name(DeviceType type, DeviceIndex index) {
+  if (type == DeviceType::CUDA) return "cuda:" + std::to_string(index);
+  return "device type " + std::to_string(static_cast<int>(type)) + ":" + std::to_string(index);
+}
 
 uint16_t one_half() { return 0x3C00; }      // IEEE binary16 1.0
 uint16_t one_bfloat16() { return 0x3F80; }  // bfloat16 1.0
@@ -132,6 +165,51 @@ void print_error(const std::string& what, Error err) {
                cause != nullptr ? cause : "");
 }
 
+// The allocator for `type`, or nullptr after saying why there is none.
+DeviceAllocator* allocator_for(DeviceType type, const std::string& what) {
+  DeviceAllocator* allocator = executorch::runtime::get_device_allocator(type);
+  if (allocator == nullptr) {
+    std::fprintf(stderr,
+                 "error: %s is kept in %s memory by this program, but no device allocator for it "
+                 "is registered with ExecuTorch. executorch_tensorrt registers a CUDA allocator "
+                 "when its adapter loads, unless EXECUTORCH_TENSORRT_NO_CUDA_ALLOCATOR=1 is set "
+                 "(then the library that set it must register one).\n",
+                 what.c_str(), device_name(type, 0).c_str());
+  }
+  return allocator;
+}
+
+// `nbytes` of device memory for `what`, or nullptr after saying why not.
+std::unique_ptr<DeviceMemory> allocate_on(DeviceType type, DeviceIndex index, size_t nbytes,
+                                          const std::string& what) {
+  DeviceAllocator* allocator = allocator_for(type, what);
+  if (allocator == nullptr) return nullptr;
+  auto ptr = allocator->allocate(std::max<size_t>(nbytes, 1), index);
+  if (!ptr.ok()) {
+    print_error("cannot allocate " + std::to_string(nbytes) + " bytes on " +
+                    device_name(type, index) + " for " + what,
+                ptr.error());
+    return nullptr;
+  }
+  std::fprintf(stderr, "note: %s is in %s memory (%zu bytes at %p)\n", what.c_str(),
+               device_name(type, index).c_str(), nbytes, ptr.get());
+  return std::make_unique<DeviceMemory>(allocator, ptr.get(), index);
+}
+
+// Where each input and output lives is recorded on the Method's own tensors
+// (from the program's extra_tensor_info). MethodMeta does not report it in
+// executorch 1.5.1, and the accessors that reach those tensors are marked
+// deprecated there, so they are used in this one place.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+executorch::runtime::Result<Method*> method_of(Module& module, const std::string& name) {
+  return module.method(name);
+}
+const Tensor& planned_input(const Method& method, size_t i) {
+  return method.get_input(i).toTensor();
+}
+#pragma GCC diagnostic pop
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,8 +267,15 @@ int main(int argc, char** argv) {
     print_error("cannot read the metadata of method '" + method_name + "'", meta.error());
     return 1;
   }
+  auto method_or = method_of(module, method_name);
+  if (!method_or.ok()) {
+    print_error("cannot reach method '" + method_name + "'", method_or.error());
+    return 1;
+  }
+  Method& method = *method_or.get();
 
-  std::vector<std::unique_ptr<InputTensor>> storage;
+  std::vector<std::unique_ptr<OwnedTensor>> storage;
+  std::vector<std::unique_ptr<DeviceMemory>> device_memory;
   std::vector<EValue> inputs;
   for (size_t i = 0; i < meta->num_inputs(); ++i) {
     auto tag = meta->input_tag(i);
@@ -220,7 +305,7 @@ int main(int argc, char** argv) {
       print_error("cannot read input " + std::to_string(i), info.error());
       return 1;
     }
-    auto in = std::make_unique<InputTensor>();
+    auto in = std::make_unique<OwnedTensor>();
     const ScalarType dtype = info->scalar_type();
     const auto sizes = info->sizes();
     const auto dim_order = info->dim_order();
@@ -236,26 +321,71 @@ int main(int argc, char** argv) {
     }
     size_t numel = 1;
     for (auto s : in->sizes) numel *= static_cast<size_t>(s);
-    in->data.assign(numel * executorch::runtime::elementSize(dtype) + 1, 0);
+    const size_t nbytes = numel * executorch::runtime::elementSize(dtype);
+    in->data.assign(nbytes + 1, 0);
     if (!fill_ones(dtype, in->data.data(), numel)) {
       std::fprintf(stderr, "error: input %zu has dtype %s, which the reference runner does not fill\n",
                    i, executorch::runtime::toString(dtype));
       return 1;
     }
+    void* data = in->data.data();
+    const Tensor& planned = planned_input(method, i);
+    const DeviceType device = planned.device_type();
+    const DeviceIndex device_index = planned.device_index();
+    if (device != DeviceType::CPU) {
+      auto mem = allocate_on(device, device_index, nbytes, "input " + std::to_string(i));
+      if (!mem) return 1;
+      err = executorch::runtime::get_device_allocator(device)->copy_host_to_device(
+          mem->get(), data, nbytes, device_index);
+      if (err != Error::Ok) {
+        print_error("cannot copy input " + std::to_string(i) + " to " +
+                        device_name(device, device_index),
+                    err);
+        return 1;
+      }
+      data = mem->get();
+      device_memory.push_back(std::move(mem));
+    }
     in->impl = std::make_unique<TensorImpl>(
-        dtype, static_cast<ssize_t>(ndim), in->sizes.data(), in->data.data(),
-        in->dim_order.data(), in->strides.data());
+        dtype, static_cast<ssize_t>(ndim), in->sizes.data(), data, in->dim_order.data(),
+        in->strides.data(), executorch::aten::TensorShapeDynamism::STATIC, device, device_index);
     inputs.emplace_back(Tensor(in->impl.get()));
     storage.push_back(std::move(in));
   }
 
-  auto outputs = module.execute(method_name, inputs);
-  if (!outputs.ok()) {
-    print_error("running '" + method_name + "' of " + model_path + " failed", outputs.error());
+  // Outputs with no planned memory (device-resident programs) need memory
+  // from the caller, on the device the program records for them.
+  std::vector<std::vector<uint8_t>> host_outputs;
+  for (size_t i = 0; i < meta->num_outputs(); ++i) {
+    auto info = meta->output_tensor_meta(i);
+    if (!info.ok() || info->is_memory_planned()) continue;  // not a tensor, or planned
+    const Tensor& planned = method.get_output(i).toTensor();
+    void* data = nullptr;
+    if (planned.device_type() != DeviceType::CPU) {
+      auto mem = allocate_on(planned.device_type(), planned.device_index(), info->nbytes(),
+                             "output " + std::to_string(i));
+      if (!mem) return 1;
+      data = mem->get();
+      device_memory.push_back(std::move(mem));
+    } else {
+      host_outputs.emplace_back(std::max<size_t>(info->nbytes(), 1));
+      data = host_outputs.back().data();
+    }
+    err = method.set_output_data_ptr(data, std::max<size_t>(info->nbytes(), 1), i);
+    if (err != Error::Ok) {
+      print_error("cannot give output " + std::to_string(i) + " its memory", err);
+      return 1;
+    }
+  }
+
+  err = method.set_inputs(executorch::aten::ArrayRef<EValue>(inputs.data(), inputs.size()));
+  if (err == Error::Ok) err = method.execute();
+  if (err != Error::Ok) {
+    print_error("running '" + method_name + "' of " + model_path + " failed", err);
     return 1;
   }
-  for (size_t i = 0; i < outputs->size(); ++i) {
-    const EValue& out = (*outputs)[i];
+  for (size_t i = 0; i < method.outputs_size(); ++i) {
+    const EValue& out = method.get_output(i);
     if (!out.isTensor()) {
       // The Python runner handles tensors only; say what it is.
       if (out.isInt()) std::printf("output[%zu] int=%" PRId64 "\n", i, out.toInt());
@@ -264,7 +394,29 @@ int main(int argc, char** argv) {
       else std::printf("output[%zu] (tag %d)\n", i, static_cast<int>(out.tag));
       continue;
     }
-    const Tensor& t = out.toTensor();
+    Tensor t = out.toTensor();
+    // A device output is copied into a host tensor of the same layout to print it.
+    OwnedTensor host;
+    if (t.device_type() != DeviceType::CPU) {
+      const Tensor& result = out.toTensor();
+      host.sizes.assign(result.sizes().begin(), result.sizes().end());
+      host.dim_order.assign(result.dim_order().begin(), result.dim_order().end());
+      host.strides.assign(result.strides().begin(), result.strides().end());
+      host.data.assign(result.nbytes() + 1, 0);
+      err = executorch::runtime::get_device_allocator(result.device_type())
+                ->copy_device_to_host(host.data.data(), result.const_data_ptr(), result.nbytes(),
+                                      result.device_index());
+      if (err != Error::Ok) {
+        print_error("cannot copy output " + std::to_string(i) + " from " +
+                        device_name(result.device_type(), result.device_index()),
+                    err);
+        return 1;
+      }
+      host.impl = std::make_unique<TensorImpl>(
+          result.scalar_type(), result.dim(), host.sizes.data(), host.data.data(),
+          host.dim_order.data(), host.strides.data());
+      t = Tensor(host.impl.get());
+    }
     std::string shape;
     for (ssize_t d = 0; d < t.dim(); ++d) {
       shape += (d ? "," : "") + std::to_string(t.size(d));

@@ -54,16 +54,35 @@ def _torch_dtype(code: int):
     return SCALAR_TYPE_TO_TORCH[code]
 
 
+def _read_or_none(path: Path) -> list:
+    """The program's methods, or [] when it cannot be parsed (loading it then says why)."""
+    from .program_info import read_program
+
+    try:
+        return read_program(path)
+    except ValueError:
+        return []
+
+
 def cmd_run(args) -> int:
     import executorch_tensorrt  # noqa: F401 - registers the backend
     from executorch.runtime import Runtime
 
     from .expected import PRINTED, format_values
+    from .program_info import device_tensors
 
     path = Path(args.model)
     if not path.is_file():
         print(f"error: {path} does not exist", file=sys.stderr)
         return 2
+    on_device = [t for m in _read_or_none(path) if m.name == args.method
+                 for t in device_tensors(m)]
+    if on_device:
+        print(f"error: method {args.method!r} of {path} keeps {', '.join(on_device)} "
+              "(a device-resident program). executorch's Python runtime gives methods host "
+              "tensors, which such a program cannot take. Run it with the C++ reference runner "
+              "(examples/cpp_runner), which allocates them in CUDA memory.", file=sys.stderr)
+        return 1
     try:
         method = Runtime.get().load_program(str(path)).load_method(args.method)
     except Exception as e:  # noqa: BLE001 - ExecuTorch raises RuntimeError with a code

@@ -92,6 +92,14 @@ def describe_program(program) -> list[MethodInfo]:
 ET_COPY_OPS = ("et_copy::_h2d_copy", "et_copy::_d2h_copy")
 
 
+def device_tensors(method: MethodInfo) -> list[str]:
+    """The method's inputs and outputs recorded on a device, as 'input[0] on cuda:0'."""
+    return [f"{kind}[{i}] on {v.device}"
+            for kind, values in (("input", method.inputs), ("output", method.outputs))
+            for i, v in enumerate(values)
+            if isinstance(v, TensorInfo) and v.device != "cpu"]
+
+
 def device_resident_problems(methods: list[MethodInfo]) -> list[str]:
     """Why a program is not device-resident: et_copy ops, or I/O not recorded on CUDA."""
     problems = []

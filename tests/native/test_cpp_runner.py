@@ -108,3 +108,63 @@ def test_runner_usage(runner):
     assert proc.returncode != 0 and "--model_path is required" in proc.stderr, proc.stderr
     proc = run(runner, "--bogus")
     assert proc.returncode != 0 and "unknown argument --bogus" in proc.stderr, proc.stderr
+
+
+# ---- device-resident programs -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def resident_cnn(exported) -> Path:
+    _, _, path = exported("cnn", device_resident=True)
+    return path
+
+
+def _cuda_reason() -> str | None:
+    from executorch_tensorrt.runtime.cuda_probe import cuda_unavailable_reason
+
+    return cuda_unavailable_reason()
+
+
+def test_resident_program_without_cuda_says_why(runner, resident_cnn):
+    """On a machine without CUDA the runner stops at the first device
+    allocation, with the allocator's cause, before running anything."""
+    if _cuda_reason() is None:
+        pytest.skip("this machine has CUDA; the GPU test below covers it")
+    proc = run(runner, "--model_path", str(resident_cnn), **FALLBACK)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout + proc.stderr
+    assert "error: cannot allocate 24576 bytes on cuda:0 for input 0" in proc.stderr, proc.stderr
+    assert "no CUDA driver" in proc.stderr, proc.stderr
+
+
+def test_resident_program_without_allocator_says_why(runner, resident_cnn):
+    proc = run(runner, "--model_path", str(resident_cnn),
+               EXECUTORCH_TENSORRT_NO_CUDA_ALLOCATOR="1", **FALLBACK)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout + proc.stderr
+    assert ("error: input 0 is kept in cuda:0 memory by this program, but no device allocator"
+            in proc.stderr), proc.stderr
+
+
+def test_python_runner_refuses_resident_program(resident_cnn):
+    proc = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "run",
+                           str(resident_cnn)], capture_output=True, text=True,
+                          env=child_env(**FALLBACK), timeout=300)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout + proc.stderr
+    assert "keeps input[0] on cuda:0, output[0] on cuda:0" in proc.stderr, proc.stderr
+    assert "examples/cpp_runner" in proc.stderr, proc.stderr
+
+
+def test_resident_program_on_a_gpu(runner, resident_cnn):
+    """Inputs and outputs in CUDA memory from the runner, TensorRT partitions
+    on the engine or the onnxruntime fallback, result equal to eager. The
+    same steps ran on the H200 through tools/h200_device_resident.sh."""
+    reason = _cuda_reason()
+    if reason is not None:
+        pytest.skip(f"needs an NVIDIA GPU: {reason}")
+    proc = run(runner, "--model_path", str(resident_cnn), **FALLBACK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for what in ("input 0", "output 0"):
+        assert f"note: {what} is in cuda:0 memory" in proc.stderr, proc.stderr
+    verify = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "verify",
+                             str(resident_cnn), "-", "--tolerance", "1e-4"], input=proc.stdout,
+                            capture_output=True, text=True, env=child_env(), timeout=300)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
