@@ -1,4 +1,5 @@
-"""TensorRT with ExecuTorch's CudaPartitioner as the catch-all for erfinv.
+"""TensorRT with ExecuTorch's CudaPartitioner as the catch-all for erfinv
+(kept off TensorRT, which translates it since aot/onnx_extra_ops.py).
 
 The export needs CUDA PyTorch and an NVIDIA GPU; it ran on an H200
 (docs/verification.md, tools/h200_cuda_export.py) and its program is kept in

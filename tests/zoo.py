@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from executorch_tensorrt.models import CosErfinvTanh
+
 
 # -- models -------------------------------------------------------------------
 class MLP(nn.Module):
@@ -236,6 +238,8 @@ ZOO: list[ZooEntry] = [
     ZooEntry("argmax_topk", ArgmaxTopkHead, _randn(4, 32)),
     ZooEntry("elementwise", ElementwiseMath, _randn(4, 64)),
     ZooEntry("multi_output", MultiOutput, _randn(4, 16)),
+    # erfinv: no torchlib translation and no PyPI runtime kernel (aot/onnx_extra_ops.py).
+    ZooEntry("cos_erfinv_tanh", CosErfinvTanh, _randn(4, 64)),
 ]
 
 BY_NAME = {e.name: e for e in ZOO}

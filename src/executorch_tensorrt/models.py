@@ -55,7 +55,8 @@ class BitwiseMix(nn.Module):
 
 
 class CosErfinvTanh(nn.Module):
-    """cos(erfinv(tanh(x))): the PyPI runtime has no erfinv kernel."""
+    """cos(erfinv(tanh(x))): the PyPI runtime has no erfinv kernel, and torch's
+    ONNX exporter no translation for it; aot/onnx_extra_ops.py gives TensorRT one."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cos(torch.erfinv(torch.tanh(x)))

@@ -41,13 +41,23 @@ def cnn(exported) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def python_runner_output(cnn) -> str:
-    proc = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "run", str(cnn)],
+def python_runner(path: Path) -> str:
+    proc = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "run", str(path)],
                           capture_output=True, text=True, env=child_env(**FALLBACK), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("output[0] shape=["), proc.stdout
     return proc.stdout
+
+
+def verify(path: Path, printed: str, tolerance: str = "1e-4") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "verify", str(path),
+                           "-", "--tolerance", tolerance], input=printed, capture_output=True,
+                          text=True, env=child_env(), timeout=300)
+
+
+@pytest.fixture(scope="module")
+def python_runner_output(cnn) -> str:
+    return python_runner(cnn)
 
 
 def run(runner: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -66,6 +76,22 @@ def test_runner_matches_python_runner(runner, cnn, python_runner_output):
     assert proc.stdout == python_runner_output, (proc.stdout, python_runner_output, proc.stderr)
     # The values came through the embedded interpreter's onnxruntime executor.
     assert "running TensorRT partitions with onnxruntime" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("name", ["cnn", "erfinv"])
+def test_runner_output_verifies_against_eager(runner, exported, name):
+    """The issue's two programs: cos(erfinv(tanh(x))) runs because TensorRT
+    takes erfinv (the PyPI runtime has no kernel for it)."""
+    _, _, path = exported(name)
+    proc = run(runner, "--model_path", str(path), **FALLBACK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == python_runner(path), proc.stdout
+    checked = verify(path, proc.stdout)
+    assert checked.returncode == 0 and checked.stdout.startswith("OK"), checked.stdout + checked.stderr
+    # verify can fail: a value off by more than the tolerance.
+    first = proc.stdout.split("values: ", 1)[1].split(",", 1)[0]
+    wrong = proc.stdout.replace(first, f"{float(first) + 0.01:.4f}", 1)
+    assert verify(path, wrong).returncode == 1
 
 
 def test_runner_method_option(runner, cnn, python_runner_output):
@@ -164,7 +190,5 @@ def test_resident_program_on_a_gpu(runner, resident_cnn):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for what in ("input 0", "output 0"):
         assert f"note: {what} is in cuda:0 memory" in proc.stderr, proc.stderr
-    verify = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "verify",
-                             str(resident_cnn), "-", "--tolerance", "1e-4"], input=proc.stdout,
-                            capture_output=True, text=True, env=child_env(), timeout=300)
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    checked = verify(resident_cnn, proc.stdout)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

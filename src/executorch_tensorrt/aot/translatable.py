@@ -2,7 +2,7 @@
 
 One decomposition pass with the exporter's own table, then every op that
 remains must have a registered ONNX translation. Looking only at the edge op
-is wrong: e.g. `erfinv` decomposes to `prims.erf_inv`, which has none.
+is wrong: e.g. `digamma` decomposes to `prims.digamma`, which has none.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from torch.onnx._internal.exporter import _decomp, _registration
 
 from .onnx_export import edge_name_from_trace, quiet, tag_edge_nodes
+from .onnx_extra_ops import register_extra_ops
 
 _registry: _registration.ONNXRegistry | None = None
 
@@ -41,13 +42,15 @@ def _register_copy_ops(registry: _registration.ONNXRegistry) -> None:
 
 
 def onnx_registry() -> _registration.ONNXRegistry:
-    """torchlib's registry plus the *_copy ops, built once per process (building
-    it takes about a second, which torch.onnx.export would pay per call)."""
+    """torchlib's registry plus the *_copy ops and onnx_extra_ops, built once per
+    process (building it takes about a second, which torch.onnx.export would pay
+    per call)."""
     global _registry
     if _registry is None:
         with quiet():
             registry = _registration.ONNXRegistry.from_torchlib()
             _register_copy_ops(registry)
+            register_extra_ops(registry)
         _registry = registry
     return _registry
 
