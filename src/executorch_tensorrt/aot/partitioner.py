@@ -196,7 +196,7 @@ class TensorRTPartitioner(Partitioner):
             if node.target is operator.getitem:
                 continue
             try:
-                export_onnx(extract_partition(ep, {node.name}))
+                export_onnx(extract_partition(ep, {node.name}), self.compile_spec.precision)
             except Exception as e:  # noqa: BLE001
                 out[node.name] = f"ONNX export failed: {e}"
         return out or {n.name: f"ONNX export failed: {error}" for n in nodes}
