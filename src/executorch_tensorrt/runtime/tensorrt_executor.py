@@ -17,7 +17,7 @@ from . import abi
 from .cuda_probe import cuda_unavailable_reason
 from .engine_portability import RebuildImpossible, built_here, rebuilt_engine
 from .arguments import (
-    SCALAR_TYPE_TO_TORCH, HostViews, check_input, resize_output, split_bindings)
+    SCALAR_TYPE_TO_TORCH, Binding, HostViews, check_input, resize_output, split_bindings)
 
 
 class EngineUnavailable(RuntimeError):
@@ -79,8 +79,8 @@ class TensorRTExecutor:
             raise EngineUnavailable(f"the engine was built with {flavor or 'TensorRT'} "
                                     f"{meta.get('trt_version', '')}, and no TensorRT is "
                                     f"installed here to run or rebuild it: {e}")
-        self.device = cuda_device_or_raise(int(meta.get("device_id", 0)))
-        engine = engine_for_this_gpu(blob, self.trt, self.device)
+        device = cuda_device_or_raise(int(meta.get("device_id", 0)))
+        engine = engine_for_this_gpu(blob, self.trt, device)
         m = self.trt.module
         self.logger = collecting_logger(self.trt)
         self.runtime = m.Runtime(self.logger)
@@ -88,8 +88,24 @@ class TensorRTExecutor:
         if self.engine is None:
             raise EngineUnavailable("TensorRT could not deserialize the engine: "
                                     + ("; ".join(self.logger.messages[-3:]) or "no message"))
-        self.context = self.engine.create_execution_context()
-        self.stream = torch.cuda.Stream(self.device)
+        self.bound = BoundContext(self.engine.create_execution_context(), self.inputs,
+                                  self.outputs, device)
+
+    def execute(self, args) -> None:
+        self.bound.execute(args)
+
+
+class BoundContext:
+    """Runs a TensorRT execution context on a partition's arguments: CUDA
+    arguments are bound at their own addresses, host ones are staged through
+    device buffers (and outputs copied back), all on one stream."""
+
+    def __init__(self, context, inputs: list[Binding], outputs: list[Binding],
+                 device: torch.device):
+        self.context = context
+        self.inputs, self.outputs = inputs, outputs
+        self.device = device
+        self.stream = torch.cuda.Stream(device)
         self.views = HostViews()
         self.staging: dict[str, torch.Tensor] = {}  # device buffers for host arguments
 
@@ -105,6 +121,10 @@ class TensorRTExecutor:
 
     def execute(self, args) -> None:
         copies_back = []
+        # CUDA inputs may come from work the caller queued on the device's
+        # default stream; order the engine after it (outputs are complete on
+        # return: the stream is synchronized below).
+        self.stream.wait_stream(torch.cuda.default_stream(self.device))
         with torch.cuda.stream(self.stream):
             for i, binding in enumerate(self.inputs):
                 arg = args[i]

@@ -1,0 +1,145 @@
+"""The TensorRT executor's argument binding on a real GPU.
+
+FAKE, labelled: no GPU reachable from this project runs a TensorRT engine
+(TensorRT-RTX refuses the H200's compute capability 9.0; CI has no GPU), so
+`StandInContext` takes the place of TensorRT's IExecutionContext, and only of
+it. It records the shapes and addresses the executor binds and, on
+execute_async_v3, computes the partition `out = 2 * x + y` with PyTorch on the
+stream it is given, reading and writing the bound raw device addresses, as an
+engine would. Everything else is real: CUDA memory, the executor's stream,
+its staging of host arguments through device buffers and the copies back.
+
+Runs where CUDA PyTorch sees a GPU (it ran on the H200:
+docs/device-resident.md); skips elsewhere, saying so.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+from executorch_tensorrt.runtime import abi
+from executorch_tensorrt.runtime.arguments import split_bindings
+from executorch_tensorrt.runtime.tensorrt_executor import BoundContext
+
+SHAPE = (2, 3)
+METADATA = {"io_bindings": [
+    {"name": "x", "dtype": "float32", "shape": list(SHAPE), "is_input": True},
+    {"name": "y", "dtype": "float32", "shape": list(SHAPE), "is_input": True},
+    {"name": "out", "dtype": "float32", "shape": list(SHAPE), "is_input": False},
+]}
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs CUDA PyTorch and an NVIDIA GPU (device memory and streams)")
+
+
+def device_view(address: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """A float32 tensor over raw device memory (no copy)."""
+    class Raw:
+        __cuda_array_interface__ = {"shape": shape, "typestr": "<f4", "data": (address, False),
+                                    "version": 2, "strides": None}
+    return torch.as_tensor(Raw(), device="cuda")
+
+
+class StandInContext:
+    """FAKE IExecutionContext (see the module docstring): out = 2 * x + y."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.addresses: dict[str, int] = {}
+        self.streams: list[int] = []
+
+    def set_input_shape(self, name, shape) -> bool:
+        self.shapes[name] = tuple(shape)
+        return True
+
+    def get_tensor_shape(self, name):
+        assert name == "out"
+        return self.shapes["x"]
+
+    def set_tensor_address(self, name, address) -> bool:
+        self.addresses[name] = address
+        return True
+
+    def execute_async_v3(self, stream: int) -> bool:
+        self.streams.append(stream)
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+            x, y, out = (device_view(self.addresses[n], self.shapes["x"]) for n in ("x", "y", "out"))
+            # Slow enough that a missing wait on this stream shows up as stale output.
+            torch.cuda._sleep(1_000_000)
+            out.copy_(2 * x + y)
+        return True
+
+
+def arg(tensor: torch.Tensor, is_input: bool, keep: list) -> abi.EtrtArg:
+    """An etrt_arg as the adapter builds it, over `tensor`'s memory."""
+    sizes = (ctypes.c_int32 * tensor.dim())(*tensor.shape)
+    order = (ctypes.c_uint8 * tensor.dim())(*range(tensor.dim()))
+    keep += [tensor, sizes, order]
+    a = abi.EtrtArg()
+    a.struct_size, a.kind, a.is_input, a.dtype = ctypes.sizeof(a), abi.ETRT_ARG_TENSOR, is_input, 6
+    a.data, a.nbytes, a.ndim = tensor.data_ptr(), tensor.nbytes, tensor.dim()
+    on_gpu = tensor.device.type == "cuda"
+    a.device_type = abi.ETRT_DEVICE_CUDA if on_gpu else abi.ETRT_DEVICE_CPU
+    a.device_index = tensor.device.index or 0
+    a.sizes = ctypes.cast(sizes, ctypes.POINTER(ctypes.c_int32))
+    a.dim_order = ctypes.cast(order, ctypes.POINTER(ctypes.c_uint8))
+    return a
+
+
+def run(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor):
+    context = StandInContext()
+    inputs, outputs = split_bindings(METADATA)
+    bound = BoundContext(context, inputs, outputs, torch.device("cuda", 0))
+    keep: list = []
+    args = (abi.EtrtArg * 3)(arg(x, True, keep), arg(y, True, keep), arg(out, False, keep))
+    bound.execute(args)
+    return bound, context
+
+
+def test_device_arguments_are_bound_at_their_own_addresses():
+    x = torch.arange(6, dtype=torch.float32, device="cuda").view(SHAPE)
+    y = torch.full(SHAPE, 0.5, device="cuda")
+    out = torch.zeros(SHAPE, device="cuda")
+    bound, context = run(x, y, out)
+    assert context.addresses == {"x": x.data_ptr(), "y": y.data_ptr(), "out": out.data_ptr()}
+    assert bound.staging == {}, "a device-resident argument was staged"
+    assert context.streams == [bound.stream.cuda_stream]
+    # execute returned, so the output must be complete without any further sync.
+    assert torch.equal(out.cpu(), (2 * x + y).cpu())
+
+
+def test_host_arguments_are_staged_and_copied_back():
+    x = torch.arange(6, dtype=torch.float32).view(SHAPE)
+    y = torch.full(SHAPE, -1.0)
+    out = torch.zeros(SHAPE)
+    bound, context = run(x, y, out)
+    staged = {name: buf.data_ptr() for name, buf in bound.staging.items()}
+    assert set(staged) == {"x", "y", "out"} and context.addresses == staged
+    assert context.shapes == {"x": SHAPE, "y": SHAPE}
+    assert torch.equal(out, 2 * x + y)
+
+
+def test_mixed_arguments():
+    x = torch.ones(SHAPE, device="cuda")
+    y = torch.arange(6, dtype=torch.float32).view(SHAPE)
+    out = torch.zeros(SHAPE, device="cuda")
+    bound, context = run(x, y, out)
+    assert set(bound.staging) == {"y"}
+    assert context.addresses["x"] == x.data_ptr() and context.addresses["out"] == out.data_ptr()
+    assert torch.equal(out.cpu(), 2 * x.cpu() + y)
+
+
+def test_inputs_written_on_the_default_stream_are_waited_for():
+    """The caller's last write to an input is still queued on the default
+    stream when execute starts; the engine must see it."""
+    x = torch.zeros(SHAPE, device="cuda")
+    y = torch.zeros(SHAPE, device="cuda")
+    out = torch.zeros(SHAPE, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda._sleep(5_000_000)  # on the default stream: delays the write below
+    x.fill_(3.0)
+    run(x, y, out)
+    assert torch.equal(out.cpu(), torch.full(SHAPE, 6.0))
