@@ -181,16 +181,7 @@ def cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
-def _quiet_third_party_noise() -> None:
-    """Deprecation chatter from torch internals (triggered by executorch and
-    torchao, not by anything the user can change) buries the CLI's output."""
-    import warnings
-
-    warnings.filterwarnings("ignore", category=FutureWarning, message=r".*LeafSpec.*")
-
-
 def main(argv: list[str] | None = None) -> int:
-    _quiet_third_party_noise()
     from .models import EXAMPLES
 
     parser = argparse.ArgumentParser(prog="executorch-tensorrt",

@@ -109,7 +109,10 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     t1 = time.perf_counter()
     if progress:
         progress("partitioning and building TensorRT engines...")
-    with progress_to(progress):
+    with progress_to(progress), warnings.catch_warnings():
+        # torch's pytree deprecation, raised where torch.export deep-copies
+        # treespecs while ExecuTorch lowers: nothing a caller can act on.
+        warnings.filterwarnings("ignore", category=FutureWarning, message=r".*LeafSpec.*")
         edge = to_edge_transform_and_lower(
             programs, partitioner=[trt_partitioner, *partitioners],
             # Non-core ATen ops (erfinv, ...) must get through to be reported below.
