@@ -398,22 +398,21 @@ int main(int argc, char** argv) {
     // A device output is copied into a host tensor of the same layout to print it.
     OwnedTensor host;
     if (t.device_type() != DeviceType::CPU) {
-      const Tensor& result = out.toTensor();
-      host.sizes.assign(result.sizes().begin(), result.sizes().end());
-      host.dim_order.assign(result.dim_order().begin(), result.dim_order().end());
-      host.strides.assign(result.strides().begin(), result.strides().end());
-      host.data.assign(result.nbytes() + 1, 0);
-      err = executorch::runtime::get_device_allocator(result.device_type())
-                ->copy_device_to_host(host.data.data(), result.const_data_ptr(), result.nbytes(),
-                                      result.device_index());
+      host.sizes.assign(t.sizes().begin(), t.sizes().end());
+      host.dim_order.assign(t.dim_order().begin(), t.dim_order().end());
+      host.strides.assign(t.strides().begin(), t.strides().end());
+      host.data.assign(t.nbytes() + 1, 0);
+      err = executorch::runtime::get_device_allocator(t.device_type())
+                ->copy_device_to_host(host.data.data(), t.const_data_ptr(), t.nbytes(),
+                                      t.device_index());
       if (err != Error::Ok) {
         print_error("cannot copy output " + std::to_string(i) + " from " +
-                        device_name(result.device_type(), result.device_index()),
+                        device_name(t.device_type(), t.device_index()),
                     err);
         return 1;
       }
       host.impl = std::make_unique<TensorImpl>(
-          result.scalar_type(), result.dim(), host.sizes.data(), host.data.data(),
+          t.scalar_type(), t.dim(), host.sizes.data(), host.data.data(),
           host.dim_order.data(), host.strides.data());
       t = Tensor(host.impl.get());
     }

@@ -46,7 +46,6 @@ def _ones_inputs(method) -> list:
 
 
 def _torch_dtype(code: int):
-
     from .runtime.arguments import SCALAR_TYPE_TO_TORCH
 
     if code not in SCALAR_TYPE_TO_TORCH:

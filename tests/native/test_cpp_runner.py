@@ -18,6 +18,7 @@ import pytest
 
 from test_cmake_package import (ROUTES, REPO, child_env, cmake_for, configure_and_build,
                                 needed, prefix_path_args)
+from test_expected_verify import verify
 
 RUNNER_SRC = REPO / "examples" / "cpp_runner"
 FALLBACK = {"EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime"}
@@ -47,12 +48,6 @@ def python_runner(path: Path) -> str:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("output[0] shape=["), proc.stdout
     return proc.stdout
-
-
-def verify(path: Path, printed: str, tolerance: str = "1e-4") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "verify", str(path),
-                           "-", "--tolerance", tolerance], input=printed, capture_output=True,
-                          text=True, env=child_env(), timeout=300)
 
 
 @pytest.fixture(scope="module")

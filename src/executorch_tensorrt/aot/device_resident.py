@@ -63,8 +63,9 @@ def _describe(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
     if node.op == "output":
         return "the method's outputs"
     if node.op == "call_function" and node.target is executorch_call_delegate:
-        if _cuda_delegate(gm, node) is not None:
-            return f"a {_cuda_delegate(gm, node)} delegate on CUDA"
+        backend = _cuda_delegate(gm, node)
+        if backend is not None:
+            return f"a {backend} delegate on CUDA"
         lowered = getattr(gm, node.args[0].target, None)
         return f"a {getattr(lowered, 'backend_id', 'unknown')} delegate with no CUDA target"
     if node.op == "placeholder":

@@ -7,6 +7,7 @@ memory planning keeps addresses stable between calls.
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass
 
 import torch
@@ -91,6 +92,16 @@ def resize_output(arg: abi.EtrtArg, shape: tuple[int, ...], binding: Binding) ->
                             "memory plan holds a smaller upper bound")
 
 
+def checked_nbytes(arg: abi.EtrtArg, shape: tuple[int, ...], where: str = "") -> int:
+    """Bytes a tensor of `shape` and the argument's dtype needs; raises if the
+    argument's buffer (`where`: e.g. "CUDA ") is smaller."""
+    nbytes = math.prod(shape) * SCALAR_TYPE_TO_TORCH[arg.dtype].itemsize
+    if nbytes > arg.nbytes:
+        raise ArgumentError(f"tensor of shape {list(shape)} needs {nbytes} bytes, "
+                            f"its {where}buffer holds {arg.nbytes}")
+    return nbytes
+
+
 class HostViews:
     """Cached zero-copy torch views of host argument memory."""
 
@@ -104,18 +115,12 @@ class HostViews:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        numel = 1
-        for d in shape:
-            numel *= d
-        nbytes = numel * dtype.itemsize
-        if nbytes > arg.nbytes:
-            raise ArgumentError(f"tensor of shape {list(shape)} needs {nbytes} bytes, "
-                                f"its buffer holds {arg.nbytes}")
+        nbytes = checked_nbytes(arg, shape)
         if nbytes == 0:
             tensor = torch.empty(shape, dtype=dtype)
         else:
             buffer = (ctypes.c_uint8 * nbytes).from_address(arg.data)
-            tensor = torch.frombuffer(buffer, dtype=dtype, count=numel).view(shape)
+            tensor = torch.frombuffer(buffer, dtype=dtype, count=math.prod(shape)).view(shape)
         if len(self._cache) > 64:
             self._cache.clear()
         self._cache[key] = tensor

@@ -9,6 +9,7 @@ driver API, which it says once on stderr.
 from __future__ import annotations
 
 import ctypes
+import math
 import sys
 import threading
 
@@ -20,7 +21,8 @@ from ..blob import Blob
 from . import abi
 from .onnx_upcast import upcast_to_fp32
 from .arguments import (
-    SCALAR_TYPE_TO_TORCH, ArgumentError, HostViews, check_input, resize_output, split_bindings)
+    SCALAR_TYPE_TO_TORCH, ArgumentError, HostViews, check_input, checked_nbytes, resize_output,
+    split_bindings)
 from .cuda_probe import cuda_unavailable_reason
 
 
@@ -92,19 +94,13 @@ class CudaStaging:
 
 
 def _check_device_arg(arg: abi.EtrtArg, shape) -> None:
-    numel = 1
-    for d in shape:
-        numel *= d
-    nbytes = numel * SCALAR_TYPE_TO_TORCH[arg.dtype].itemsize
-    if nbytes and not arg.data:
+    if math.prod(shape) and not arg.data:
         raise ArgumentError(
             "this argument is a device-resident "
             f"{'input' if arg.is_input else 'output'} with no memory: ExecuTorch plans none for "
             "a device-resident program's inputs and outputs, so the caller must pass CUDA "
             "buffers (set_input with a CUDA tensor, set_output_data_ptr for outputs)")
-    if nbytes > arg.nbytes:
-        raise ArgumentError(f"tensor of shape {list(shape)} needs {nbytes} bytes, its CUDA "
-                            f"buffer holds {arg.nbytes}")
+    checked_nbytes(arg, shape, "CUDA ")
 
 
 _NP_DTYPES = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32,

@@ -8,6 +8,8 @@ onnxruntime executor (arguments.py).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..aot.tensorrt_import import collecting_logger, load_tensorrt
@@ -111,9 +113,7 @@ class BoundContext:
 
     def _device_buffer(self, name: str, shape, dtype) -> torch.Tensor:
         buf = self.staging.get(name)
-        numel = 1
-        for d in shape:
-            numel *= d
+        numel = math.prod(shape)
         if buf is None or buf.numel() < numel or buf.dtype != dtype:
             buf = torch.empty(max(numel, 1), dtype=dtype, device=self.device)
             self.staging[name] = buf
