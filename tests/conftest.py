@@ -26,7 +26,7 @@ def no_fallback(monkeypatch):
 def exported(tmp_path_factory):
     """Exports each built-in example once per session: name -> (model, inputs, path)."""
     import executorch_tensorrt
-    from executorch_tensorrt.models import example
+    from executorch_tensorrt.tools.models import example
 
     out = tmp_path_factory.mktemp("exported")
     cache: dict = {}

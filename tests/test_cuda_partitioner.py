@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from executorch_tensorrt.program_info import read_program
+from executorch_tensorrt.tools.program_info import read_program
 
 H200_PROGRAM = Path(__file__).parent / "data" / "erfinv_cuda_h200.pte"
 
@@ -52,7 +52,7 @@ def test_a_program_for_another_runtime_is_flagged():
 
     from executorch_tensorrt.aot.runtime_kernels import (
         RuntimeMismatchWarning, check_runtime_kernels)
-    from executorch_tensorrt.program_info import describe_program
+    from executorch_tensorrt.tools.program_info import describe_program
 
     program = deserialize_pte_binary(H200_PROGRAM.read_bytes()).program
     with pytest.warns(RuntimeMismatchWarning, match="CudaBackend.*cannot run here"):

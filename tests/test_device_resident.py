@@ -24,7 +24,7 @@ from executorch_tensorrt.aot.compile_spec import TensorRTCompileSpec
 from executorch_tensorrt.aot.device_resident import target_device_spec
 from executorch_tensorrt.cli import main as cli_main
 from executorch_tensorrt.errors import ExportError
-from executorch_tensorrt.program_info import read_program
+from executorch_tensorrt.tools.program_info import read_program
 
 
 class TwoInTwoOut(torch.nn.Module):
@@ -184,7 +184,7 @@ def test_shared_input_is_named(tmp_path):
 
 
 def test_copies_inside_the_method_are_refused(tmp_path):
-    from executorch_tensorrt.models import example
+    from executorch_tensorrt.tools.models import example
 
     model, inputs = example("bitwise")  # int32 bitwise_and between TensorRT partitions
     with pytest.raises(ExportError) as e:

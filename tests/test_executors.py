@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from executorch_tensorrt.aot.tensorrt_import import load_tensorrt
+from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from executorch_tensorrt.blob import read_blob, write_blob
 from executorch_tensorrt.runtime.arguments import split_bindings
 from executorch_tensorrt.runtime.engine_portability import (

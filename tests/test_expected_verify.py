@@ -9,7 +9,7 @@ import torch
 
 import executorch_tensorrt
 from executorch_tensorrt.errors import ExportError
-from executorch_tensorrt.expected import (
+from executorch_tensorrt.tools.expected import (
     ExpectedError, read_expected, reference_outputs, write_expected)
 
 GOOD = "output[0] shape=[2,3]\n  values: 1.0000, 2.0000, 3.0000, 4.0000, 5.0000, 6.0000\n"

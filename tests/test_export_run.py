@@ -7,10 +7,10 @@ import pytest
 from executorch.runtime import Runtime
 
 import executorch_tensorrt
-from executorch_tensorrt.aot.tensorrt_import import load_tensorrt
+from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from executorch_tensorrt.errors import ExportError
-from executorch_tensorrt.models import example
-from executorch_tensorrt.program_info import read_program
+from executorch_tensorrt.tools.models import example
+from executorch_tensorrt.tools.program_info import read_program
 
 
 def run(path, inputs):
@@ -57,7 +57,7 @@ def test_engine_is_real_tensorrt_plan(exported):
     program = deserialize_pte_binary(path.read_bytes()).program
     blob = read_blob(bytes(program.backend_delegate_data[0].data))
     from executorch_tensorrt.aot.compile_spec import TensorRTCompileSpec
-    from executorch_tensorrt.aot.engine_builder import build_engine
+    from executorch_tensorrt.tensorrt.engine_builder import build_engine
 
     rebuilt = build_engine(blob.onnx, TensorRTCompileSpec(), progress=None)
     # Same plan header (magic and format version) as a fresh build.

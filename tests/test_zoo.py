@@ -13,7 +13,7 @@ import torch
 from executorch.runtime import Runtime
 
 import executorch_tensorrt
-from executorch_tensorrt.program_info import read_program
+from executorch_tensorrt.tools.program_info import read_program
 
 import zoo
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from executorch_tensorrt.models import CosErfinvTanh
+from executorch_tensorrt.tools.models import CosErfinvTanh
 
 
 # -- models -------------------------------------------------------------------

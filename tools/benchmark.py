@@ -27,7 +27,7 @@ from executorch.exir import to_edge_transform_and_lower  # noqa: E402
 from executorch.runtime import Runtime  # noqa: E402
 
 import executorch_tensorrt  # noqa: E402
-from executorch_tensorrt.models import example  # noqa: E402
+from executorch_tensorrt.tools.models import example  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

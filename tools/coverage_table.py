@@ -81,7 +81,7 @@ def onnx_vs_eager(blob, inputs, want) -> float:
 def measure(entry, out_dir: Path) -> dict:
     import executorch_tensorrt
     from executorch.runtime import Runtime
-    from executorch_tensorrt.program_info import read_program
+    from executorch_tensorrt.tools.program_info import read_program
     import zoo
 
     row: dict = {"name": entry.name, "atol": entry.atol, "floor": entry.coverage_floor}
@@ -170,7 +170,7 @@ def render(rows: list[dict], versions: dict[str, str], seconds: float) -> str:
         "TensorRT partitioner saw (`PartitionReport.ops_of`); *TensorRT ops*: those inside a "
         "TensorRT partition (`PartitionReport.partitions`).",
         "- *TRT partitions* and *ops outside TensorRT* are read back from the saved `.pte` "
-        "(`executorch_tensorrt.program_info.read_program`): the `TensorRTBackend` delegates "
+        "(`executorch_tensorrt.tools.program_info.read_program`): the `TensorRTBackend` delegates "
         "and the operator table of ops that run on ExecuTorch's portable kernels.",
         "- *Export s*: wall time of `export_program` (torch.export, partitioning with "
         "TensorRT's parser, engine builds on the CPU, serialization), on a shared machine.",

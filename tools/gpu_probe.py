@@ -19,7 +19,7 @@ os.environ.setdefault("EXECUTORCH_TENSORRT_SKIP_REGISTRATION", "1")
 def main(paths: list[str]) -> int:
     import torch
 
-    from executorch_tensorrt.aot.tensorrt_import import collecting_logger, load_tensorrt
+    from executorch_tensorrt.tensorrt.flavor import collecting_logger, load_tensorrt
     from executorch_tensorrt.blob import read_blob
     from executorch_tensorrt.runtime.cuda_probe import cuda_unavailable_reason
     from executorch_tensorrt.runtime.tensorrt_executor import EngineUnavailable, TensorRTExecutor

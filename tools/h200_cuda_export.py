@@ -24,8 +24,8 @@ def main(out: str) -> int:
     from executorch.exir.backend.compile_spec_schema import CompileSpec
 
     from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
-    from executorch_tensorrt.models import CosErfinvTanh
-    from executorch_tensorrt.program_info import format_program, read_program
+    from executorch_tensorrt.tools.models import CosErfinvTanh
+    from executorch_tensorrt.tools.program_info import format_program, read_program
 
     print("torch", torch.__version__, "GPU:", torch.cuda.get_device_name(0))
     ep = torch.export.export(CosErfinvTanh().eval(), (torch.randn(4, 8),))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def cmd_inspect(args) -> int:
-    from .program_info import device_resident_problems, format_program, read_program
+    from .tools.program_info import device_resident_problems, format_program, read_program
 
     methods = read_program(args.model)
     print(format_program(methods))
@@ -26,7 +26,7 @@ def cmd_inspect(args) -> int:
 
 def cmd_export(args) -> int:
     from .aot.export import export_program
-    from .models import example
+    from .tools.models import example
 
     model, inputs = example(args.example)
     export_program(model, inputs, args.output)
@@ -55,7 +55,7 @@ def _torch_dtype(code: int):
 
 def _read_or_none(path: Path) -> list:
     """The program's methods, or [] when it cannot be parsed (loading it then says why)."""
-    from .program_info import read_program
+    from .tools.program_info import read_program
 
     try:
         return read_program(path)
@@ -67,8 +67,8 @@ def cmd_run(args) -> int:
     import executorch_tensorrt  # noqa: F401 - registers the backend
     from executorch.runtime import Runtime
 
-    from .expected import PRINTED, format_values
-    from .program_info import device_tensors
+    from .tools.expected import PRINTED, format_values
+    from .tools.program_info import device_tensors
 
     path = Path(args.model)
     if not path.is_file():
@@ -97,7 +97,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .expected import ExpectedError, compare, expected_path, read_expected
+    from .tools.expected import ExpectedError, compare, expected_path, read_expected
 
     exp_file = Path(args.expected)
     if exp_file.suffix == ".pte":
@@ -127,9 +127,9 @@ def cmd_demo(args) -> int:
     from executorch.runtime import Runtime
 
     from .aot.export import export_program
-    from .expected import PRINTED, format_values
-    from .models import example
-    from .program_info import format_program, read_program
+    from .tools.expected import PRINTED, format_values
+    from .tools.models import example
+    from .tools.program_info import format_program, read_program
     from .runtime.executor_table import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
 
     out_dir = Path(args.out_dir)
@@ -181,7 +181,7 @@ def cmd_demo(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .models import EXAMPLES
+    from .tools.models import EXAMPLES
 
     parser = argparse.ArgumentParser(prog="executorch-tensorrt",
                                      description="TensorRT delegate for ExecuTorch")

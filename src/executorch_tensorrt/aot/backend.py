@@ -8,7 +8,7 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 from .. import blob
 from .compile_spec import TensorRTCompileSpec
-from .engine_builder import build_engine, current_progress
+from ..tensorrt.engine_builder import build_engine, current_progress
 from .onnx_export import export_onnx
 from .shapes import input_profiles
 

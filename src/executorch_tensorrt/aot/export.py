@@ -12,10 +12,10 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
-from ..expected import ExpectedError, expected_path, reference_outputs, write_expected
-from ..program_info import describe_program
+from ..tools.expected import ExpectedError, expected_path, reference_outputs, write_expected
+from ..tools.program_info import describe_program
 from . import device_resident as dr
-from .engine_builder import Progress, progress_to, stderr_progress
+from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
 from .partitioner import BACKEND_ID, PartitionReport, TensorRTPartitioner
 from .runtime_kernels import check_runtime_kernels
 

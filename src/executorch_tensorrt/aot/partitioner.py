@@ -26,12 +26,12 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from ..errors import EngineBuildError
 from . import backend as _backend  # noqa: F401 - defines TensorRTBackend for to_backend
 from .compile_spec import TensorRTCompileSpec
-from .engine_builder import (
+from ..tensorrt.engine_builder import (
     ParseFailure, Progress, build_engine, stderr_progress, unsupported_nodes)
 from .onnx_export import export_onnx, quiet
 from .partition_program import extract_partition
 from .shapes import input_profiles
-from .tensorrt_import import load_tensorrt
+from ..tensorrt.flavor import load_tensorrt
 from .translatable import aten_op, untranslatable_nodes
 
 BACKEND_ID = "TensorRTBackend"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import warnings
 
 from ..errors import ExportError
-from ..program_info import MethodInfo
+from ..tools.program_info import MethodInfo
 from .partitioner import BACKEND_ID
 
 

@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..aot.tensorrt_import import TensorRT
+from ..tensorrt.flavor import TensorRT
 from ..blob import Blob
 from ..errors import EngineBuildError
 
@@ -57,7 +57,7 @@ def rebuilt_engine(blob: Blob, trt: TensorRT, capability: str) -> bytes:
     if path.is_file():
         return path.read_bytes()
     from ..aot.compile_spec import TensorRTCompileSpec
-    from ..aot.engine_builder import build_engine, stderr_progress
+    from ..tensorrt.engine_builder import build_engine, stderr_progress
 
     if trt.is_rtx and capability not in trt.module.ComputeCapability.__members__:
         raise RebuildImpossible(f"TensorRT-RTX {trt.version} cannot build for {capability}")

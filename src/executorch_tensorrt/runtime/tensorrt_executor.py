@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ..aot.tensorrt_import import collecting_logger, load_tensorrt
+from ..tensorrt.flavor import collecting_logger, load_tensorrt
 from ..blob import Blob
 from ..errors import TensorRTNotInstalledError
 from . import abi

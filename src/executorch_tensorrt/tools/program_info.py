@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .blob import BlobError, read_blob
-from .runtime.arguments import SCALAR_TYPE_TO_TORCH
+from ..blob import BlobError, read_blob
+from ..runtime.arguments import SCALAR_TYPE_TO_TORCH
 
 
 def scalar_type_name(code: int) -> str:

@@ -20,9 +20,9 @@ from typing import Callable
 import onnx
 
 from ..errors import EngineBuildError
-from .compile_spec import TensorRTCompileSpec
-from .shapes import InputProfile
-from .tensorrt_import import TensorRT, collecting_logger, load_tensorrt
+from ..aot.compile_spec import TensorRTCompileSpec
+from ..aot.shapes import InputProfile
+from .flavor import TensorRT, collecting_logger, load_tensorrt
 
 Progress = Callable[[str], None]
 
