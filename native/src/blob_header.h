@@ -1,50 +1,38 @@
 /*
- * executorch-tensorrt: validation of the delegate's processed blob (TR01
- * layout plus extension sections). See docs/blob-format.md for the format
- * and src/executorch_tensorrt/blob.py for the writer and Python reader,
- * which accepts and rejects the same blobs as this validator.
+ * executorch-tensorrt: the adapter's check of a blob's fixed TR01 header.
  *
- *   offset 0   header, 32 bytes, little-endian:
- *              char magic[4] = "TR01"; uint32 metadata_offset;
- *              uint32 metadata_size; uint32 engine_offset (multiple of 16);
- *              uint64 engine_size; uint8 reserved[8]
- *   metadata   UTF-8 JSON object with an "io_bindings" array
- *   engine     engine_size bytes at engine_offset
- *   sections   listed in the metadata's "sections" array
- *              ({"name", "offset", "size"}), after the engine, in order,
- *              each at a multiple of 16
+ * The adapter reads no metadata field: it hands the blob to the executors,
+ * whose reader (read_blob in the Python package) parses and validates the
+ * JSON metadata and the section table. Before that, the adapter checks what
+ * any reader needs to trust first: the 32-byte little-endian header
+ * "<4sIIIQ8s" (magic, metadata offset, metadata size, engine offset aligned
+ * to 16, engine size, reserved) and that the metadata and engine regions lie
+ * inside the blob, after the header, in that order, without overlapping.
+ * The constants come from the Python format module (etrt_blob_constants.h,
+ * generated at build time); see docs/blob-format.md.
  */
 #ifndef EXECUTORCH_TENSORRT_BLOB_HEADER_H
 #define EXECUTORCH_TENSORRT_BLOB_HEADER_H
 
-#include <stdint.h>
+#include <cstddef>
+#include <cstdint>
 
-#define ETRT_BLOB_MAGIC "TR01"
-#define ETRT_BLOB_HEADER_SIZE 32u
-#define ETRT_BLOB_ALIGNMENT 16u
-/* Metadata JSON may nest at most this many arrays/objects. */
-#define ETRT_BLOB_MAX_JSON_DEPTH 64
-/* The top-level object and each io_bindings / sections entry may hold at
- * most this many keys, none of them twice. */
-#define ETRT_BLOB_MAX_OBJECT_KEYS 128
+namespace etrt {
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+struct BlobHeader {
+  uint64_t metadata_offset;
+  uint64_t metadata_size;
+  uint64_t engine_offset;
+  uint64_t engine_size;
+};
 
-/* Validates a blob: header fields, bounds (overflow-safe), alignment,
- * non-overlap of header/metadata/engine/sections, strict JSON metadata
- * whose top level is an object with a well-formed "io_bindings" array, and
- * the "sections" table if present. Reads only data[0, size).
- * Returns 0 if valid; otherwise non-zero, and writes a NUL-terminated
- * reason into err (truncated to err_len bytes; err may be NULL or err_len
- * 0). Never allocates, never throws. Declared identically in
- * <executorch_tensorrt/executor_table.h>. */
-int32_t etrt_validate_blob(const void* data, uint64_t size, char* err,
-                           uint64_t err_len);
+/* Parses and checks the header of data[0, size). Returns true and fills *out
+ * if it is sound; otherwise false with a NUL-terminated reason in
+ * err[0, err_len) (err may be NULL when err_len is 0). Reads nothing outside
+ * data[0, size); never allocates. */
+bool parse_blob_header(const void* data, uint64_t size, BlobHeader* out,
+                       char* err, size_t err_len);
 
-#ifdef __cplusplus
-}
-#endif
+} // namespace etrt
 
 #endif

@@ -4,10 +4,11 @@
  * Which Python: the one of the environment the adapter is installed in, so
  * the interpreter sees exactly the packages `python -c "import
  * executorch_tensorrt"` would see there:
- *   1. $EXECUTORCH_TENSORRT_PYTHON (a python executable), else
- *   2. <prefix>/bin/pythonX.Y (or python3) of the environment whose
- *      <prefix>/lib/pythonX.Y/site-packages holds this adapter, else
- *   3. python3 on PATH.
+ *   1. $EXECUTORCH_TENSORRT_PYTHON (the path of a python executable), else
+ *   2. <prefix>/bin/pythonX.Y (or python3, python) of the environment whose
+ *      <prefix>/lib/pythonX.Y/site-packages holds this adapter.
+ * Never PATH: with an empty entry (the current directory) in it, a search
+ * could run whatever program called python3 sits where the process runs.
  * That executable is run once (popen) to report its version, sys.path,
  * whether it has a shared libpython and where (sysconfig LIBDIR, LDLIBRARY,
  * INSTSONAME, MULTIARCH). Asking the interpreter at run time rather than
@@ -187,50 +188,73 @@ struct PythonChoice {
   std::string why; // for messages: how it was chosen
 };
 
+/* An executable python at <prefix>/bin of the environment whose
+ * <prefix>/lib/pythonX.Y/site-packages holds the adapter; "" with the paths
+ * tried in *tried otherwise. */
+std::string environment_python(const std::string& site_packages, std::string* tried) {
+  const std::string version = python_version_of(site_packages);
+  if (version.empty()) {
+    return "";
+  }
+  const std::string prefix = dirname_of(dirname_of(dirname_of(site_packages)));
+  for (const std::string& name : {"python" + version, std::string("python3"), std::string("python")}) {
+    const std::string candidate = prefix + "/bin/" + name;
+    if (is_executable_file(candidate)) {
+      return candidate;
+    }
+    *tried += (tried->empty() ? "" : ", ") + candidate;
+  }
+  return "";
+}
+
+/* Which Python to embed: the explicit setting, else the environment the
+ * adapter is installed in. Never PATH: a search there (where an empty entry
+ * means the current directory) could run any program called python3. */
 bool choose_python(const std::string& site_packages, PythonChoice* out, std::string* error) {
   const char* env = std::getenv(kPythonEnv);
   if (env != nullptr && env[0] != '\0') {
-    if (!is_executable_file(env)) {
+    std::string path = env;
+    if (path.find('/') == std::string::npos) {
+      *error = std::string(kPythonEnv) + "=" + path + " is a name, not a path; the adapter "
+          "never searches PATH for Python. Set it to the path of the python executable of the "
+          "environment executorch-tensorrt is installed in";
+      return false;
+    }
+    if (path[0] != '/') {
+      char cwd[PATH_MAX];
+      if (::getcwd(cwd, sizeof(cwd)) != nullptr) {
+        path = std::string(cwd) + "/" + path;
+      }
+    }
+    if (!is_executable_file(path)) {
       *error = std::string(kPythonEnv) + "=" + env +
           " is not an executable file; point it at the python executable of the "
           "environment executorch-tensorrt is installed in";
       return false;
     }
-    *out = {env, std::string("from ") + kPythonEnv};
+    *out = {path, std::string("set by ") + kPythonEnv};
     return true;
   }
-  const std::string version = python_version_of(site_packages);
-  if (!version.empty()) {
-    // <prefix>/lib/pythonX.Y/site-packages -> <prefix>/bin/...
-    const std::string prefix = dirname_of(dirname_of(dirname_of(site_packages)));
-    for (const std::string& name : {"python" + version, std::string("python3"), std::string("python")}) {
-      const std::string candidate = prefix + "/bin/" + name;
-      if (is_executable_file(candidate)) {
-        *out = {candidate, "the interpreter of the environment that holds " + site_packages};
-        return true;
-      }
-    }
+  std::string tried;
+  const std::string python = environment_python(site_packages, &tried);
+  if (!python.empty()) {
+    *out = {python, "the interpreter of the environment that holds " + site_packages};
+    return true;
   }
-  const char* path = std::getenv("PATH");
-  std::string rest = path != nullptr ? path : "";
-  while (true) {
-    const size_t colon = rest.find(':');
-    const std::string dir = rest.substr(0, colon);
-    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/python3";
-    if (is_executable_file(candidate)) {
-      *out = {candidate, "python3 on PATH"};
-      return true;
-    }
-    if (colon == std::string::npos) {
-      break;
-    }
-    rest = rest.substr(colon + 1);
+  std::string where;
+  if (site_packages.empty()) {
+    where = "the adapter is not installed in a Python environment (it is not at "
+            "<prefix>/lib/pythonX.Y/site-packages/executorch_tensorrt/lib/)";
+  } else if (tried.empty()) {
+    where = "the adapter's site-packages " + site_packages +
+        " is not <prefix>/lib/pythonX.Y/site-packages, so its interpreter is unknown";
+  } else {
+    where = "the environment that holds the adapter (" + site_packages +
+        ") has no python executable (tried " + tried + ")";
   }
-  *error = std::string("no Python interpreter found: ") + kPythonEnv +
-      " is not set, the adapter is not inside a Python environment's "
-      "site-packages (" + (site_packages.empty() ? std::string("not installed as a wheel") : site_packages) +
-      "), and there is no python3 on PATH. Set " + kPythonEnv +
-      "=/path/to/python of the environment executorch-tensorrt is installed in";
+  *error = std::string("no Python interpreter to embed: ") + kPythonEnv + " is not set and " +
+      where + ". Set " + kPythonEnv + "=/path/to/python of the environment executorch-tensorrt "
+      "is installed in (the adapter never searches PATH)";
   return false;
 }
 
@@ -424,6 +448,7 @@ EmbeddedStart start_embedded_python(const std::string& adapter_path, std::string
   }
   Probe probe;
   if (!run_probe(choice.executable, &probe, error)) {
+    *error = "using " + choice.executable + " (" + choice.why + "): " + *error;
     return EmbeddedStart::kFailed;
   }
   const std::string where = choice.executable + " (" + choice.why + ", Python " + probe.version + ")";

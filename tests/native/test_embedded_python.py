@@ -128,9 +128,9 @@ def consumer(tmp_path_factory) -> Path:
     return base / "build" / "consumer"
 
 
-def available(consumer: Path, **env: str) -> tuple[bool, str, str]:
+def available(consumer: Path, cwd: Path | None = None, **env: str) -> tuple[bool, str, str]:
     proc = subprocess.run([str(consumer), "available"], capture_output=True, text=True,
-                          env=child_env(**env), timeout=300)
+                          env=child_env(**env), cwd=cwd, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
     return lines["available"] == "1", lines["last_error"], proc.stderr
@@ -199,7 +199,36 @@ def test_no_python_found(consumer, tmp_path):
     copy = deploy_copy(tmp_path / "deploy")
     ok, err, _ = available(consumer, LD_LIBRARY_PATH=str(copy.parent), PATH=str(tmp_path))
     assert not ok
-    assert "no Python interpreter found" in err and "EXECUTORCH_TENSORRT_PYTHON" in err, err
+    assert "no Python interpreter to embed: EXECUTORCH_TENSORRT_PYTHON is not set and the " \
+        "adapter is not installed in a Python environment" in err, err
+    assert "never searches PATH" in err, err
+
+
+def _fake_python(directory: Path) -> Path:
+    """An executable called python3 that leaves a mark if anything runs it."""
+    marker = directory / "fake-python-ran"
+    fake = directory / "python3"
+    fake.write_text(f"#!/bin/sh\ntouch '{marker}'\nexit 1\n")
+    fake.chmod(0o755)
+    return marker
+
+
+def test_path_is_never_searched(consumer, tmp_path):
+    """PATH with an empty entry (the current directory) and a python3 there:
+    the adapter outside any environment must not run it, whether it looks on
+    its own or is given the bare name."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    marker = _fake_python(work)
+    copy = deploy_copy(tmp_path / "deploy")
+    ok, err, _ = available(consumer, cwd=work, LD_LIBRARY_PATH=str(copy.parent),
+                           PATH=f":{tmp_path / 'nonexistent'}")
+    assert not ok and "no Python interpreter to embed" in err, err
+    ok, err, _ = available(consumer, cwd=work, LD_LIBRARY_PATH=str(copy.parent),
+                           PATH=":", EXECUTORCH_TENSORRT_PYTHON="python3")
+    assert not ok
+    assert "EXECUTORCH_TENSORRT_PYTHON=python3 is a name, not a path" in err, err
+    assert not marker.exists(), "the adapter ran python3 found through PATH"
 
 
 def test_package_not_importable(consumer, tmp_path):
@@ -217,14 +246,25 @@ def test_package_not_importable(consumer, tmp_path):
 
 
 def test_python_version_mismatch(consumer, tmp_path):
-    """The adapter sits in a pythonX.Y site-packages the interpreter found does not match."""
-    lib = tmp_path / "env" / "lib" / "python3.99" / "site-packages" / "executorch_tensorrt" / "lib"
-    copy = deploy_copy(lib)
-    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
-    ok, err, _ = available(consumer, LD_LIBRARY_PATH=str(copy.parent), PATH=path)
+    """The adapter sits in a pythonX.Y site-packages whose environment's python
+    is another version: the error names both and the setting to use."""
+    env = tmp_path / "env"
+    copy = deploy_copy(env / "lib" / "python3.99" / "site-packages" / "executorch_tensorrt" / "lib")
+    (env / "bin").mkdir()
+    (env / "bin" / "python3.99").symlink_to(sys.executable)
+    ok, err, _ = available(consumer, LD_LIBRARY_PATH=str(copy.parent), PATH="/nonexistent")
     assert not ok
     assert "executorch_tensorrt is installed for Python 3.99 in" in err, err
+    assert f"{env / 'bin' / 'python3.99'} (the interpreter of the environment that holds" in err, err
     assert "set EXECUTORCH_TENSORRT_PYTHON" in err, err
+
+
+def test_environment_without_python(consumer, tmp_path):
+    env = tmp_path / "env"
+    copy = deploy_copy(env / "lib" / "python3.99" / "site-packages" / "executorch_tensorrt" / "lib")
+    ok, err, _ = available(consumer, LD_LIBRARY_PATH=str(copy.parent), PATH="/nonexistent")
+    assert not ok
+    assert "has no python executable (tried " in err and f"{env}/bin/python3.99" in err, err
 
 
 def test_skip_registration_set(consumer):
