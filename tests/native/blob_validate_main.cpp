@@ -1,5 +1,6 @@
-// Standalone driver for etrt_validate_blob (native/src/blob_header.cpp),
-// built by tests/test_blob.py with -fsanitize=address,undefined.
+// Standalone driver for etrt_validate_blob (native/src/blob_header.cpp, the
+// adapter's TR01 header check), built by tests/native/test_blob_header.py
+// with -fsanitize=address,undefined.
 //
 //   blob_validate_main FILE...   validate each file; prints "OK" or "ERR <reason>"
 //   blob_validate_main -         read records from stdin: an 8-byte

@@ -3,8 +3,12 @@ TensorRTBackend through libadapter_driver.so (which calls init/execute/
 destroy exactly as an ExecuTorch Method does) with a tiny executor table
 written in Python with ctypes, and reports each scenario's outcome as JSON.
 
-Environment: EXECUTORCH_TENSORRT_ADAPTER (the adapter under test) and
-ETRT_TEST_DRIVER (libadapter_driver.so).
+The last scenario loads a real exported program through executorch.runtime
+with the package's own executors.
+
+Environment: EXECUTORCH_TENSORRT_ADAPTER (the adapter under test),
+ETRT_TEST_DRIVER (libadapter_driver.so) and ETRT_TEST_PTE (a program with a
+TensorRT partition, exported by the parent).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import traceback
 
 # Load the adapter ourselves, without the package's own executors.
@@ -288,6 +293,7 @@ def scenario_executor_init_error():
     rc, _, _, err = init()
     assert rc == INCOMPATIBLE
     assert "returned error 0x30 without recording a cause" in err, err
+    assert "SM89" not in _native.last_error(), "the cause of an earlier call leaked into this one"
 
 
 def scenario_executor_execute_error():
@@ -360,12 +366,95 @@ def scenario_last_error_and_validate():
     assert _native.validate_blob(BLOB[:20])
 
 
+def scenario_last_error_is_scoped_to_the_call():
+    """A failing init, then successful calls: each call starts and ends with
+    no stale cause."""
+    ex = Executors()
+    install(ex)
+    rc, handle, _, _ = init()
+    assert rc == OK
+    install(Executors(init_error=INCOMPATIBLE, init_message="engine built for SM89"))
+    rc, _, _, _ = init()
+    assert rc == INCOMPATIBLE and _native.last_error() == "engine built for SM89"
+    rc, _, _, err = execute(handle, [1.0], 1, cap=4)
+    assert rc == OK, err
+    assert _native.last_error() == "", _native.last_error()
+    # An executor that records something and still succeeds leaves nothing either.
+    ex.execute_message = "a note, not a failure"
+    _native.set_last_error("stale")
+    rc, _, _, _ = execute(handle, [1.0], 1, cap=4)
+    assert rc == OK and _native.last_error() == "", _native.last_error()
+    install(ex)
+    assert drv.drv_is_available() == 1 and _native.last_error() == ""
+    drv.drv_destroy(handle)
+
+
+def scenario_last_error_is_per_thread():
+    """Like errno: a failure on one thread does not replace another thread's cause."""
+    install(Executors(init_error=INCOMPATIBLE, init_message="failed on the worker"))
+    _native.set_last_error("main thread's cause")
+    seen = []
+
+    def worker():
+        rc, _, _, _ = init()
+        seen.append((rc, _native.last_error()))
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen == [(INCOMPATIBLE, "failed on the worker")], seen
+    assert _native.last_error() == "main thread's cause", _native.last_error()
+
+
+def _ones(method):
+    import torch
+
+    meta = method.metadata
+    return [torch.ones(list(meta.input_tensor_meta(i).sizes()))
+            for i in range(meta.num_inputs())]
+
+
+def scenario_real_runtime_last_error():
+    """Through executorch.runtime with the package's executors: a load that
+    fails (no GPU, fallback not allowed) records its cause; a later successful
+    execute, and a failure ExecuTorch raises itself, leave no stale cause."""
+    from executorch.runtime import Runtime
+
+    from executorch_tensorrt.runtime import executor_table
+
+    executor_table.install()
+    runtime, pte = Runtime.get(), os.environ["ETRT_TEST_PTE"]
+    os.environ["EXECUTORCH_TENSORRT_FALLBACK"] = "onnxruntime"
+    method = runtime.load_program(pte).load_method("forward")
+    inputs = _ones(method)
+    del os.environ["EXECUTORCH_TENSORRT_FALLBACK"]
+    with StderrCapture():
+        try:  # a second program: a Program caches the methods it loaded
+            runtime.load_program(pte).load_method("forward")
+        except Exception:
+            pass
+        else:
+            raise AssertionError("loaded without a GPU and without the fallback")
+    cause = _native.last_error()
+    assert "EXECUTORCH_TENSORRT_FALLBACK" in cause, cause
+    method.execute(inputs)
+    assert _native.last_error() == "", _native.last_error()
+    with StderrCapture():
+        try:
+            method.execute(inputs + inputs)  # wrong arity: ExecuTorch refuses it itself
+        except Exception:
+            pass
+        else:
+            raise AssertionError("ExecuTorch accepted twice the inputs")
+    assert _native.last_error() == "", _native.last_error()
+
+
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items()
              if name.startswith("scenario_")}
 
 
 def main() -> None:
-    results = {}
+    results = {}  # every scenario that ran, in order, with "ok" or its traceback
     for name, fn in SCENARIOS.items():
         try:
             fn()

@@ -1,0 +1,331 @@
+"""The adapter's blob check (native/src/blob_header.cpp, etrt_validate_blob).
+
+The adapter checks only the fixed TR01 header and that the metadata and
+engine regions lie inside the blob; the Python reader (read_blob, tested in
+tests/test_blob.py) validates the metadata where it is used. Here:
+
+- the constants come from the Python format module through
+  native/cmake/gen_blob_constants.py, for both layouts (blob.py, blob/);
+- each header fault is rejected with a message naming it, and blobs with a
+  sound header pass whatever their metadata holds;
+- the C++ check never accepts what read_blob's header checks reject, and
+  never rejects what read_blob accepts (differential, on random mutations);
+- the same check, built with AddressSanitizer and UBSan, runs over valid,
+  malformed and randomly mutated headers; any sanitizer report fails.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from executorch_tensorrt import blob
+from executorch_tensorrt.blob import BlobError, read_blob, write_blob
+
+REPO = Path(__file__).resolve().parents[2]
+NATIVE = REPO / "native"
+GENERATOR = NATIVE / "cmake" / "gen_blob_constants.py"
+CHECK_CPP = NATIVE / "src" / "blob_header.cpp"
+DRIVER_CPP = Path(__file__).resolve().parent / "blob_validate_main.cpp"
+PACKAGE_SRC = REPO / "src" / "executorch_tensorrt"
+# The CMake default: the package directory blob/ if there is one, else blob.py.
+FORMAT_SOURCE = PACKAGE_SRC / "blob" if (PACKAGE_SRC / "blob").is_dir() else PACKAGE_SRC / "blob.py"
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+FMT = blob.HEADER_FORMAT
+
+
+def _compiler() -> str:
+    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.fail("no C++ compiler (g++, c++ or clang++) on PATH: the blob check cannot be tested")
+    return cxx
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True)
+
+
+def _compile(args: list) -> None:
+    proc = _run([_compiler(), "-std=c++17", "-g", "-Wall", "-Wextra", "-Werror", *args])
+    assert proc.returncode == 0, f"{' '.join(map(str, args))}\n{proc.stdout}\n{proc.stderr}"
+
+
+def _generate(source: Path, out_dir: Path) -> subprocess.CompletedProcess:
+    import sys
+
+    return _run([sys.executable, GENERATOR, source, out_dir / "etrt_blob_constants.h"])
+
+
+@pytest.fixture(scope="module")
+def includes(tmp_path_factory) -> list[str]:
+    gen = tmp_path_factory.mktemp("blob_constants")
+    proc = _generate(FORMAT_SOURCE, gen)
+    assert proc.returncode == 0, proc.stderr
+    return ["-I", str(NATIVE / "include"), "-I", str(NATIVE / "src"), "-I", str(gen)]
+
+
+@pytest.fixture(scope="module")
+def cpp_check(includes, tmp_path_factory):
+    """etrt_validate_blob through ctypes: None if accepted, else the reason."""
+    out = tmp_path_factory.mktemp("blob_cpp") / "libetrt_blob_check.so"
+    _compile(["-O1", "-shared", "-fPIC", *includes, "-o", out, CHECK_CPP])
+    fn = ctypes.CDLL(str(out)).etrt_validate_blob
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint64]
+    fn.restype = ctypes.c_int32
+
+    def check(data: bytes) -> str | None:
+        err = ctypes.create_string_buffer(b"stale", 512)
+        rc = fn(ctypes.create_string_buffer(data, len(data)) if data else None, len(data), err,
+                len(err))
+        if rc == 0:
+            assert err.value == b"", "an accepted blob left a message"
+            return None
+        assert err.value, "rejected without a reason"
+        return err.value.decode()
+
+    check.fn = fn
+    return check
+
+
+def _run_sanitized(binary: Path, blobs: list[bytes]) -> list[str | None]:
+    """Runs the driver over the blobs in one process; fails on any sanitizer report."""
+    stdin = b"".join(struct.pack("<Q", len(b)) + b for b in blobs)
+    proc = subprocess.run([str(binary), "-"], input=stdin, capture_output=True, timeout=600)
+    stderr = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 0 and "Sanitizer" not in stderr and "runtime error" not in stderr, (
+        f"sanitized blob check failed (rc={proc.returncode}):\n{stderr[-4000:]}")
+    lines = proc.stdout.decode("utf-8", "replace").splitlines()
+    assert len(lines) == len(blobs), (len(lines), len(blobs))
+    return [None if line == "0" else line[2:] for line in lines]
+
+
+@pytest.fixture(scope="module")
+def sanitized(includes, tmp_path_factory):
+    out = tmp_path_factory.mktemp("blob_asan") / "blob_validate_main"
+    _compile(["-O1", *SANITIZE, *includes, "-o", out, DRIVER_CPP, CHECK_CPP])
+    return lambda blobs: _run_sanitized(out, blobs)
+
+
+def py_check(data: bytes) -> str | None:
+    try:
+        read_blob(data)
+    except BlobError as e:
+        return str(e)
+    return None
+
+
+# ------------------------------------------------------------------ blobs
+
+ENGINE = bytes(range(256)) * 2
+GOOD = write_blob(ENGINE, {"io_bindings": [
+    {"name": "x", "dtype": "float32", "shape": [1, 3], "is_input": True},
+    {"name": "y", "dtype": "float32", "shape": [1, 3], "is_input": False}]}, b"onnx" * 9)
+_, MO, MS, EO, ES, RES = struct.unpack_from(FMT, GOOD)
+
+
+def header(data: bytes = GOOD, **fields) -> bytes:
+    """data with some header fields replaced (magic, mo, ms, eo, es, reserved)."""
+    values = dict(zip(("magic", "mo", "ms", "eo", "es", "reserved"), struct.unpack_from(FMT, data)))
+    values.update(fields)
+    return struct.pack(FMT, *values.values()) + data[struct.calcsize(FMT):]
+
+
+HEADER_FAULTS = [
+    ("empty", b"", ["truncated", "0 bytes"]),
+    ("shorter_than_header", GOOD[:31], ["truncated", "31 bytes"]),
+    ("bad_magic", header(magic=b"XR01"), ["magic", "XR01", "TR01"]),
+    ("tr02_magic", header(magic=b"TR02"), ["magic", "TR02"]),
+    ("binary_magic", header(magic=b"\0\xff'\\"), ["magic", "\\x00\\xff\\x27\\x5c"]),
+    ("metadata_in_header", header(mo=0), ["metadata offset 0", "header"]),
+    ("metadata_at_31", header(mo=31), ["metadata offset 31", "header"]),
+    ("engine_unaligned", header(eo=EO + 1), ["engine offset", "aligned"]),
+    ("engine_empty", header(es=0), ["engine", "empty"]),
+    ("metadata_past_end", header(ms=len(GOOD) - MO + 1), ["metadata region", "out of bounds"]),
+    ("metadata_offset_huge", header(mo=2**32 - 1), ["metadata region", "out of bounds"]),
+    ("engine_past_end", header(es=len(GOOD) - EO + 1), ["engine region", "out of bounds"]),
+    ("engine_size_max", header(es=2**64 - 1), ["engine region", "out of bounds"]),
+    ("engine_end_wraps", header(es=2**64 - EO), ["engine region", "out of bounds"]),
+    ("engine_offset_huge", header(eo=2**32 - 16, es=16), ["engine region", "out of bounds"]),
+    ("overlap", header(ms=EO - MO + 1), ["overlaps the engine"]),
+    ("metadata_after_engine", header(mo=EO + ES, ms=1), ["must precede"]),
+    ("engine_in_header", header(eo=16, es=16), ["must precede"]),
+    ("metadata_empty", header(ms=0), ["metadata is empty"]),
+]
+
+# A sound header around metadata only read_blob can judge: the adapter passes these on.
+METADATA_FAULTS = [
+    ("json_syntax", header(GOOD[:MO] + b"{" * MS + GOOD[MO + MS:])),
+    ("not_utf8", header(GOOD[:MO] + b"\xff" * MS + GOOD[MO + MS:])),
+    ("section_past_end", GOOD[:len(GOOD) - 4]),
+]
+
+
+@pytest.mark.parametrize("data,keywords", [pytest.param(d, k, id=i) for i, d, k in HEADER_FAULTS])
+def test_header_faults_rejected(cpp_check, data, keywords):
+    reason = cpp_check(data)
+    assert reason is not None, "the adapter accepted a blob with a bad header"
+    for k in keywords:
+        assert k.lower() in reason.lower(), f"{reason!r} does not mention {k!r}"
+    assert py_check(data) is not None, "read_blob accepted it: the two disagree on the header"
+
+
+@pytest.mark.parametrize("data", [pytest.param(d, id=i) for i, d in METADATA_FAULTS])
+def test_metadata_is_left_to_the_reader(cpp_check, data):
+    assert cpp_check(data) is None
+    assert py_check(data) is not None
+
+
+def test_written_blobs_pass(cpp_check):
+    for onnx in (None, b"", b"o" * 100):
+        for n in (0, 1, 300):
+            meta = {"io_bindings": [{"name": f"t{i}", "dtype": "float16", "shape": [1, -1],
+                                     "is_input": i % 2 == 0} for i in range(n)]}
+            data = write_blob(b"E" * (n + 1), meta, onnx)
+            assert cpp_check(data) is None, (onnx, n)
+
+
+def test_error_buffer_is_respected(cpp_check):
+    fn, bad = cpp_check.fn, GOOD[:10]
+    buf = ctypes.create_string_buffer(b"\x5a" * 16, 16)
+    assert fn(bad, len(bad), None, 0) != 0
+    assert fn(bad, len(bad), buf, 0) != 0 and buf.raw == b"\x5a" * 16
+    assert fn(bad, len(bad), buf, 1) != 0 and buf.raw == b"\0" + b"\x5a" * 15
+    assert fn(bad, len(bad), buf, 6) != 0 and buf.raw == b"trunc\0" + b"\x5a" * 10
+    big = ctypes.create_string_buffer(64)
+    assert fn(None, 64, big, 64) != 0 and b"NULL" in big.value
+    assert fn(GOOD, len(GOOD), big, 64) == 0 and big.value == b""
+
+
+# ------------------------------------------------------------------ constants
+
+def test_generated_constants_are_the_python_ones(includes, tmp_path):
+    """A program compiled with the generated header prints the Python values."""
+    src = tmp_path / "print.cpp"
+    src.write_text('#include "etrt_blob_constants.h"\n#include <cstdio>\n'
+                   "int main() { using namespace etrt::blob;\n"
+                   '  std::printf("%s %llu %llu %llu %llu %llu %llu\\n", kMagic,\n'
+                   "    (unsigned long long)kHeaderSize, (unsigned long long)kAlignment,\n"
+                   "    (unsigned long long)kMetadataOffsetAt, (unsigned long long)kMetadataSizeAt,\n"
+                   "    (unsigned long long)kEngineOffsetAt, (unsigned long long)kEngineSizeAt); }\n")
+    _compile([*includes, "-o", tmp_path / "print", src])
+    out = _run([tmp_path / "print"]).stdout.split()
+    offsets = [struct.calcsize(p) for p in ("<4s", "<4sI", "<4sII", "<4sIII")]
+    assert out == [blob.MAGIC.decode(), str(blob.HEADER_SIZE), str(blob.ALIGNMENT),
+                   *map(str, offsets)]
+
+
+def test_generator_reads_a_package_directory(tmp_path):
+    """The format may move to src/executorch_tensorrt/blob/format.py: the same header results."""
+    from_file, from_dir = tmp_path / "file", tmp_path / "dir"
+    pkg = tmp_path / "blob"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .format import MAGIC, ALIGNMENT  # re-export\n")
+    (pkg / "format.py").write_text(
+        'import struct\nMAGIC = b"TR01"\nHEADER_FORMAT: str = "<4sIIIQ8s"\n'
+        "HEADER_SIZE = struct.calcsize(HEADER_FORMAT)\nALIGNMENT = 16\n")
+    for source, out in ((FORMAT_SOURCE, from_file), (pkg, from_dir)):
+        out.mkdir()
+        proc = _generate(source, out)
+        assert proc.returncode == 0, proc.stderr
+    strip = lambda p: (p / "etrt_blob_constants.h").read_text().split("\n", 1)[1]  # noqa: E731
+    assert strip(from_file) == strip(from_dir)
+
+
+@pytest.mark.parametrize("text,message", [
+    ('MAGIC = b"TR01"\nHEADER_FORMAT = "<4sIIQQ8s"\nALIGNMENT = 16\n', "no longer has TR01's fields"),
+    ('MAGIC = b"TR01"\nHEADER_FORMAT = "<4sIIIQ8s"\n', "ALIGNMENT not defined"),
+    ('MAGIC = b"TR1"\nHEADER_FORMAT = "<4sIIIQ8s"\nALIGNMENT = 16\n', "does not fill"),
+    ('MAGIC = b"TR01"\nHEADER_FORMAT = "<4sIIIQ8s"\nALIGNMENT = 12\n', "power of two"),
+    ('MAGIC = b"TR01"\nHEADER_FORMAT = "<4sIIIQ8s"\nHEADER_SIZE = 30\nALIGNMENT = 16\n',
+     "HEADER_SIZE 30"),
+])
+def test_generator_refuses_what_the_check_cannot_use(tmp_path, text, message):
+    source = tmp_path / "blob.py"
+    source.write_text(text)
+    proc = _generate(source, tmp_path)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+# ------------------------------------------------------------------ sanitizers and fuzzing
+
+_INTERESTING = [0, 1, 15, 16, 31, 32, 33, 48, MO, MS, EO, ES, EO + ES, 2**31, 2**32 - 16,
+                2**32 - 1, 2**63, 2**64 - 16, 2**64 - 1]
+_FIELDS = [(4, 4), (8, 4), (12, 4), (16, 8)]
+
+
+def _mutate(rng: random.Random, data: bytes) -> bytes:
+    d = bytearray(data)
+    kind = rng.randrange(6)
+    if kind <= 1 and len(d) >= 32:  # a header field set to an interesting value, or near one
+        at, width = rng.choice(_FIELDS)
+        v = rng.choice(_INTERESTING) + (rng.randint(-2, 2) if kind else 0)
+        d[at:at + width] = (v % (1 << (8 * width))).to_bytes(width, "little")
+    elif kind == 2 and d:  # flip header bytes
+        for _ in range(rng.randint(1, 3)):
+            d[rng.randrange(min(len(d), 32))] = rng.randrange(256)
+    elif kind == 3:  # truncate
+        d = d[:rng.randrange(len(d) + 1)]
+    elif kind == 4:  # extend
+        d += bytes(rng.randrange(256) for _ in range(rng.randint(1, 40)))
+    else:  # flip any byte
+        if d:
+            d[rng.randrange(len(d))] = rng.randrange(256)
+    return bytes(d)
+
+
+def _with_minimal_metadata(data: bytes) -> bytes | None:
+    """The blob with its metadata replaced by the smallest valid JSON, padded
+    with spaces; None if the region is too small to hold it."""
+    _, mo, ms, _, _, _ = struct.unpack_from(FMT, data)
+    text = b'{"io_bindings":[]}'
+    if ms < len(text):
+        return None
+    return data[:mo] + text + b" " * (ms - len(text)) + data[mo + ms:]
+
+
+def test_fuzz_sanitized_and_differential(cpp_check, sanitized):
+    rng = random.Random(20261130)
+    seeds = [GOOD, write_blob(b"E", {"io_bindings": []}),
+             write_blob(b"x" * 17, {"io_bindings": [], "note": "é"}, b"o" * 3)]
+    cases = [d for _, d, _ in HEADER_FAULTS] + [d for _, d in METADATA_FAULTS] + seeds
+    for _ in range(6000):
+        data = rng.choice(seeds)
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            data = _mutate(rng, data)
+        cases.append(data)
+    asan_verdicts = sanitized(cases)
+    problems, accepted = [], 0
+    for data, asan in zip(cases, asan_verdicts):
+        cpp, py = cpp_check(data), py_check(data)
+        if (cpp is None) != (asan is None):
+            problems.append(("sanitized and plain builds disagree", data[:48], cpp, asan))
+        if py is None and cpp is not None:
+            problems.append(("the adapter rejects what read_blob accepts", data[:48], cpp))
+        if cpp is None:
+            accepted += 1
+            patched = _with_minimal_metadata(data)
+            if patched is not None and py_check(patched) is not None:
+                problems.append(("the adapter accepts a header read_blob rejects", data[:48],
+                                 py_check(patched)))
+    assert not problems, f"{len(problems)} problems, first: {problems[:3]}"
+    assert 300 < accepted < len(cases) - 1000, accepted  # the mutations reach both verdicts
+
+
+def test_sanitizer_reports_fail_the_run(tmp_path):
+    """The harness above fails on a report: a driver with an out-of-bounds
+    read, built and run the same way, must not pass."""
+    src = tmp_path / "overread.cpp"
+    src.write_text("#include <cstdio>\n#include <cstdlib>\n#include <cstring>\n"
+                   "int main(int argc, char**) { char* p = static_cast<char*>(std::malloc(8));\n"
+                   "  std::memset(p, 0, 8); volatile char c = p[argc + 6]; (void)c;\n"
+                   '  unsigned char len[8]; while (std::fread(len, 1, 8, stdin) == 8) {}\n'
+                   '  std::printf("0\\n"); std::free(p); }\n')
+    _compile(["-O0", *SANITIZE, "-o", tmp_path / "overread", src])
+    with pytest.raises(AssertionError, match="sanitized blob check failed"):
+        _run_sanitized(tmp_path / "overread", [GOOD])
