@@ -208,7 +208,7 @@ def _fake_python(directory: Path) -> Path:
     """An executable called python3 that leaves a mark if anything runs it."""
     marker = directory / "fake-python-ran"
     fake = directory / "python3"
-    fake.write_text(f"#!/bin/sh\ntouch '{marker}'\nexit 1\n")
+    fake.write_text(f"#!/bin/sh\necho ran > '{marker}'\nexit 1\n")  # no PATH needed
     fake.chmod(0o755)
     return marker
 

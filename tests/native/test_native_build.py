@@ -1,5 +1,5 @@
 """The adapter builds with both CMake routes of the executorch wheel's package
-and has the ELF properties the wheel relies on.
+and obeys the ELF rules the wheel relies on.
 
 - CMake < 3.28: the package only sets variables (EXECUTORCH_*).
 - CMake >= 3.28: it also defines executorch::* imported targets.
@@ -7,6 +7,10 @@ and has the ELF properties the wheel relies on.
 Each route needs a CMake of that age. The one on PATH covers one route; the
 other comes from ETRT_TEST_CMAKE_OLD / ETRT_TEST_CMAKE_NEW if set, else is
 pip-installed once into a cached venv under the temp directory (needs PyPI).
+
+The ELF rules (SONAME, RUNPATH, register_backend imported, no PyInit_,
+symbol versions) are checked by tools/wheel_checks.py, the checker the wheel
+tests use, so there is one statement of them.
 """
 
 from __future__ import annotations
@@ -20,12 +24,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
 from packaging.version import Version
 
 import adapter_build
+
+sys.path.insert(0, str(adapter_build.REPO / "tools"))
+import wheel_checks  # noqa: E402
 
 HEADER = adapter_build.NATIVE / "include" / "executorch_tensorrt" / "executor_table.h"
 ROUTES = {"variables": ("3.25", "<"), "targets": ("3.28", ">=")}
@@ -78,53 +82,6 @@ def route_build(request):
     return route, _builds[route]
 
 
-def _elf_facts(path: Path) -> dict:
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        dyn = next(s for s in elf.iter_sections() if isinstance(s, DynamicSection))
-        tags: dict = {}
-        for t in dyn.iter_tags():
-            tags.setdefault(t.entry.d_tag, []).append(t)
-        dynsym = elf.get_section_by_name(".dynsym")
-        versym = next((s for s in elf.iter_sections() if isinstance(s, GNUVerSymSection)), None)
-        verneed = next((s for s in elf.iter_sections() if isinstance(s, GNUVerNeedSection)), None)
-        needed_versions = []
-        if verneed is not None:
-            for _, auxes in verneed.iter_versions():
-                needed_versions += [a.name for a in auxes]
-        defined, undefined = set(), {}
-        for i, sym in enumerate(dynsym.iter_symbols()):
-            if not sym.name:
-                continue
-            if sym["st_shndx"] == "SHN_UNDEF":
-                version = None
-                if versym is not None:
-                    v = versym.get_symbol(i)["ndx"]
-                    version = None if v in ("VER_NDX_LOCAL", "VER_NDX_GLOBAL") else v
-                undefined[sym.name] = (version, sym["st_info"]["bind"])
-            elif sym["st_info"]["bind"] != "STB_LOCAL":
-                defined.add(sym.name)
-        return {
-            "soname": [t.soname for t in tags.get("DT_SONAME", [])],
-            "runpath": [t.runpath for t in tags.get("DT_RUNPATH", [])],
-            "rpath": [t.rpath for t in tags.get("DT_RPATH", [])],
-            "needed": [t.needed for t in tags.get("DT_NEEDED", [])],
-            "versions": needed_versions,
-            "defined": defined,
-            "undefined": undefined,
-        }
-
-
-def _max_versions(names) -> dict:
-    best: dict = {}
-    for n in names:
-        m = re.fullmatch(r"(GLIBC|GLIBCXX|CXXABI|GCC)_([\d.]+)", n)
-        if m:
-            fam, ver = m.group(1), Version(m.group(2))
-            best[fam] = max(best.get(fam, ver), ver)
-    return best
-
-
 def _libexecutorch() -> Path:
     import executorch
 
@@ -143,58 +100,34 @@ def test_route_used(route_build):
     assert "C10_USING_CUSTOM_GENERATED_MACROS" in built.configure_log
 
 
-def test_soname_and_runpath(route_build):
+def test_adapter_rules(route_build):
+    """Every adapter rule of tools/wheel_checks.py, against the libexecutorch.so it loads beside."""
     _, built = route_build
-    facts = _elf_facts(built.adapter)
-    assert facts["soname"] == [built.adapter.name]
-    assert facts["rpath"] == [], "DT_RPATH must not be used (DT_RUNPATH only)"
-    assert facts["runpath"] == ["$ORIGIN/../../executorch/lib"]
-    assert "libexecutorch.so" in facts["needed"]
-    # Nothing else from the wheel is linked (not the aggregate component list).
-    assert not [n for n in facts["needed"] if n.startswith("libexecutorch_")], facts["needed"]
+    assert wheel_checks.check_adapter(built.adapter, _libexecutorch()) == []
+
+
+def test_links_only_libexecutorch(route_build):
+    # Nothing else from the wheel (not the package's aggregate component list).
+    _, built = route_build
+    needed = wheel_checks.read_elf(built.adapter).needed
+    assert "libexecutorch.so" in needed
+    assert not [n for n in needed if n.startswith("libexecutorch_")], needed
 
 
 def test_exports_exactly_the_c_api(route_build):
-    _, built = route_build
-    facts = _elf_facts(built.adapter)
     code = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
     declared = set(re.findall(r"\b(etrt_\w+)\s*\(", code))
     assert declared, "no functions found in the header"
-    assert facts["defined"] == declared
-    assert not any(s.startswith("PyInit_") for s in facts["defined"] | set(facts["undefined"]))
-
-
-def test_register_backend_is_imported(route_build):
     _, built = route_build
-    facts = _elf_facts(built.adapter)
-    imported = [s for s in facts["undefined"] if "register_backend" in s]
-    assert imported, "register_backend is not imported from libexecutorch.so"
-    assert not [s for s in facts["defined"] if "register_backend" in s]
-
-
-def test_symbol_versions_not_newer_than_libexecutorch(route_build):
-    _, built = route_build
-    ours = _max_versions(_elf_facts(built.adapter)["versions"])
-    theirs_facts = _elf_facts(_libexecutorch())
-    theirs = _max_versions(theirs_facts["versions"])
-    for fam, ver in ours.items():
-        assert fam in theirs and ver <= theirs[fam], (fam, str(ver), {k: str(v) for k, v in theirs.items()})
-    # Every unversioned undefined symbol must come from libexecutorch.so (the
-    # C/C++ runtimes' symbols are all versioned; an unversioned one would
-    # bind to whatever version the loader finds).
-    exec_defined = theirs_facts["defined"]
-    unversioned = {s for s, (v, bind) in _elf_facts(built.adapter)["undefined"].items()
-                   if v is None and bind != "STB_WEAK"}
-    assert unversioned <= exec_defined, sorted(unversioned - exec_defined)
+    assert wheel_checks.read_elf(built.adapter).defined == declared
 
 
 def test_build_info_matches_wheel(route_build):
-    _, built = route_build
     import executorch.version as v
 
-    data = built.adapter.read_bytes()
-    marker = f"etrt-build-info:executorch_version={v.__version__};executorch_git_version={v.git_version};"
-    assert marker.encode() in data
+    _, built = route_build
+    info = wheel_checks.read_elf(built.adapter)
+    assert info.build_info == (v.__version__, v.git_version)
 
 
 def test_install_layout_resolves_libexecutorch(tmp_path):
@@ -209,7 +142,7 @@ def test_install_layout_resolves_libexecutorch(tmp_path):
     assert installed.is_file()
     assert (prefix / "include" / "executorch_tensorrt" / "executor_table.h").read_bytes() == \
         HEADER.read_bytes()
-    assert _elf_facts(installed)["runpath"] == ["$ORIGIN/../../executorch/lib"]
+    assert wheel_checks.check_runpath(wheel_checks.read_elf(installed)) == []
     (site / "executorch").symlink_to(_libexecutorch().parents[1], target_is_directory=True)
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     code = ("import ctypes; lib = ctypes.CDLL(%r); lib.etrt_registration_message.restype = "
