@@ -10,7 +10,8 @@
  *
  * Return codes of the table's functions are ExecuTorch Error values
  * (0 = Ok). Before returning non-zero an executor records the cause with
- * etrt_set_last_error(); the adapter prints it to stderr.
+ * etrt_set_last_error() (on the calling thread); the adapter prints it to
+ * stderr.
  */
 #ifndef EXECUTORCH_TENSORRT_EXECUTOR_TABLE_H
 #define EXECUTORCH_TENSORRT_EXECUTOR_TABLE_H
@@ -107,9 +108,13 @@ int32_t etrt_install_executor_table(const etrt_executor_table* table);
  * the cause in etrt_last_error. */
 int32_t etrt_resize_tensor(etrt_arg* arg, int32_t ndim, const int64_t* sizes);
 
-/* The last error an executor or the adapter recorded (process-wide, guarded).
- * etrt_last_error returns a per-thread copy, valid until the same thread
- * calls it again. */
+/* The cause of the last failed call, per thread (like errno). The backend's
+ * is_available, init and execute clear it when they start and when they
+ * succeed, so after one of them it holds that call's cause or is empty.
+ * Executors record their cause with etrt_set_last_error on the thread that
+ * called them. A failure ExecuTorch reports without calling the backend (a
+ * bad program file, a wrong number of inputs) changes nothing here.
+ * etrt_last_error returns a copy, valid until the same thread calls it again. */
 void etrt_set_last_error(const char* message);
 const char* etrt_last_error(void);
 
@@ -118,8 +123,9 @@ const char* etrt_last_error(void);
 int32_t etrt_registration_status(void);
 const char* etrt_registration_message(void);
 
-/* Validates a blob's TR01 header, section bounds and JSON metadata, as
- * init does. Returns 0 if valid; else writes the reason to err. */
+/* Checks a blob's fixed TR01 header and that its metadata and engine regions
+ * lie inside it, as init does (the executors validate the metadata). Returns
+ * 0 if sound; else non-zero with the reason in err (truncated to err_len). */
 int32_t etrt_validate_blob(const void* data, uint64_t size, char* err,
                            uint64_t err_len);
 
