@@ -271,7 +271,8 @@ def last_error() -> str:
 
 
 def validate_blob(blob: bytes) -> Optional[str]:
-    """None if the blob is a valid TensorRT blob, else the reason."""
+    """None if the blob's TR01 header and regions are sound (what the adapter
+    checks in init), else the reason. The metadata is read_blob's to validate."""
     err = ctypes.create_string_buffer(1024)
     buf = ctypes.create_string_buffer(bytes(blob), len(blob))
     code = load_adapter().etrt_validate_blob(buf, len(blob), err, len(err))
