@@ -6,10 +6,10 @@ import pytest
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from executorch_tensorrt.blob import read_blob, write_blob
 from executorch_tensorrt.runtime.arguments import split_bindings
-from executorch_tensorrt.runtime.engine_portability import (
-    RebuildImpossible, built_here, rebuilt_engine)
-from executorch_tensorrt.runtime.executor_table import create_executor, fallback_requested
-from executorch_tensorrt.runtime.tensorrt_executor import EngineUnavailable, TensorRTExecutor
+from executorch_tensorrt.errors import EngineUnavailable, RebuildImpossible
+from executorch_tensorrt.runtime.engine_portability import built_here, rebuilt_engine
+from executorch_tensorrt.runtime.executors import create_executor, fallback_requested
+from executorch_tensorrt.runtime.tensorrt_executor import TensorRTExecutor
 
 BINDINGS = [{"name": "x", "dtype": "float32", "shape": [2, 3], "is_input": True},
             {"name": "y", "dtype": "float32", "shape": [2, 3], "is_input": False}]

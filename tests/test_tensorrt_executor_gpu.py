@@ -19,7 +19,7 @@ import ctypes
 import pytest
 import torch
 
-from executorch_tensorrt.runtime import abi
+from executorch_tensorrt.runtime import executor_table as abi
 from executorch_tensorrt.runtime.arguments import split_bindings
 from executorch_tensorrt.runtime.tensorrt_executor import BoundContext
 
