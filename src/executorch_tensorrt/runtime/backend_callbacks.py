@@ -17,8 +17,7 @@ from ..blob import read_blob
 from ..errors import ET_INTERNAL, ExecuTorchTensorRTError, error_code
 from . import executor_table
 from ._native import install_executor_table, set_last_error
-from .executors import (  # noqa: F401 - re-exported for the CLI and tests
-    FALLBACK_ENV, FALLBACK_ONNXRUNTIME, Executor, create_executor, fallback_requested)
+from .executors import Executor, create_executor
 
 __all__ = ["PythonExecutors", "install"]
 
