@@ -5,6 +5,16 @@ init reads the blob and takes the first executor that can run it
 catches everything: an exception in a ctypes callback never reaches ExecuTorch,
 so the cause is recorded (last_error) and the ExecuTorch Error code the
 exception's class carries (errors.error_code) is returned.
+
+Executors must hold the GIL for the whole execute callback. ExecuTorch's
+Python Method.execute swaps std::cout's buffer for a Python one for the call
+(pybind11's ostream redirect) and restores it on return; if an executor
+releases the GIL, another thread enters Method.execute, the swaps interleave,
+and std::cout is left pointing at a destroyed buffer: the process then dies
+with SIGSEGV in std::ios_base::Init::~Init at exit. onnxruntime's Python run()
+releases the GIL (runtime/ort_capi.py holds it), as do CDLL calls (CudaStaging
+uses PyDLL) and many torch operations (the TensorRT executor's copies and
+stream synchronization).
 """
 from __future__ import annotations
 

@@ -51,7 +51,10 @@ class CudaStaging:
 
     def __init__(self) -> None:
         c = ctypes
-        self.cuda = cuda = c.CDLL("libcuda.so.1")
+        # PyDLL: the copies keep the GIL. A CDLL call releases it, which lets a
+        # second thread enter ExecuTorch's Method.execute mid-call (see
+        # backend_callbacks.py).
+        self.cuda = cuda = c.PyDLL("libcuda.so.1")
         for name, args in (("cuDeviceGet", [c.POINTER(c.c_int), c.c_int]),
                            ("cuDevicePrimaryCtxRetain", [c.POINTER(c.c_void_p), c.c_int]),
                            ("cuCtxPushCurrent_v2", [c.c_void_p]),
