@@ -41,18 +41,6 @@ class Executor(abc.ABC):
         """Releases what the executor holds; further execute calls raise."""
 
 
-class Closed(Executor):
-    """What an executor's slot holds after close(): every call is refused."""
-
-    kind = "closed"
-
-    def __init__(self, inputs: list[Binding], outputs: list[Binding]) -> None:
-        self.inputs, self.outputs = inputs, outputs
-
-    def execute(self, args, num_args=None) -> None:
-        raise ArgumentError("this executor was closed (the delegate was destroyed)")
-
-
 ExecutorFactory = Callable[[Blob], Executor]
 
 
