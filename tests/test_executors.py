@@ -90,4 +90,4 @@ def test_torch_tensorrt_blobs_without_dtypes_are_accepted():
     engine knows them, so the bindings leave them open."""
     meta = {"io_bindings": [dict(b, dtype="", shape=[]) for b in BINDINGS]}
     inputs, outputs = split_bindings(read_blob(write_blob(b"\0" * 64, meta)).metadata)
-    assert inputs[0].dtype is None and outputs[0].name == "y"
+    assert inputs[0].dtype is None and inputs[0].shape is None and outputs[0].name == "y"

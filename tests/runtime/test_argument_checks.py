@@ -203,3 +203,21 @@ def test_null_data(executor):
                    a.tensor(np.zeros(6, np.float32), is_input=False, data=None))
     with pytest.raises(ArgumentError, match=r"output 0 \('add'\) has no memory"):
         executor.execute(args, 2)
+
+
+def test_an_argument_changed_after_a_good_call_is_checked_again(executor):
+    """check_args remembers arguments that passed; a change to any field must
+    not ride on that."""
+    a = Args()
+    x, out = np.ones(6, np.float32), guarded(24)
+    args = a.array(a.tensor(x, is_input=True), a.tensor(out, is_input=False, nbytes=24))
+    executor.execute(args, 2)
+    out[:] = CANARY
+    args[1].dtype, args[1].nbytes = UINT8, 6
+    with pytest.raises(ArgumentError, match=r"output 0 \('add'\) has dtype torch.uint8"):
+        executor.execute(args, 2)
+    assert (out == CANARY).all()
+    args[1].dtype, args[1].nbytes = FLOAT32, 24
+    args[1].sizes[0] = 3  # the live sizes view: shape [3, 3]
+    with pytest.raises(ArgumentError, match=r"output 0 \('add'\) has shape \[3, 3\]"):
+        executor.execute(args, 2)
