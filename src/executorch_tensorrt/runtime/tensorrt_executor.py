@@ -122,6 +122,10 @@ class TensorRTExecutor(Executor):
         if self.engine is None:
             raise EngineUnavailable("TensorRT could not deserialize the engine: "
                                     + ("; ".join(self.logger.messages[-3:]) or "no message"))
+        if self.engine.num_io_tensors != len(self.inputs) + len(self.outputs):
+            raise InvalidProgramError(
+                f"the engine has {self.engine.num_io_tensors} input and output tensors, the "
+                f"blob's io_bindings list {len(self.inputs) + len(self.outputs)}")
         self.inputs = [engine_binding(self.trt, self.engine, b) for b in self.inputs]
         self.outputs = [engine_binding(self.trt, self.engine, b) for b in self.outputs]
         self.bound = BoundContext(self.engine.create_execution_context(), self.inputs,
