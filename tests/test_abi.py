@@ -1,4 +1,4 @@
-"""The ctypes mirror (runtime/abi.py) matches the C header field by field.
+"""The ctypes mirror (runtime/executor_table.py) matches the C header field by field.
 
 A small C program compiled against the real executor_table.h prints the
 size, alignment and every field offset/size of each struct plus the
@@ -24,7 +24,7 @@ HEADER = REPO / "native" / "include" / "executorch_tensorrt" / "executor_table.h
 def _load_abi():
     # By path: importing the package would load the adapter.
     spec = importlib.util.spec_from_file_location(
-        "_etrt_abi_under_test", REPO / "src" / "executorch_tensorrt" / "runtime" / "abi.py")
+        "_etrt_abi_under_test", REPO / "src" / "executorch_tensorrt" / "runtime" / "executor_table.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

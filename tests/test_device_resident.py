@@ -294,7 +294,7 @@ def _identity_blob():
 
 
 def _arg(is_input: bool, device: int, data: int | None, sizes, keep: list):
-    from executorch_tensorrt.runtime import abi
+    from executorch_tensorrt.runtime import executor_table as abi
 
     arr = (ctypes.c_int32 * 2)(2, 3)
     order = (ctypes.c_uint8 * 2)(0, 1)
@@ -309,7 +309,7 @@ def _arg(is_input: bool, device: int, data: int | None, sizes, keep: list):
 
 
 def test_staging_refuses_clearly_without_cuda():
-    from executorch_tensorrt.runtime import abi
+    from executorch_tensorrt.runtime import executor_table as abi
     from executorch_tensorrt.runtime.arguments import ArgumentError
     from executorch_tensorrt.runtime.onnxruntime_executor import OnnxRuntimeExecutor
 

@@ -6,10 +6,10 @@ import pytest
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from executorch_tensorrt.blob import read_blob, write_blob
 from executorch_tensorrt.runtime.arguments import split_bindings
-from executorch_tensorrt.runtime.engine_portability import (
-    RebuildImpossible, built_here, rebuilt_engine)
-from executorch_tensorrt.runtime.executor_table import create_executor, fallback_requested
-from executorch_tensorrt.runtime.tensorrt_executor import EngineUnavailable, TensorRTExecutor
+from executorch_tensorrt.errors import EngineUnavailable, RebuildImpossible
+from executorch_tensorrt.runtime.engine_portability import built_here, rebuilt_engine
+from executorch_tensorrt.runtime.executors import create_executor, fallback_requested
+from executorch_tensorrt.runtime.tensorrt_executor import TensorRTExecutor
 
 BINDINGS = [{"name": "x", "dtype": "float32", "shape": [2, 3], "is_input": True},
             {"name": "y", "dtype": "float32", "shape": [2, 3], "is_input": False}]
@@ -90,4 +90,4 @@ def test_torch_tensorrt_blobs_without_dtypes_are_accepted():
     engine knows them, so the bindings leave them open."""
     meta = {"io_bindings": [dict(b, dtype="", shape=[]) for b in BINDINGS]}
     inputs, outputs = split_bindings(read_blob(write_blob(b"\0" * 64, meta)).metadata)
-    assert inputs[0].dtype is None and outputs[0].name == "y"
+    assert inputs[0].dtype is None and inputs[0].shape is None and outputs[0].name == "y"

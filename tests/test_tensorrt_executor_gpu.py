@@ -19,7 +19,8 @@ import ctypes
 import pytest
 import torch
 
-from executorch_tensorrt.runtime import abi
+from executorch_tensorrt.runtime import executor_table as abi
+from executorch_tensorrt.errors import ArgumentError
 from executorch_tensorrt.runtime.arguments import split_bindings
 from executorch_tensorrt.runtime.tensorrt_executor import BoundContext
 
@@ -73,13 +74,13 @@ class StandInContext:
         return True
 
 
-def arg(tensor: torch.Tensor, is_input: bool, keep: list) -> abi.EtrtArg:
+def arg(tensor: torch.Tensor, is_input: bool, keep: list, dtype: int = 6) -> abi.EtrtArg:
     """An etrt_arg as the adapter builds it, over `tensor`'s memory."""
     sizes = (ctypes.c_int32 * tensor.dim())(*tensor.shape)
     order = (ctypes.c_uint8 * tensor.dim())(*range(tensor.dim()))
     keep += [tensor, sizes, order]
     a = abi.EtrtArg()
-    a.struct_size, a.kind, a.is_input, a.dtype = ctypes.sizeof(a), abi.ETRT_ARG_TENSOR, is_input, 6
+    a.struct_size, a.kind, a.is_input, a.dtype = ctypes.sizeof(a), abi.ETRT_ARG_TENSOR, is_input, dtype
     a.data, a.nbytes, a.ndim = tensor.data_ptr(), tensor.nbytes, tensor.dim()
     on_gpu = tensor.device.type == "cuda"
     a.device_type = abi.ETRT_DEVICE_CUDA if on_gpu else abi.ETRT_DEVICE_CPU
@@ -143,3 +144,21 @@ def test_inputs_written_on_the_default_stream_are_waited_for():
     x.fill_(3.0)
     run(x, y, out)
     assert torch.equal(out.cpu(), torch.full(SHAPE, 6.0))
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_output_of_another_dtype_is_refused_before_binding(device):
+    """A crafted program's uint8 output (6 bytes) where the engine writes
+    float32 [2, 3] (24 bytes): refused before any address reaches the engine."""
+    x = torch.ones(SHAPE, device=device)
+    y = torch.ones(SHAPE, device=device)
+    out = torch.zeros(SHAPE, dtype=torch.uint8, device=device)
+    context = StandInContext()
+    inputs, outputs = split_bindings(METADATA)
+    bound = BoundContext(context, inputs, outputs, torch.device("cuda", 0))
+    keep: list = []
+    args = (abi.EtrtArg * 3)(arg(x, True, keep), arg(y, True, keep),
+                             arg(out, False, keep, dtype=0))
+    with pytest.raises(ArgumentError, match=r"output 0 \('out'\) has dtype torch.uint8"):
+        bound.execute(args)
+    assert context.addresses == {} and context.streams == []

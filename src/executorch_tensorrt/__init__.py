@@ -24,9 +24,9 @@ __version__ = "0.1.0"
 
 if not _native.registration_skipped():
     _native.load_adapter()
-    from .runtime import executor_table as _executor_table
+    from .runtime import backend_callbacks as _backend_callbacks
 
-    _executor_table.install()
+    _backend_callbacks.install()
 
 
 def last_error() -> str:

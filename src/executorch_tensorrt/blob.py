@@ -29,6 +29,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from .errors import InvalidProgramError
+
 __all__ = [
     "ALIGNMENT",
     "BlobError",
@@ -98,7 +100,7 @@ _BINDING_KEYS = ("name", "dtype", "shape", "is_input")
 _RESERVED_WRITE_KEYS = ("sections",)
 
 
-class BlobError(ValueError):
+class BlobError(InvalidProgramError):
     """A blob (or the input to write_blob) is malformed; the message says how."""
 
 

@@ -130,7 +130,7 @@ def cmd_demo(args) -> int:
     from .tools.expected import PRINTED, format_values
     from .tools.models import example
     from .tools.program_info import format_program, read_program
-    from .runtime.executor_table import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
+    from .runtime.executors import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
 
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -47,7 +47,8 @@ class TensorRTBackend(BackendDetails):
         exported = export_onnx(edge_program, spec.precision)
         model = onnx.load_model_from_string(exported.onnx_bytes)
         profiles = input_profiles(edge_program)
-        built = build_engine(exported.onnx_bytes, spec, label="delegate", profiles=profiles,
+        built = build_engine(exported.onnx_bytes, spec.build_options(), label="delegate",
+                             profiles=profiles,
                              progress=current_progress())
         bindings = io_bindings(model)
         inputs = [b["name"] for b in bindings if b["is_input"]]

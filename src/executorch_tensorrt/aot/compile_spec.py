@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, fields
 
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
+from ..tensorrt.options import BuildOptions
+
 PRECISIONS = ("fp32", "fp16", "bf16")
 _CC = re.compile(r"^SM(\d{2,3})$")
 # ExecuTorch's own key (PropagateDevicePass): b"cuda:<device_id>" on a delegate
@@ -89,3 +91,7 @@ class TensorRTCompileSpec:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def build_options(self) -> BuildOptions:
+        """The engine-build part of this spec, for the TensorRT layer."""
+        return BuildOptions(self.compute_capabilities, self.workspace_bytes, self.precision)

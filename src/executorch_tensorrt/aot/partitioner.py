@@ -26,8 +26,8 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from ..errors import EngineBuildError
 from . import backend as _backend  # noqa: F401 - defines TensorRTBackend for to_backend
 from .compile_spec import TensorRTCompileSpec
-from ..tensorrt.engine_builder import (
-    ParseFailure, Progress, build_engine, stderr_progress, unsupported_nodes)
+from ..tensorrt.engine_builder import Progress, build_engine, stderr_progress
+from ..tensorrt.onnx_parser import ParseFailure, unsupported_nodes
 from .onnx_export import export_onnx, quiet
 from .partition_program import extract_partition
 from .shapes import input_profiles
@@ -178,7 +178,7 @@ class TensorRTPartitioner(Partitioner):
         if bad:
             return {n: "TensorRT's ONNX parser does not support it" for n in bad}
         try:  # parses the whole partition first: ParseFailure names the nodes
-            build_engine(exported.onnx_bytes, self.compile_spec, label=label,
+            build_engine(exported.onnx_bytes, self.compile_spec.build_options(), label=label,
                          profiles=input_profiles(sub_ep), progress=self.progress, trt=trt)
         except ParseFailure as e:
             bad = mapped(e.node_indices) & names

@@ -1,27 +1,13 @@
 """torch.export dynamic dimensions -> TensorRT optimization profile bounds."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import sympy
 import torch
 
 from ..errors import ExportError
+from ..tensorrt.options import InputProfile
 
-
-@dataclass(frozen=True)
-class InputProfile:
-    """min/opt/max shapes of one input; equal for a static input."""
-    min: tuple[int, ...]
-    opt: tuple[int, ...]
-    max: tuple[int, ...]
-
-    @property
-    def is_dynamic(self) -> bool:
-        return self.min != self.max
-
-    def as_dict(self, name: str) -> dict:
-        return {"name": name, "min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
+__all__ = ["InputProfile", "input_profiles"]
 
 
 def _finite_int(value) -> int | None:

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Optional, Sequence
 
-from . import abi
+from . import executor_table
 
 __all__ = [
     "ADAPTER_ENV",
@@ -131,10 +131,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     """argtypes/restype for every exported function."""
     c = ctypes
     sigs = {
-        "etrt_install_executor_table": (c.c_int32, [c.POINTER(abi.EtrtExecutorTable)]),
+        "etrt_install_executor_table": (c.c_int32, [c.POINTER(executor_table.EtrtExecutorTable)]),
         "etrt_resize_tensor": (
             c.c_int32,
-            [c.POINTER(abi.EtrtArg), c.c_int32, c.POINTER(c.c_int64)],
+            [c.POINTER(executor_table.EtrtArg), c.c_int32, c.POINTER(c.c_int64)],
         ),
         "etrt_set_last_error": (None, [c.c_char_p]),
         "etrt_last_error": (c.c_char_p, []),
@@ -219,11 +219,11 @@ def load_adapter() -> ctypes.CDLL:
         )
         if loaded != running:
             raise _abi_mismatch(path, loaded, running)
-        if lib.etrt_executor_abi_version() != abi.ETRT_EXECUTOR_ABI_VERSION:
+        if lib.etrt_executor_abi_version() != executor_table.ETRT_EXECUTOR_ABI_VERSION:
             raise ImportError(
                 f"the TensorRT adapter {path} implements executor ABI "
                 f"{lib.etrt_executor_abi_version()} but this Python package speaks "
-                f"{abi.ETRT_EXECUTOR_ABI_VERSION}; reinstall executorch-tensorrt"
+                f"{executor_table.ETRT_EXECUTOR_ABI_VERSION}; reinstall executorch-tensorrt"
             )
         status = lib.etrt_registration_status()
         if status != 0:
@@ -238,7 +238,7 @@ def load_adapter() -> ctypes.CDLL:
 # ---- thin wrappers over the exported functions ----
 
 
-def install_executor_table(table: Optional[abi.EtrtExecutorTable]) -> None:
+def install_executor_table(table: Optional[executor_table.EtrtExecutorTable]) -> None:
     """Installs the executors (None uninstalls). Keeps the table alive."""
     lib = load_adapter()
     ptr = ctypes.byref(table) if table is not None else None
@@ -257,7 +257,7 @@ def resize_tensor(arg, sizes: Sequence[int]) -> int:
     ExecuTorch Error code, with the cause in ``last_error()``."""
     n = len(sizes)
     arr = (ctypes.c_int64 * n)(*sizes)
-    if isinstance(arg, abi.EtrtArg):
+    if isinstance(arg, executor_table.EtrtArg):
         arg = ctypes.pointer(arg)
     return load_adapter().etrt_resize_tensor(arg, n, arr)
 

@@ -1,20 +1,28 @@
-"""Delegate arguments as tensors: the one code path both executors use.
+"""Delegate arguments: the bindings a blob declares, the checks every call's
+arguments pass before any executor reads or writes their memory, and
+zero-copy host views.
 
-Host tensors are wrapped without copying (torch tensors over ExecuTorch's
-memory); views are cached per (pointer, shape, dtype) because ExecuTorch's
-memory planning keeps addresses stable between calls.
+`check_args` is the one gate: a program is untrusted input, and ExecuTorch
+passes whatever tensors the program's plan says. An output smaller than its
+binding, or of another dtype, would otherwise let onnxruntime or TensorRT
+write past ExecuTorch's buffer.
 """
 from __future__ import annotations
 
 import ctypes
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
 from ..blob import DTYPE_TO_SCALAR_TYPE
-from . import abi
+from ..errors import ArgumentError, InvalidProgramError
+from . import executor_table as abi
 from ._native import last_error, resize_tensor
+
+__all__ = ["ArgumentError", "Binding", "HostViews", "SCALAR_TYPE_TO_TORCH", "check_args",
+           "checked_nbytes", "resize_output", "split_bindings"]
 
 # ExecuTorch ScalarType code -> torch dtype (the codes are c10's).
 SCALAR_TYPE_TO_TORCH: dict[int, torch.dtype] = {
@@ -25,17 +33,15 @@ BLOB_DTYPE_TO_TORCH: dict[str, torch.dtype] = {
     name: SCALAR_TYPE_TO_TORCH[code] for name, code in DTYPE_TO_SCALAR_TYPE.items()
     if code in SCALAR_TYPE_TO_TORCH
 }
-
-
-class ArgumentError(ValueError):
-    """ExecuTorch passed arguments that do not match the partition."""
+_KINDS = {abi.ETRT_ARG_TENSOR: "tensor", abi.ETRT_ARG_INT: "int", abi.ETRT_ARG_DOUBLE: "double",
+          abi.ETRT_ARG_BOOL: "bool", abi.ETRT_ARG_NONE: "none"}
 
 
 @dataclass(frozen=True)
 class Binding:
     name: str
     dtype: torch.dtype | None  # None: not recorded (Torch-TensorRT blobs); the engine knows
-    shape: tuple[int, ...]  # -1 for a dynamic dimension
+    shape: tuple[int, ...] | None  # -1 for a dynamic dimension; None: not recorded
     is_input: bool
     min_shape: tuple[int, ...] | None = None  # optimization profile bounds
     max_shape: tuple[int, ...] | None = None
@@ -45,10 +51,18 @@ class Binding:
         recorded = entry["dtype"].removeprefix("torch.")
         dtype = BLOB_DTYPE_TO_TORCH.get(recorded) if recorded else None
         if recorded and dtype is None:
-            raise ArgumentError(f"binding {entry['name']!r} has dtype {entry['dtype']!r}, "
-                                "which this runtime cannot map to a tensor type")
+            raise InvalidProgramError(f"binding {entry['name']!r} has dtype {entry['dtype']!r}, "
+                                      "which this runtime cannot map to a tensor type")
+        # Torch-TensorRT records dtype "" and shape [] for bindings it leaves to the engine.
+        shape = None if not recorded and not entry["shape"] else tuple(entry["shape"])
         bounds = (tuple(profile["min"]), tuple(profile["max"])) if profile else (None, None)
-        return cls(entry["name"], dtype, tuple(entry["shape"]), bool(entry["is_input"]), *bounds)
+        return cls(entry["name"], dtype, shape, bool(entry["is_input"]), *bounds)
+
+    def nbytes(self) -> int | None:
+        """Bytes of a tensor of this binding, when dtype and shape are static."""
+        if self.dtype is None or self.shape is None or any(d < 0 for d in self.shape):
+            return None
+        return math.prod(self.shape) * self.dtype.itemsize
 
 
 def split_bindings(metadata: dict) -> tuple[list[Binding], list[Binding]]:
@@ -57,28 +71,101 @@ def split_bindings(metadata: dict) -> tuple[list[Binding], list[Binding]]:
     return [b for b in bindings if b.is_input], [b for b in bindings if not b.is_input]
 
 
-def _dims_match(shape: tuple[int, ...], expected: tuple[int, ...]) -> bool:
-    return len(shape) == len(expected) and all(e < 0 or s == e for s, e in zip(shape, expected))
-
-
-def check_input(arg: abi.EtrtArg, binding: Binding, index: int) -> tuple[int, ...]:
-    """Validates one input against its binding; returns its shape."""
+def _check_one(arg: abi.EtrtArg, binding: Binding, what: str) -> tuple[int, ...]:
+    """Checks one argument against its binding; returns its shape. `what` names it."""
     if arg.kind != abi.ETRT_ARG_TENSOR:
-        raise ArgumentError(f"input {index} ({binding.name}) is not a tensor (kind {arg.kind})")
+        raise ArgumentError(f"{what} is a {_KINDS.get(arg.kind, f'kind {arg.kind}')}, "
+                            "the partition expects a tensor")
+    if bool(arg.is_input) != binding.is_input:
+        raise ArgumentError(f"{what} is passed as an {'input' if arg.is_input else 'output'}, "
+                            f"the partition declares it an {'input' if binding.is_input else 'output'}")
     dtype = SCALAR_TYPE_TO_TORCH.get(arg.dtype)
-    if binding.dtype is not None and dtype != binding.dtype:
-        raise ArgumentError(f"input {index} ({binding.name}) has dtype {dtype or arg.dtype}, "
-                            f"the engine expects {binding.dtype}")
+    if dtype is None or (binding.dtype is not None and dtype != binding.dtype):
+        raise ArgumentError(f"{what} has dtype {dtype or f'code {arg.dtype}'}, the partition "
+                            f"expects {binding.dtype or 'a supported dtype'}")
+    if arg.ndim < 0 or (arg.ndim and not arg.sizes):
+        raise ArgumentError(f"{what} has no valid sizes (ndim {arg.ndim})")
     shape = arg.shape()
-    if not _dims_match(shape, binding.shape):
-        raise ArgumentError(f"input {index} ({binding.name}) has shape {list(shape)}, "
-                            f"the engine accepts {list(binding.shape)} (-1: any size)")
+    expected = binding.shape
+    if expected is not None:
+        if len(shape) != len(expected):
+            raise ArgumentError(f"{what} has rank {len(shape)} (shape {list(shape)}), the "
+                                f"partition expects rank {len(expected)}: {list(expected)}")
+        if any(s < 0 or (e >= 0 and s != e) for s, e in zip(shape, expected)):
+            raise ArgumentError(f"{what} has shape {list(shape)}, the partition expects "
+                                f"{list(expected)} (-1: any size)")
+    elif any(s < 0 for s in shape):
+        raise ArgumentError(f"{what} has a negative size: {list(shape)}")
+    if arg.ndim and (not arg.dim_order or
+                     any(arg.dim_order[i] != i for i in range(arg.ndim))):
+        order = [arg.dim_order[i] for i in range(arg.ndim)] if arg.dim_order else None
+        raise ArgumentError(f"{what} has dim order {order}, the partition reads and writes "
+                            f"contiguous tensors only (dim order {list(range(arg.ndim))}); "
+                            "export the program with contiguous delegate inputs and outputs")
     lo, hi = binding.min_shape, binding.max_shape
-    if lo is not None and hi is not None and not all(
-            a <= s <= b for s, a, b in zip(shape, lo, hi)):
-        raise ArgumentError(f"input {index} ({binding.name}) has shape {list(shape)}, outside "
-                            f"the engine's optimization profile: min {list(lo)}, max {list(hi)}")
+    if binding.is_input and lo is not None and hi is not None and not (
+            len(lo) == len(shape) == len(hi) and all(a <= s <= b for s, a, b in zip(shape, lo, hi))):
+        raise ArgumentError(f"{what} has shape {list(shape)}, outside the engine's optimization "
+                            f"profile: min {list(lo)}, max {list(hi)}")
+    needed = math.prod(shape) * dtype.itemsize
+    static = binding.nbytes()
+    if static is not None:  # an output is written at its binding's size, whatever it says now
+        needed = max(needed, static)
+    if needed > arg.nbytes:
+        raise ArgumentError(f"{what} needs {needed} bytes ({dtype}, shape "
+                            f"{list(expected if static is not None else shape)}), its buffer "
+                            f"holds {arg.nbytes}")
+    if needed and not arg.data:
+        if arg.device_type == abi.ETRT_DEVICE_CPU:
+            raise ArgumentError(f"{what} has no memory (a null data pointer)")
+        raise ArgumentError(
+            f"{what} is a device-resident {'input' if binding.is_input else 'output'} with no "
+            "memory: ExecuTorch plans none for a device-resident program's inputs and outputs, "
+            "so the caller must pass CUDA buffers (set_input with a CUDA tensor, "
+            "set_output_data_ptr for outputs)")
+    if arg.device_type not in (abi.ETRT_DEVICE_CPU, abi.ETRT_DEVICE_CUDA):
+        raise ArgumentError(f"{what} is on device type {arg.device_type}, neither CPU nor CUDA")
     return shape
+
+
+def _signature(arg: abi.EtrtArg) -> tuple:
+    """Every field the checks read, as one comparable value."""
+    ndim = arg.ndim
+    return (arg.kind, arg.is_input, arg.dtype, ndim, arg.nbytes, arg.device_type, not arg.data,
+            tuple(arg.sizes[:ndim]) if ndim > 0 and arg.sizes else None,
+            tuple(arg.dim_order[:ndim]) if ndim > 0 and arg.dim_order else None)
+
+
+# (id(binding), signature) -> (binding, shape) of arguments that passed: the
+# same fields pass again, so a steady call pays for reading them only.
+_passed: dict[tuple, tuple[Binding, tuple[int, ...]]] = {}
+
+
+def check_args(args: Sequence[abi.EtrtArg], num_args: int, inputs: list[Binding],
+               outputs: list[Binding]) -> list[tuple[int, ...]]:
+    """Checks every argument of one call (count, kind, direction, dtype, rank,
+    shape, dim order, byte capacity, memory) against the partition's bindings
+    before anything touches their memory. Returns the inputs' shapes."""
+    n_in = len(inputs)
+    if num_args != n_in + len(outputs):
+        raise ArgumentError(f"the delegate call passes {num_args} arguments, the partition has "
+                            f"{n_in} inputs and {len(outputs)} outputs")
+    shapes = []
+    for k, binding in enumerate(inputs + outputs):
+        arg = args[k]
+        key = (id(binding), _signature(arg))
+        hit = _passed.get(key)
+        if hit is not None and hit[0] is binding:
+            shape = hit[1]
+        else:
+            what = f"input {k}" if k < n_in else f"output {k - n_in}"
+            shape = _check_one(arg, binding, f"{what} ({binding.name!r})")
+            if len(_passed) > 256:
+                _passed.clear()
+            _passed[key] = (binding, shape)
+        if k < n_in:
+            shapes.append(shape)
+    return shapes
 
 
 def resize_output(arg: abi.EtrtArg, shape: tuple[int, ...], binding: Binding) -> None:
@@ -110,12 +197,12 @@ class HostViews:
 
     def view(self, arg: abi.EtrtArg, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         shape = arg.shape() if shape is None else shape
+        nbytes = checked_nbytes(arg, shape)  # on every call: the cache is keyed by address
         dtype = SCALAR_TYPE_TO_TORCH[arg.dtype]
         key = (arg.data, shape, dtype)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        nbytes = checked_nbytes(arg, shape)
         if nbytes == 0:
             tensor = torch.empty(shape, dtype=dtype)
         else:

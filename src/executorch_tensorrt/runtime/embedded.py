@@ -32,6 +32,6 @@ def start(adapter_path: str) -> None:
         raise RuntimeError(
             f"executorch_tensorrt loaded the adapter {loaded!r}, but the running adapter is "
             f"{adapter_path!r}; the executors would be installed into the wrong library")
-    from .executor_table import install
+    from .backend_callbacks import install
 
     install()  # idempotent: the package import installed them already

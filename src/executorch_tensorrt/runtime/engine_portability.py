@@ -13,16 +13,18 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
-from ..tensorrt.flavor import TensorRT
 from ..blob import Blob
-from ..errors import EngineBuildError
+from ..errors import EngineBuildError, InvalidProgramError, RebuildImpossible
+from ..tensorrt.engine_builder import build_engine, stderr_progress
+from ..tensorrt.flavor import TensorRT
+from ..tensorrt.options import BuildOptions, InputProfile
+from .onnx_safety import self_contained_onnx
+
+__all__ = ["CACHE_ENV", "RebuildImpossible", "built_here", "cache_dir", "rebuilt_engine"]
 
 CACHE_ENV = "EXECUTORCH_TENSORRT_CACHE_DIR"
-
-
-class RebuildImpossible(RuntimeError):
-    """The engine cannot be rebuilt here; the message says why."""
 
 
 def cache_dir() -> Path:
@@ -38,38 +40,45 @@ def built_here(blob: Blob, trt: TensorRT, capability: str) -> bool:
     return not trt.is_rtx or built == "all" or capability in (built or [])
 
 
-def _profiles(meta: dict):
-    from ..aot.shapes import InputProfile
+def _profiles(meta: dict) -> list[InputProfile] | None:
+    return [InputProfile.from_dict(p) for p in meta.get("profiles", [])] or None
 
-    return [InputProfile(tuple(p["min"]), tuple(p["opt"]), tuple(p["max"]))
-            for p in meta.get("profiles", [])] or None
+
+def cached_or_built(key: str, build: Callable[[], bytes]) -> bytes:
+    """The engine cached on disk under `key`, else `build()`'s, stored for next
+    time. The one place the rebuild path touches the cache."""
+    path = cache_dir() / f"{key}.engine"
+    if path.is_file():
+        return path.read_bytes()
+    engine = build()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
+        tmp.write(engine)
+    os.replace(tmp.name, path)  # atomic: concurrent loaders never see half a file
+    return engine
 
 
 def rebuilt_engine(blob: Blob, trt: TensorRT, capability: str) -> bytes:
     """This TensorRT's engine for the blob's ONNX model and `capability` (e.g. "SM90")."""
-    if blob.onnx is None:
-        raise RebuildImpossible("the blob carries no ONNX model to rebuild the engine from")
+    if trt.is_rtx and capability not in trt.module.ComputeCapability.__members__:
+        raise RebuildImpossible(f"TensorRT-RTX {trt.version} cannot build for {capability}")
+    try:
+        onnx_bytes = self_contained_onnx(blob)
+    except InvalidProgramError as e:
+        raise RebuildImpossible(str(e)) from None
     meta = blob.metadata
     key_data = json.dumps([trt.flavor, trt.version, capability, meta.get("profiles"),
                            meta.get("precision")], sort_keys=True).encode()
-    key = hashlib.sha256(blob.onnx + key_data).hexdigest()
-    path = cache_dir() / f"{key}.engine"
-    if path.is_file():
-        return path.read_bytes()
-    from ..aot.compile_spec import TensorRTCompileSpec
-    from ..tensorrt.engine_builder import build_engine, stderr_progress
-
-    if trt.is_rtx and capability not in trt.module.ComputeCapability.__members__:
-        raise RebuildImpossible(f"TensorRT-RTX {trt.version} cannot build for {capability}")
     # The embedded ONNX already has the partition's precision in its types.
-    spec = TensorRTCompileSpec(compute_capabilities=(capability,) if trt.is_rtx else None)
-    try:
-        built = build_engine(blob.onnx, spec, label="a rebuilt partition",
-                             profiles=_profiles(meta), progress=stderr_progress, trt=trt)
-    except EngineBuildError as e:
-        raise RebuildImpossible(str(e)) from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
-        tmp.write(built.engine)
-    os.replace(tmp.name, path)  # atomic: concurrent loaders never see half a file
-    return built.engine
+    options = BuildOptions(compute_capabilities=(capability,) if trt.is_rtx else None,
+                           precision=str(meta.get("precision", "fp32")))
+
+    def build() -> bytes:
+        try:
+            return build_engine(onnx_bytes, options, label="a rebuilt partition",
+                                profiles=_profiles(meta), progress=stderr_progress,
+                                trt=trt).engine
+        except EngineBuildError as e:
+            raise RebuildImpossible(str(e)) from None
+
+    return cached_or_built(hashlib.sha256(onnx_bytes + key_data).hexdigest(), build)

@@ -1,144 +1,166 @@
-"""The Python executors, installed into the adapter's executor table on import.
+"""ctypes mirror of ``native/include/executorch_tensorrt/executor_table.h``.
 
-init picks the TensorRT executor; when the engine cannot run here and the
-caller allowed it, the onnxruntime executor runs the embedded ONNX instead.
-Every callback catches everything: an exception in a ctypes callback never
-reaches ExecuTorch, so the cause is recorded (last_error, stderr) and an
-ExecuTorch Error code returned.
+The executor table is the C ABI between the native adapter
+(``libexecutorch_backend_tensorrt.so``) and the executors. Every layout here
+must match the header exactly; ``tests/test_abi.py`` compiles the real header
+and compares sizes and offsets field by field.
+
+This module imports nothing but ctypes, so tooling can use it without loading
+the adapter.
 """
+
 from __future__ import annotations
 
-import itertools
-import os
-import sys
-import threading
-import traceback
+import ctypes
 
-from ..blob import BlobError, read_blob
-from . import abi
-from ._native import install_executor_table, set_last_error
-from .arguments import ArgumentError
-from .tensorrt_executor import EngineUnavailable, TensorRTExecutor
+__all__ = [
+    "ETRT_EXECUTOR_ABI_VERSION",
+    "ETRT_ARG_TENSOR",
+    "ETRT_ARG_INT",
+    "ETRT_ARG_DOUBLE",
+    "ETRT_ARG_BOOL",
+    "ETRT_ARG_NONE",
+    "ETRT_DEVICE_CPU",
+    "ETRT_DEVICE_CUDA",
+    "EtrtArg",
+    "EtrtCompileSpec",
+    "EtrtInitArgs",
+    "EtrtExecutorTable",
+    "IsAvailableFn",
+    "InitFn",
+    "ExecuteFn",
+    "DestroyFn",
+    "make_table",
+]
 
-FALLBACK_ENV = "EXECUTORCH_TENSORRT_FALLBACK"
-FALLBACK_ONNXRUNTIME = "onnxruntime"
+ETRT_EXECUTOR_ABI_VERSION = 1
 
-# ExecuTorch Error codes (runtime/core/error.h).
-ERR_INTERNAL = 0x01
-ERR_INVALID_ARGUMENT = 0x12
-ERR_INVALID_PROGRAM = 0x23
-ERR_DELEGATE_INVALID_COMPATIBILITY = 0x30
+# enum etrt_arg_kind
+ETRT_ARG_TENSOR = 0
+ETRT_ARG_INT = 1
+ETRT_ARG_DOUBLE = 2
+ETRT_ARG_BOOL = 3
+ETRT_ARG_NONE = 4
 
-
-def fallback_requested(option: str | None) -> str | None:
-    """The fallback the caller allowed: the load-time option wins over the env."""
-    value = option if option else os.environ.get(FALLBACK_ENV, "")
-    value = value.strip().lower()
-    if value in ("", "0", "none", "off"):
-        return None
-    if value != FALLBACK_ONNXRUNTIME:
-        source = "the load-time option" if option else FALLBACK_ENV
-        raise ValueError(f"unknown fallback {value!r} (from {source}); "
-                         f"the only fallback is {FALLBACK_ONNXRUNTIME!r}")
-    return value
-
-
-def create_executor(blob, fallback_option: str | None):
-    try:
-        return TensorRTExecutor(blob)
-    except EngineUnavailable as e:
-        cause = str(e)
-    fallback = fallback_requested(fallback_option)
-    if fallback is None:
-        raise EngineUnavailable(
-            f"the TensorRT engine cannot run here: {cause}. To run this partition's embedded "
-            f"ONNX model on the CPU with onnxruntime instead, set {FALLBACK_ENV}="
-            f"{FALLBACK_ONNXRUNTIME} (or pass the load-time backend option "
-            f"fallback={FALLBACK_ONNXRUNTIME}).")
-    from .onnxruntime_executor import OnnxRuntimeExecutor
-
-    executor = OnnxRuntimeExecutor(blob)
-    _note_fallback_once(cause)
-    return executor
+# enum etrt_device_type
+ETRT_DEVICE_CPU = 0
+ETRT_DEVICE_CUDA = 1
 
 
-_noted: set[str] = set()
+class EtrtArg(ctypes.Structure):
+    """``etrt_arg``: one delegate argument (input or output)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("kind", ctypes.c_int32),
+        ("is_input", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),  # ExecuTorch ScalarType code
+        ("data", ctypes.c_void_p),
+        ("nbytes", ctypes.c_uint64),
+        ("ndim", ctypes.c_int32),
+        ("device_type", ctypes.c_int32),
+        ("device_index", ctypes.c_int32),
+        ("reserved0", ctypes.c_int32),
+        ("sizes", ctypes.POINTER(ctypes.c_int32)),  # live view, ndim entries
+        ("dim_order", ctypes.POINTER(ctypes.c_uint8)),
+        ("int_value", ctypes.c_int64),
+        ("double_value", ctypes.c_double),
+        ("tensor", ctypes.c_void_p),  # opaque: pass to etrt_resize_tensor
+    ]
+
+    def shape(self) -> tuple[int, ...]:
+        """The tensor's current sizes as a tuple (reads the live view)."""
+        return tuple(self.sizes[i] for i in range(self.ndim))
 
 
-def _note_fallback_once(cause: str) -> None:
-    if cause not in _noted:
-        _noted.add(cause)
-        print(f"[executorch_tensorrt] running TensorRT partitions with onnxruntime on the CPU "
-              f"({FALLBACK_ENV}={FALLBACK_ONNXRUNTIME}) because {cause}", file=sys.stderr)
+class EtrtCompileSpec(ctypes.Structure):
+    """``etrt_compile_spec``: one compile spec as the program stores it."""
+
+    _fields_ = [
+        ("key", ctypes.c_char_p),
+        ("value", ctypes.c_void_p),
+        ("nbytes", ctypes.c_uint64),
+    ]
+
+    def value_bytes(self) -> bytes:
+        if not self.value or not self.nbytes:
+            return b""
+        return ctypes.string_at(self.value, self.nbytes)
 
 
-class PythonExecutors:
-    """Owns the handles and the ctypes table (which must outlive installation)."""
+class EtrtInitArgs(ctypes.Structure):
+    """``etrt_init_args``: everything an executor's init receives."""
 
-    def __init__(self) -> None:
-        self.handles: dict[int, object] = {}
-        self.lock = threading.Lock()
-        self.ids = itertools.count(1)
-        self.table = abi.make_table(self._is_available, self._init, self._execute,
-                                    self._destroy)
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("reserved0", ctypes.c_uint32),
+        ("blob", ctypes.c_void_p),  # valid during init only: copy what you keep
+        ("blob_size", ctypes.c_uint64),
+        ("compile_specs", ctypes.POINTER(EtrtCompileSpec)),
+        ("num_compile_specs", ctypes.c_uint64),
+        ("method_name", ctypes.c_char_p),  # may be None
+        ("fallback", ctypes.c_char_p),  # load-time option "fallback", or None
+    ]
 
-    @staticmethod
-    def _fail(code: int, what: str, error: BaseException) -> int:
-        detail = str(error) or type(error).__name__
-        if not isinstance(error, (EngineUnavailable, ArgumentError, BlobError, ValueError)):
-            detail = f"{type(error).__name__}: {detail}\n{traceback.format_exc()}"
-        try:
-            set_last_error(f"{what}: {detail}")
-        except Exception:  # noqa: BLE001 - never raise from a callback
-            pass
-        return code
+    def blob_bytes(self) -> bytes:
+        return ctypes.string_at(self.blob, self.blob_size) if self.blob_size else b""
 
-    def _is_available(self) -> int:
-        return 1
-
-    def _init(self, args_ptr, handle_ptr, nin_ptr, nout_ptr) -> int:
-        try:
-            args = args_ptr.contents
-            blob = read_blob(args.blob_bytes())
-            fallback = args.fallback.decode() if args.fallback else None
-            executor = create_executor(blob, fallback)
-            with self.lock:
-                handle = next(self.ids)
-                self.handles[handle] = executor
-            handle_ptr[0] = handle
-            nin_ptr[0] = len(executor.inputs)
-            nout_ptr[0] = len(executor.outputs)
-            return 0
-        except BlobError as e:
-            return self._fail(ERR_INVALID_PROGRAM, "invalid TensorRT blob", e)
-        except EngineUnavailable as e:
-            return self._fail(ERR_DELEGATE_INVALID_COMPATIBILITY, "TensorRTBackend init", e)
-        except BaseException as e:  # noqa: BLE001
-            return self._fail(ERR_INTERNAL, "TensorRTBackend init", e)
-
-    def _execute(self, handle: int, args_ptr, num_args: int) -> int:
-        try:
-            executor = self.handles[handle]
-            executor.execute(args_ptr)
-            return 0
-        except ArgumentError as e:
-            return self._fail(ERR_INVALID_ARGUMENT, "TensorRTBackend execute", e)
-        except BaseException as e:  # noqa: BLE001
-            return self._fail(ERR_INTERNAL, "TensorRTBackend execute", e)
-
-    def _destroy(self, handle: int) -> None:
-        with self.lock:
-            self.handles.pop(handle, None)
+    def compile_spec_dict(self) -> dict[str, bytes]:
+        return {
+            self.compile_specs[i].key.decode(): self.compile_specs[i].value_bytes()
+            for i in range(self.num_compile_specs)
+        }
 
 
-_executors: PythonExecutors | None = None
+# Function pointer types of the table. CFUNCTYPE (not PYFUNCTYPE): the
+# callbacks are entered from C, and ctypes takes the GIL itself on entry,
+# whichever thread ExecuTorch calls from.
+IsAvailableFn = ctypes.CFUNCTYPE(ctypes.c_int32)
+InitFn = ctypes.CFUNCTYPE(
+    ctypes.c_int32,
+    ctypes.POINTER(EtrtInitArgs),
+    ctypes.POINTER(ctypes.c_uint64),
+    ctypes.POINTER(ctypes.c_uint32),
+    ctypes.POINTER(ctypes.c_uint32),
+)
+ExecuteFn = ctypes.CFUNCTYPE(
+    ctypes.c_int32, ctypes.c_uint64, ctypes.POINTER(EtrtArg), ctypes.c_uint64
+)
+DestroyFn = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
 
 
-def install() -> PythonExecutors:
-    """Installs the Python executors once per process."""
-    global _executors
-    if _executors is None:
-        executors = PythonExecutors()
-        install_executor_table(executors.table)
-        _executors = executors
-    return _executors
+class EtrtExecutorTable(ctypes.Structure):
+    """``etrt_executor_table``. Keep this object and its callbacks alive for
+    as long as it is installed: ctypes frees a CFUNCTYPE trampoline together
+    with its Python object."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("abi_version", ctypes.c_uint32),
+        ("is_available", IsAvailableFn),
+        ("init", InitFn),
+        ("execute", ExecuteFn),
+        ("destroy", DestroyFn),
+    ]
+
+
+def make_table(is_available, init, execute, destroy) -> EtrtExecutorTable:
+    """Builds a table from four Python callables (wrapped in the CFUNCTYPEs
+    above). The returned struct keeps references to the wrappers in
+    ``_callbacks`` so they live exactly as long as the struct does.
+
+    The callables must never raise: an exception in a ctypes callback is
+    printed and swallowed, and the adapter then sees an unspecified return
+    value. Catch everything, record it with ``set_last_error`` and return an
+    ExecuTorch Error code."""
+    callbacks = (
+        IsAvailableFn(is_available),
+        InitFn(init),
+        ExecuteFn(execute),
+        DestroyFn(destroy),
+    )
+    table = EtrtExecutorTable(
+        ctypes.sizeof(EtrtExecutorTable), ETRT_EXECUTOR_ABI_VERSION, *callbacks
+    )
+    table._callbacks = callbacks  # type: ignore[attr-defined]
+    return table

@@ -9,7 +9,6 @@ driver API, which it says once on stderr.
 from __future__ import annotations
 
 import ctypes
-import math
 import sys
 import threading
 
@@ -18,12 +17,14 @@ import onnxruntime
 import torch
 
 from ..blob import Blob
-from . import abi
-from .onnx_upcast import upcast_to_fp32
+from ..errors import ArgumentError, InvalidProgramError
+from . import executor_table as abi
 from .arguments import (
-    SCALAR_TYPE_TO_TORCH, ArgumentError, HostViews, check_input, checked_nbytes, resize_output,
-    split_bindings)
+    SCALAR_TYPE_TO_TORCH, HostViews, check_args, checked_nbytes, resize_output, split_bindings)
 from .cuda_probe import cuda_unavailable_reason
+from .executors import Executor
+from .onnx_safety import self_contained_onnx
+from .onnx_upcast import upcast_to_fp32
 
 
 class CudaStaging:
@@ -50,7 +51,10 @@ class CudaStaging:
 
     def __init__(self) -> None:
         c = ctypes
-        self.cuda = cuda = c.CDLL("libcuda.so.1")
+        # PyDLL: the copies keep the GIL. A CDLL call releases it, which lets a
+        # second thread enter ExecuTorch's Method.execute mid-call (see
+        # backend_callbacks.py).
+        self.cuda = cuda = c.PyDLL("libcuda.so.1")
         for name, args in (("cuDeviceGet", [c.POINTER(c.c_int), c.c_int]),
                            ("cuDevicePrimaryCtxRetain", [c.POINTER(c.c_void_p), c.c_int]),
                            ("cuCtxPushCurrent_v2", [c.c_void_p]),
@@ -93,40 +97,32 @@ class CudaStaging:
                        host.nbytes)
 
 
-def _check_device_arg(arg: abi.EtrtArg, shape) -> None:
-    if math.prod(shape) and not arg.data:
-        raise ArgumentError(
-            "this argument is a device-resident "
-            f"{'input' if arg.is_input else 'output'} with no memory: ExecuTorch plans none for "
-            "a device-resident program's inputs and outputs, so the caller must pass CUDA "
-            "buffers (set_input with a CUDA tensor, set_output_data_ptr for outputs)")
-    checked_nbytes(arg, shape, "CUDA ")
-
-
 _NP_DTYPES = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32,
               torch.int64: np.int64, torch.int8: np.int8, torch.uint8: np.uint8,
               torch.bool: np.bool_}
 
 
-class OnnxRuntimeExecutor:
+def new_session(model: bytes):
+    """The onnxruntime session for a checked, self-contained model (from bytes:
+    no path to resolve anything against). The one place a session is made."""
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+class OnnxRuntimeExecutor(Executor):
     kind = "onnxruntime"
 
     def __init__(self, blob: Blob):
-        if blob.onnx is None:
-            raise ArgumentError("this blob carries no ONNX model, so onnxruntime cannot run it "
-                                "(it was written by a tool that embeds only the engine)")
+        model = self_contained_onnx(blob)  # refuses external data before anything reads it
         self.inputs, self.outputs = split_bindings(blob.metadata)
-        model = blob.onnx
         if blob.metadata.get("precision", "fp32") != "fp32":
             model = upcast_to_fp32(model)  # see onnx_upcast.py: the CPU lacks fp16 kernels
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        self.session = onnxruntime.InferenceSession(
-            model, options, providers=["CPUExecutionProvider"])
+        self.session = new_session(model)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         if len(self.input_names) != len(self.inputs) or len(self.output_names) != len(self.outputs):
-            raise ArgumentError(
+            raise InvalidProgramError(
                 f"the embedded ONNX model has {len(self.input_names)} inputs and "
                 f"{len(self.output_names)} outputs; the blob's io_bindings list "
                 f"{len(self.inputs)} and {len(self.outputs)}")
@@ -134,9 +130,15 @@ class OnnxRuntimeExecutor:
         # Outputs of fixed shape can be written by onnxruntime straight into
         # ExecuTorch's memory (IOBinding); bindings are cached per set of
         # addresses and input shapes, which memory planning keeps stable.
+        # check_args has verified dtype, shape and byte capacity on every call.
         self.np_dtypes = [_NP_DTYPES.get(b.dtype) for b in self.inputs + self.outputs]
-        self.zero_copy = all(self.np_dtypes) and all(-1 not in b.shape for b in self.outputs)
+        self.zero_copy = all(self.np_dtypes) and all(
+            b.shape is not None and -1 not in b.shape for b in self.outputs)
         self.io_bindings: dict[tuple, onnxruntime.IOBinding] = {}
+
+    def close(self) -> None:
+        self.io_bindings.clear()
+        self.session = None
 
     def _bound(self, args, shapes) -> onnxruntime.IOBinding | None:
         n = len(self.inputs) + len(self.outputs)
@@ -162,20 +164,21 @@ class OnnxRuntimeExecutor:
     def _host(self, arg: abi.EtrtArg, shape) -> torch.Tensor:
         if arg.device_type == abi.ETRT_DEVICE_CPU:
             return self.views.view(arg, shape)
-        _check_device_arg(arg, shape)
+        checked_nbytes(arg, shape, "CUDA ")
         return CudaStaging.get().to_host(arg, shape)
 
-    def execute(self, args) -> None:
+    def execute(self, args, num_args: int | None = None) -> None:
+        if self.session is None:
+            raise ArgumentError("this executor was closed (the delegate was destroyed)")
+        shapes = check_args(args, len(args) if num_args is None else num_args,
+                            self.inputs, self.outputs)
         if self.zero_copy:
-            shapes = [check_input(args[i], b, i) for i, b in enumerate(self.inputs)]
             binding = self._bound(args, shapes)
             if binding is not None:
                 self.session.run_with_iobinding(binding)
                 return
-        feeds = {}
-        for i, binding in enumerate(self.inputs):
-            shape = check_input(args[i], binding, i)
-            feeds[self.input_names[i]] = self._host(args[i], shape).numpy()
+        feeds = {self.input_names[i]: self._host(args[i], shape).numpy()
+                 for i, shape in enumerate(shapes)}
         results = self.session.run(self.output_names, feeds)
         for j, result in enumerate(results):
             arg = args[len(self.inputs) + j]
@@ -185,7 +188,7 @@ class OnnxRuntimeExecutor:
                 np.copyto(self.views.view(arg, tuple(result.shape)).numpy(), result,
                           casting="same_kind")
                 continue
-            _check_device_arg(arg, tuple(result.shape))
+            checked_nbytes(arg, tuple(result.shape), "CUDA ")
             host = torch.empty(result.shape, dtype=SCALAR_TYPE_TO_TORCH[arg.dtype])
             np.copyto(host.numpy(), result, casting="same_kind")
             CudaStaging.get().to_device(arg, host)

@@ -8,22 +8,25 @@ onnxruntime executor (arguments.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 
-from ..tensorrt.flavor import collecting_logger, load_tensorrt
 from ..blob import Blob
-from ..errors import TensorRTNotInstalledError
-from . import abi
-from .cuda_probe import cuda_unavailable_reason
-from .engine_portability import RebuildImpossible, built_here, rebuilt_engine
+from ..errors import (
+    ArgumentError, EngineUnavailable, InvalidProgramError, RebuildImpossible,
+    TensorRTNotInstalledError)
+from ..tensorrt.flavor import collecting_logger, load_tensorrt
+from . import executor_table as abi
 from .arguments import (
-    SCALAR_TYPE_TO_TORCH, Binding, HostViews, check_input, resize_output, split_bindings)
+    SCALAR_TYPE_TO_TORCH, Binding, HostViews, check_args, checked_nbytes, resize_output,
+    split_bindings)
+from .cuda_probe import cuda_unavailable_reason
+from .engine_portability import built_here, rebuilt_engine
+from .executors import Executor
 
-
-class EngineUnavailable(RuntimeError):
-    """The engine cannot run in this process; the message says why."""
+__all__ = ["BoundContext", "EngineUnavailable", "TensorRTExecutor"]
 
 
 def cuda_device_or_raise(device_id: int) -> torch.device:
@@ -65,7 +68,36 @@ def engine_for_this_gpu(blob: Blob, trt, device: torch.device) -> bytes:
             f"{trt.version} here; rebuilding it from the embedded ONNX failed: {e}") from None
 
 
-class TensorRTExecutor:
+def engine_binding(trt, engine, binding: Binding) -> Binding:
+    """The blob's binding, checked against the engine's own tensor of that name
+    (the blob's metadata and engine are both untrusted): direction, dtype and
+    rank must agree; a dtype the blob left open is taken from the engine."""
+    m = trt.module
+    names = {engine.get_tensor_name(i) for i in range(engine.num_io_tensors)}
+    if binding.name not in names:
+        raise InvalidProgramError(f"the blob names binding {binding.name!r}, which the engine "
+                                  f"does not have (it has {sorted(names)})")
+    is_input = engine.get_tensor_mode(binding.name) == m.TensorIOMode.INPUT
+    to_torch = {m.DataType.FLOAT: torch.float32, m.DataType.HALF: torch.float16,
+                m.DataType.INT8: torch.int8, m.DataType.INT32: torch.int32,
+                m.DataType.BOOL: torch.bool, m.DataType.UINT8: torch.uint8}
+    for name, dtype in (("BF16", torch.bfloat16), ("INT64", torch.int64)):
+        if hasattr(m.DataType, name):
+            to_torch[getattr(m.DataType, name)] = dtype
+    dtype = to_torch.get(engine.get_tensor_dtype(binding.name))
+    shape = tuple(engine.get_tensor_shape(binding.name))
+    if (is_input != binding.is_input or dtype is None
+            or (binding.dtype is not None and dtype != binding.dtype)
+            or (binding.shape is not None and len(shape) != len(binding.shape))):
+        raise InvalidProgramError(
+            f"the blob's binding {binding.name!r} ({'input' if binding.is_input else 'output'}, "
+            f"{binding.dtype}, shape {binding.shape}) does not match the engine's tensor "
+            f"({'input' if is_input else 'output'}, {engine.get_tensor_dtype(binding.name)}, "
+            f"shape {list(shape)})")
+    return dataclasses.replace(binding, dtype=dtype, shape=binding.shape or shape)
+
+
+class TensorRTExecutor(Executor):
     kind = "tensorrt"
 
     def __init__(self, blob: Blob):
@@ -90,11 +122,26 @@ class TensorRTExecutor:
         if self.engine is None:
             raise EngineUnavailable("TensorRT could not deserialize the engine: "
                                     + ("; ".join(self.logger.messages[-3:]) or "no message"))
+        if self.engine.num_io_tensors != len(self.inputs) + len(self.outputs):
+            raise InvalidProgramError(
+                f"the engine has {self.engine.num_io_tensors} input and output tensors, the "
+                f"blob's io_bindings list {len(self.inputs) + len(self.outputs)}")
+        self.inputs = [engine_binding(self.trt, self.engine, b) for b in self.inputs]
+        self.outputs = [engine_binding(self.trt, self.engine, b) for b in self.outputs]
         self.bound = BoundContext(self.engine.create_execution_context(), self.inputs,
                                   self.outputs, device)
 
-    def execute(self, args) -> None:
-        self.bound.execute(args)
+    def execute(self, args, num_args: int | None = None) -> None:
+        if self.bound is None:
+            raise ArgumentError("this executor was closed (the delegate was destroyed)")
+        self.bound.execute(args, len(args) if num_args is None else num_args)
+
+    def close(self) -> None:
+        """Drops the context before the engine and the engine before the runtime
+        (TensorRT's required order), while CUDA is still up."""
+        self.bound = None
+        self.engine = None
+        self.runtime = None
 
 
 class BoundContext:
@@ -119,16 +166,17 @@ class BoundContext:
             self.staging[name] = buf
         return buf[:numel].view(shape)
 
-    def execute(self, args) -> None:
+    def execute(self, args, num_args: int | None = None) -> None:
+        shapes = check_args(args, len(args) if num_args is None else num_args,
+                            self.inputs, self.outputs)
         copies_back = []
         # CUDA inputs may come from work the caller queued on the device's
         # default stream; order the engine after it (outputs are complete on
         # return: the stream is synchronized below).
         self.stream.wait_stream(torch.cuda.default_stream(self.device))
         with torch.cuda.stream(self.stream):
-            for i, binding in enumerate(self.inputs):
+            for i, (binding, shape) in enumerate(zip(self.inputs, shapes)):
                 arg = args[i]
-                shape = check_input(arg, binding, i)
                 self.context.set_input_shape(binding.name, shape)
                 if arg.device_type == abi.ETRT_DEVICE_CUDA:
                     address = arg.data
@@ -143,6 +191,7 @@ class BoundContext:
                 shape = tuple(self.context.get_tensor_shape(binding.name))
                 resize_output(arg, shape, binding)
                 if arg.device_type == abi.ETRT_DEVICE_CUDA:
+                    checked_nbytes(arg, shape, "CUDA ")  # TensorRT writes this many bytes
                     address = arg.data
                 else:
                     staged = self._device_buffer(binding.name, shape,

@@ -20,13 +20,15 @@ from pathlib import Path
 
 import torch
 
+from ..errors import ExecuTorchTensorRTError
+
 FORMAT = "executorch-tensorrt-expected/1"
 FULL_LIMIT = 4096  # outputs up to this many elements are stored whole
 PREFIX = 256
 PRINTED = 8        # values a reference runner prints per output
 
 
-class ExpectedError(ValueError):
+class ExpectedError(ExecuTorchTensorRTError, ValueError):
     """An .expected file, or a runner's output, that cannot be compared."""
 
 

@@ -1,0 +1,67 @@
+"""Questions to TensorRT's ONNX parser: parse a model into a network, or find
+the nodes it places in no supported subgraph (the partitioner's query)."""
+from __future__ import annotations
+
+import functools
+
+import onnx
+
+from ..errors import EngineBuildError
+from .flavor import TensorRT, collecting_logger
+
+
+class ParseFailure(EngineBuildError):
+    """TensorRT's ONNX parser rejected nodes; `node_indices` says which."""
+
+    def __init__(self, message: str, node_indices: list[int]):
+        super().__init__(message)
+        self.node_indices = node_indices
+
+
+def parse_errors(parser) -> tuple[str, list[int]]:
+    lines, nodes = [], []
+    for i in range(parser.num_errors):
+        err = parser.get_error(i)
+        lines.append(f"node {err.node()} ({err.node_operator() or '?'} {err.node_name() or ''}): "
+                     f"{err.code()}: {err.desc()}")
+        if err.node() >= 0:
+            nodes.append(int(err.node()))
+    return "; ".join(lines), nodes
+
+
+def _new_parser(trt: TensorRT):
+    """A builder, an empty network and an ONNX parser into it, sharing one logger."""
+    logger = collecting_logger(trt)
+    builder = trt.module.Builder(logger)
+    network = builder.create_network(0)
+    return builder, network, trt.module.OnnxParser(network, logger), logger
+
+
+def parse_network(trt: TensorRT, onnx_bytes: bytes):
+    """Parses an ONNX model into a new network. Raises ParseFailure."""
+    builder, network, parser, logger = _new_parser(trt)
+    if not parser.parse(onnx_bytes):
+        message, nodes = parse_errors(parser)
+        raise ParseFailure(f"TensorRT's ONNX parser rejected the model: {message}", nodes)
+    return builder, network, parser, logger
+
+
+def unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> set[int]:
+    """ONNX node indices that TensorRT's parser places in no supported subgraph.
+
+    `is_subgraph_supported(i) == False` means "not checked", so only nodes
+    outside every subgraph count as unsupported here; full parses of each
+    partition are the final check.
+    """
+    return set(_unsupported_nodes(trt, onnx_bytes))
+
+
+@functools.lru_cache(maxsize=256)
+def _unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> frozenset[int]:
+    _builder, _network, parser, _logger = _new_parser(trt)  # all kept alive until done
+    parser.supports_model_v2(onnx_bytes)
+    covered: set[int] = set()
+    for i in range(parser.num_subgraphs):
+        covered.update(int(n) for n in parser.get_subgraph_nodes(i))
+    count = len(onnx.load_model_from_string(onnx_bytes).graph.node)
+    return frozenset(set(range(count)) - covered)

@@ -1,0 +1,45 @@
+"""Plain build options and input profiles: what an engine build needs, with no
+AOT types (aot/compile_spec.py converts its compile spec to BuildOptions;
+aot/shapes.py derives profiles from torch.export, the rebuild path reads them
+from the blob)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Options of one engine build.
+
+    compute_capabilities: targets such as ("SM89",) for TensorRT-RTX, or None
+        for its default (every capability it supports). Standard TensorRT
+        builds for the GPU present and takes None only.
+    workspace_bytes: builder workspace limit, None for TensorRT's default.
+    precision: recorded with the build; the ONNX model's types already carry it.
+    """
+
+    compute_capabilities: tuple[str, ...] | None = None
+    workspace_bytes: int | None = None
+    precision: str = "fp32"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class InputProfile:
+    """min/opt/max shapes of one input; equal for a static input."""
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self.min != self.max
+
+    def as_dict(self, name: str) -> dict:
+        return {"name": name, "min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
+
+    @classmethod
+    def from_dict(cls, entry: dict) -> "InputProfile":
+        return cls(tuple(entry["min"]), tuple(entry["opt"]), tuple(entry["max"]))

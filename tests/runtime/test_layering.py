@@ -1,0 +1,113 @@
+"""runtime/ and tensorrt/ never import aot/ or executorch.exir.
+
+One fresh child interpreter:
+1. imports the package with registration skipped, then every module the
+   executors and the rebuild path import, and checks that neither
+   `executorch.exir` nor `executorch_tensorrt.aot` came with them;
+2. loads the adapter, installs the executors, loads and runs a program through
+   `executorch.runtime` and rebuilds an engine from a blob's embedded ONNX
+   (the load-time rebuild path), with an import hook that records which module
+   asks for `executorch.exir*` or `executorch_tensorrt.aot*`.
+ExecuTorch's own Python runtime (`executorch.extension.pybindings.portable_lib`)
+imports `executorch.exir` itself, so in step 2 only imports asked for by this
+package's modules count.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+CHILD = textwrap.dedent(r'''
+    import importlib, json, os, sys
+
+    FORBIDDEN = ("executorch.exir", "executorch_tensorrt.aot")
+    asked = []
+
+    class Recorder:
+        """Records the module that imports a forbidden one (never loads anything)."""
+        def find_spec(self, name, path=None, target=None):
+            if name.startswith(FORBIDDEN):
+                frame = sys._getframe(1)
+                while frame and frame.f_globals.get("__name__", "").startswith(
+                        ("importlib", "_frozen_importlib")):
+                    frame = frame.f_back
+                asked.append((name, frame.f_globals.get("__name__") if frame else None))
+            return None
+
+    sys.meta_path.insert(0, Recorder())
+
+    def forbidden_loaded():
+        return sorted(m for m in sys.modules if m.startswith(FORBIDDEN))
+
+    # 1. Everything the executors and the rebuild path import, adapter not loaded.
+    os.environ["EXECUTORCH_TENSORRT_SKIP_REGISTRATION"] = "1"
+    import executorch_tensorrt
+    for module in json.loads(sys.argv[1]):
+        importlib.import_module(module)
+    step1 = forbidden_loaded()
+
+    # 2. Load the adapter, install the executors, run a program, rebuild an engine.
+    del os.environ["EXECUTORCH_TENSORRT_SKIP_REGISTRATION"]
+    from executorch_tensorrt.runtime import _native, backend_callbacks
+    _native.load_adapter()
+    backend_callbacks.install()
+    import torch
+    from executorch.runtime import Runtime
+    method = Runtime.get().load_program(sys.argv[2]).load_method("forward")
+    out = method.execute([torch.ones(2, 3)])[0]
+    from executorch_tensorrt.blob import read_blob, write_blob
+    from executorch_tensorrt.runtime.engine_portability import rebuilt_engine
+    from executorch_tensorrt.tensorrt.flavor import load_tensorrt
+    old = read_blob(open(sys.argv[3], "rb").read())
+    stale = read_blob(write_blob(old.engine, dict(old.metadata, trt_version="0.1.2"),
+                                 onnx=old.onnx))
+    engine = rebuilt_engine(stale, load_tensorrt(), "SM89")
+    ours = [(n, who) for n, who in asked if (who or "").startswith("executorch_tensorrt")]
+    print(json.dumps({"step1": step1, "ours": ours, "out": out.tolist(),
+                      "aot": [m for m in sys.modules if m.startswith("executorch_tensorrt.aot")],
+                      "engine": len(engine)}))
+''')
+
+RUNTIME_MODULES = [
+    "executorch_tensorrt.errors",
+    "executorch_tensorrt.blob",
+    "executorch_tensorrt.runtime.executor_table",
+    "executorch_tensorrt.runtime.backend_callbacks",
+    "executorch_tensorrt.runtime.executors",
+    "executorch_tensorrt.runtime.arguments",
+    "executorch_tensorrt.runtime.tensorrt_executor",
+    "executorch_tensorrt.runtime.onnxruntime_executor",
+    "executorch_tensorrt.runtime.onnx_upcast",
+    "executorch_tensorrt.runtime.onnx_safety",
+    "executorch_tensorrt.runtime.engine_portability",
+    "executorch_tensorrt.runtime.embedded",
+    "executorch_tensorrt.tensorrt.flavor",
+    "executorch_tensorrt.tensorrt.options",
+    "executorch_tensorrt.tensorrt.engine_builder",
+    "executorch_tensorrt.tensorrt.onnx_parser",
+]
+
+
+def test_runtime_imports_neither_aot_nor_exir(exported, tmp_path):
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    _, _, pte = exported("add")
+    program = deserialize_pte_binary(pte.read_bytes()).program
+    blob_path = tmp_path / "delegate.blob"
+    blob_path.write_bytes(bytes(program.backend_delegate_data[0].data))
+    env = dict(os.environ, EXECUTORCH_TENSORRT_FALLBACK="onnxruntime",
+               EXECUTORCH_TENSORRT_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("EXECUTORCH_TENSORRT_SKIP_REGISTRATION", None)
+    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(RUNTIME_MODULES), str(pte),
+                           str(blob_path)], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["step1"] == [], f"importing the runtime loaded {result['step1']}"
+    assert result["ours"] == [], f"this package's modules imported {result['ours']}"
+    assert result["aot"] == []
+    assert result["out"] == [[2.0] * 3] * 2
+    assert result["engine"] > 0
