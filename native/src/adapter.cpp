@@ -186,7 +186,25 @@ struct DelegateState {
   uint32_t num_inputs;
   uint32_t num_outputs;
   etrt_arg* args; // num_inputs + num_outputs, reused by every execute
+  // Concurrent-call guard (docs/concurrency.md): calls that entered this handle.
+  std::atomic<uint64_t> entered{0};
+  std::atomic<uint32_t> in_flight{0};
 };
+
+/* ---- concurrent calls into one method ---- */
+
+// A method's planned memory and `args` above are shared by every call: two
+// calls into one loaded method at once overwrite each other's inputs,
+// intermediates and outputs. ExecuTorch's Python binding keeps a second
+// thread out with the GIL, but a Python executor can lose the GIL at any
+// bytecode boundary, so the overlap is detected here, before any Python
+// runs, and both calls fail instead of returning another call's data.
+constexpr const char* kConcurrentCall =
+    "another call entered this loaded method while this one ran its TensorRT partition; "
+    "a method's planned memory (inputs, intermediates, outputs) is shared by its calls, "
+    "so this call's result is not its own and was failed. ExecuTorch methods are not "
+    "reentrant: load one Method per thread, or hold a lock around execute "
+    "(docs/concurrency.md)";
 
 /* Fills one etrt_arg from an EValue. No allocation: tensor shapes are views. */
 void fill_arg(etrt_arg& a, const EValue& value, bool is_input) {
@@ -293,12 +311,24 @@ class TensorRTBackendAdapter final : public BackendInterface {
       report_failure("execute", buf);
       return Error::InvalidArgument;
     }
+    const uint64_t ticket = state->entered.fetch_add(1) + 1;
+    if (state->in_flight.fetch_add(1) != 0) {
+      state->in_flight.fetch_sub(1);
+      report_failure("execute", kConcurrentCall);
+      return Error::InvalidState;
+    }
     for (size_t i = 0; i < args.size(); ++i) {
       fill_arg(state->args[i], *args[i], i < state->num_inputs);
     }
     const uint64_t seq = g_error_seq.load(std::memory_order_acquire);
     const int32_t code =
         state->table->execute(state->handle, state->args, expected);
+    const bool overlapped = state->entered.load() != ticket;
+    state->in_flight.fetch_sub(1);
+    if (overlapped) {
+      report_failure("execute", kConcurrentCall);
+      return Error::InvalidState;
+    }
     if (code != 0) {
       report_failure("execute", executor_failure_message("execute", code, seq));
       return static_cast<Error>(code);
