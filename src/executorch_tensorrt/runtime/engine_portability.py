@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from ..tensorrt.flavor import TensorRT
 from ..blob import Blob
 from ..errors import EngineBuildError
+from .engine_cache import EngineCache
 
 CACHE_ENV = "EXECUTORCH_TENSORRT_CACHE_DIR"
 
@@ -53,23 +53,24 @@ def rebuilt_engine(blob: Blob, trt: TensorRT, capability: str) -> bytes:
     key_data = json.dumps([trt.flavor, trt.version, capability, meta.get("profiles"),
                            meta.get("precision")], sort_keys=True).encode()
     key = hashlib.sha256(blob.onnx + key_data).hexdigest()
-    path = cache_dir() / f"{key}.engine"
-    if path.is_file():
-        return path.read_bytes()
-    from ..aot.compile_spec import TensorRTCompileSpec
-    from ..tensorrt.engine_builder import build_engine, stderr_progress
+    # --- begin: verified, locked cache (engine_cache.py) ---
+    def build() -> bytes:
+        from ..aot.compile_spec import TensorRTCompileSpec
+        from ..tensorrt.engine_builder import build_engine, stderr_progress
 
-    if trt.is_rtx and capability not in trt.module.ComputeCapability.__members__:
-        raise RebuildImpossible(f"TensorRT-RTX {trt.version} cannot build for {capability}")
-    # The embedded ONNX already has the partition's precision in its types.
-    spec = TensorRTCompileSpec(compute_capabilities=(capability,) if trt.is_rtx else None)
+        if trt.is_rtx and capability not in trt.module.ComputeCapability.__members__:
+            raise RebuildImpossible(f"TensorRT-RTX {trt.version} cannot build for {capability}")
+        # The embedded ONNX already has the partition's precision in its types.
+        spec = TensorRTCompileSpec(compute_capabilities=(capability,) if trt.is_rtx else None)
+        try:
+            return build_engine(blob.onnx, spec, label="a rebuilt partition",
+                                profiles=_profiles(meta), progress=stderr_progress,
+                                trt=trt).engine
+        except EngineBuildError as e:
+            raise RebuildImpossible(str(e)) from None
+
     try:
-        built = build_engine(blob.onnx, spec, label="a rebuilt partition",
-                             profiles=_profiles(meta), progress=stderr_progress, trt=trt)
-    except EngineBuildError as e:
-        raise RebuildImpossible(str(e)) from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
-        tmp.write(built.engine)
-    os.replace(tmp.name, path)  # atomic: concurrent loaders never see half a file
-    return built.engine
+        return EngineCache(cache_dir()).get_or_build(key, build)
+    except RebuildImpossible as e:
+        raise RebuildImpossible("; ".join([str(e), *getattr(e, "__notes__", [])])) from None
+    # --- end: verified, locked cache ---
