@@ -52,7 +52,24 @@ struct DelegateState {
   uint32_t num_inputs;
   uint32_t num_outputs;
   etrt_arg* args; // num_inputs + num_outputs, reused by every execute
+  // Concurrent-call guard (docs/concurrency.md): calls that entered this
+  // handle, and how many are inside it now.
+  std::atomic<uint64_t> entered{0};
+  std::atomic<uint32_t> in_flight{0};
 };
+
+/* A method's planned memory and `args` above are shared by all its calls: two
+ * calls into one loaded method at once overwrite each other's inputs,
+ * intermediates and outputs. ExecuTorch's Python binding keeps a second thread
+ * out with the GIL, but a Python executor can lose the GIL between bytecodes,
+ * so an overlap is detected here and both calls fail instead of one returning
+ * the other's data. */
+constexpr const char* kConcurrentCall =
+    "another call entered this loaded method while this one ran its TensorRT partition; "
+    "a method's planned memory (inputs, intermediates, outputs) is shared by its calls, "
+    "so this call's result is not its own and was failed. ExecuTorch methods are not "
+    "reentrant: load one Method per thread, or hold a lock around execute "
+    "(docs/concurrency.md)";
 
 /* The line the docs promise on stderr for a failed call. */
 void print_failure(const char* what) {
@@ -186,10 +203,20 @@ class TensorRTBackend final : public et::BackendInterface {
                   " outputs; the program does not match its TensorRT blob (re-export it)",
                   args.size(), state->num_inputs, state->num_outputs);
     }
+    const uint64_t ticket = state->entered.fetch_add(1) + 1;
+    if (state->in_flight.fetch_add(1) != 0) {
+      state->in_flight.fetch_sub(1);
+      return fail(Error::InvalidState, "%s", kConcurrentCall);
+    }
     for (size_t i = 0; i < args.size(); ++i) {
       fill_arg(state->args[i], *args[i], i < state->num_inputs);
     }
     const int32_t code = state->table->execute(state->handle, state->args, expected);
+    const bool overlapped = state->entered.load() != ticket;
+    state->in_flight.fetch_sub(1);
+    if (overlapped) {
+      return fail(Error::InvalidState, "%s", kConcurrentCall);
+    }
     return code == 0 ? Error::Ok : Error(executor_failed("execute", code));
   }
 
@@ -254,11 +281,13 @@ class TensorRTBackend final : public et::BackendInterface {
       return executor_failed("init", code);
     }
 
-    auto* state = new (std::nothrow) DelegateState{};
     const uint64_t num_args = uint64_t{num_inputs} + uint64_t{num_outputs};
     etrt_arg* arg_array = num_args > 0 ? new (std::nothrow) etrt_arg[num_args] : nullptr;
-    if (state == nullptr || (num_args > 0 && arg_array == nullptr)) {
-      delete state;
+    auto* state = (num_args > 0 && arg_array == nullptr)
+                      ? nullptr
+                      : new (std::nothrow)
+                            DelegateState{table, handle, num_inputs, num_outputs, arg_array};
+    if (state == nullptr) {
       delete[] arg_array;
       table->destroy(handle);
       return fail(Error::MemoryAllocationFailed, "out of memory allocating the delegate handle");
@@ -267,7 +296,6 @@ class TensorRTBackend final : public et::BackendInterface {
       std::memset(&arg_array[i], 0, sizeof(etrt_arg));
       arg_array[i].struct_size = sizeof(etrt_arg);
     }
-    *state = DelegateState{table, handle, num_inputs, num_outputs, arg_array};
     return state;
   }
 };

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -20,6 +19,7 @@ from ..errors import EngineBuildError, InvalidProgramError, RebuildImpossible
 from ..tensorrt.engine_builder import build_engine, stderr_progress
 from ..tensorrt.flavor import TensorRT
 from ..tensorrt.options import BuildOptions, InputProfile
+from .engine_cache import EngineCache
 from .onnx_safety import self_contained_onnx
 
 __all__ = ["CACHE_ENV", "RebuildImpossible", "built_here", "cache_dir", "rebuilt_engine"]
@@ -45,17 +45,12 @@ def _profiles(meta: dict) -> list[InputProfile] | None:
 
 
 def cached_or_built(key: str, build: Callable[[], bytes]) -> bytes:
-    """The engine cached on disk under `key`, else `build()`'s, stored for next
-    time. The one place the rebuild path touches the cache."""
-    path = cache_dir() / f"{key}.engine"
-    if path.is_file():
-        return path.read_bytes()
-    engine = build()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
-        tmp.write(engine)
-    os.replace(tmp.name, path)  # atomic: concurrent loaders never see half a file
-    return engine
+    """The engine cached under `key`, else `build()`'s, stored for next time
+    (engine_cache.py: verified, locked, never through a symlink)."""
+    try:
+        return EngineCache(cache_dir()).get_or_build(key, build)
+    except RebuildImpossible as e:  # the cache adds why it rejected an entry as notes
+        raise RebuildImpossible("; ".join([str(e), *getattr(e, "__notes__", [])])) from None
 
 
 def rebuilt_engine(blob: Blob, trt: TensorRT, capability: str) -> bytes:

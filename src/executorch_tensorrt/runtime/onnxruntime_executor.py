@@ -12,19 +12,17 @@ import ctypes
 import sys
 import threading
 
-import numpy as np
-import onnxruntime
 import torch
 
 from ..blob import Blob
 from ..errors import ArgumentError, InvalidProgramError
 from . import executor_table as abi
-from .arguments import (
-    SCALAR_TYPE_TO_TORCH, HostViews, check_args, checked_nbytes, resize_output, split_bindings)
+from .arguments import SCALAR_TYPE_TO_TORCH, check_args, checked_nbytes, resize_output, split_bindings
 from .cuda_probe import cuda_unavailable_reason
 from .executors import Executor
 from .onnx_safety import self_contained_onnx
 from .onnx_upcast import upcast_to_fp32
+from .ort_capi import ELEMENT_TYPE_NAMES, OrtSession
 
 
 class CudaStaging:
@@ -51,10 +49,7 @@ class CudaStaging:
 
     def __init__(self) -> None:
         c = ctypes
-        # PyDLL: the copies keep the GIL. A CDLL call releases it, which lets a
-        # second thread enter ExecuTorch's Method.execute mid-call (see
-        # backend_callbacks.py).
-        self.cuda = cuda = c.PyDLL("libcuda.so.1")
+        self.cuda = cuda = c.PyDLL("libcuda.so.1")  # PyDLL: copies keep the GIL
         for name, args in (("cuDeviceGet", [c.POINTER(c.c_int), c.c_int]),
                            ("cuDevicePrimaryCtxRetain", [c.POINTER(c.c_void_p), c.c_int]),
                            ("cuCtxPushCurrent_v2", [c.c_void_p]),
@@ -97,98 +92,181 @@ class CudaStaging:
                        host.nbytes)
 
 
-_NP_DTYPES = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32,
-              torch.int64: np.int64, torch.int8: np.int8, torch.uint8: np.uint8,
-              torch.bool: np.bool_}
+# torch dtype -> ONNXTensorElementDataType
+_ORT_ELEMENT_TYPES = {torch.float32: 1, torch.uint8: 2, torch.int8: 3, torch.int16: 5,
+                      torch.int32: 6, torch.int64: 7, torch.bool: 9, torch.float16: 10,
+                      torch.float64: 11, torch.bfloat16: 16}
+
+# --- begin: GIL-holding onnxruntime session (ort_capi.py; docs/concurrency.md) ---
+# ctypes.memmove is a CFUNCTYPE and would release the GIL; this one keeps it.
+_memmove = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(
+    ctypes.cast(ctypes.memmove, ctypes.c_void_p).value)
 
 
-def new_session(model: bytes):
-    """The onnxruntime session for a checked, self-contained model (from bytes:
-    no path to resolve anything against). The one place a session is made."""
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3
-    return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+class _BoundValues:
+    """OrtValues over one set of ExecuTorch addresses and input shapes."""
+
+    def __init__(self, api, inputs: ctypes.Array, outputs: ctypes.Array, owned: list):
+        self.api, self.inputs, self.outputs, self.owned = api, inputs, outputs, owned
+
+    def release(self) -> None:
+        for value in self.owned:
+            self.api.ReleaseValue(value)
+        self.owned = []
 
 
 class OnnxRuntimeExecutor(Executor):
+    """Runs the embedded ONNX with onnxruntime's C API. Every call keeps the GIL
+    (ort_capi.py says why), so a second Python thread cannot enter the same
+    ExecuTorch method while this partition runs."""
+
     kind = "onnxruntime"
+    max_bound = 16  # cached address sets; memory planning keeps addresses stable
 
     def __init__(self, blob: Blob):
+        if blob.onnx is None:
+            raise ArgumentError("this blob carries no ONNX model, so onnxruntime cannot run it "
+                                "(it was written by a tool that embeds only the engine)")
         model = self_contained_onnx(blob)  # refuses external data before anything reads it
         self.inputs, self.outputs = split_bindings(blob.metadata)
         if blob.metadata.get("precision", "fp32") != "fp32":
             model = upcast_to_fp32(model)  # see onnx_upcast.py: the CPU lacks fp16 kernels
-        self.session = new_session(model)
-        self.input_names = [i.name for i in self.session.get_inputs()]
-        self.output_names = [o.name for o in self.session.get_outputs()]
-        if len(self.input_names) != len(self.inputs) or len(self.output_names) != len(self.outputs):
+        self.session = OrtSession(model)
+        self.api = self.session.api
+        if len(self.session.inputs) != len(self.inputs) or \
+                len(self.session.outputs) != len(self.outputs):
             raise InvalidProgramError(
-                f"the embedded ONNX model has {len(self.input_names)} inputs and "
-                f"{len(self.output_names)} outputs; the blob's io_bindings list "
+                f"the embedded ONNX model has {len(self.session.inputs)} inputs and "
+                f"{len(self.session.outputs)} outputs; the blob's io_bindings list "
                 f"{len(self.inputs)} and {len(self.outputs)}")
-        self.views = HostViews()
-        # Outputs of fixed shape can be written by onnxruntime straight into
-        # ExecuTorch's memory (IOBinding); bindings are cached per set of
-        # addresses and input shapes, which memory planning keeps stable.
-        # check_args has verified dtype, shape and byte capacity on every call.
-        self.np_dtypes = [_NP_DTYPES.get(b.dtype) for b in self.inputs + self.outputs]
-        self.zero_copy = all(self.np_dtypes) and all(
-            b.shape is not None and -1 not in b.shape for b in self.outputs)
-        self.io_bindings: dict[tuple, onnxruntime.IOBinding] = {}
+        self.input_types = [t for _, t, _ in self.session.inputs]
+        self.output_types = [t for _, t, _ in self.session.outputs]
+        # Outputs of fixed shape are written by onnxruntime straight into
+        # ExecuTorch's memory; others are allocated by onnxruntime and copied.
+        self.fixed_outputs = all(b.shape is not None and -1 not in b.shape for b in self.outputs)
+        self.bound: dict[tuple, _BoundValues] = {}
 
-    def close(self) -> None:
-        self.io_bindings.clear()
-        self.session = None
+    def _element_type(self, arg: abi.EtrtArg, expected: int, what: str) -> int:
+        dtype = SCALAR_TYPE_TO_TORCH.get(arg.dtype)
+        if _ORT_ELEMENT_TYPES.get(dtype) != expected:
+            raise ArgumentError(
+                f"{what} has dtype {dtype or arg.dtype}; the embedded ONNX model takes "
+                f"{ELEMENT_TYPE_NAMES.get(expected, expected)} there")
+        return expected
 
-    def _bound(self, args, shapes) -> onnxruntime.IOBinding | None:
-        n = len(self.inputs) + len(self.outputs)
-        if any(args[k].device_type != abi.ETRT_DEVICE_CPU for k in range(n)):
-            return None
-        key = (tuple(args[k].data for k in range(n)), tuple(shapes))
-        binding = self.io_bindings.get(key)
-        if binding is None:
-            binding = self.session.io_binding()
-            for i, shape in enumerate(shapes):
-                binding.bind_input(self.input_names[i], "cpu", 0, self.np_dtypes[i], shape,
-                                   args[i].data)
-            for j, out in enumerate(self.outputs):
-                arg = args[len(self.inputs) + j]
-                resize_output(arg, out.shape, out)
-                binding.bind_output(self.output_names[j], "cpu", 0,
-                                    self.np_dtypes[len(self.inputs) + j], out.shape, arg.data)
-            if len(self.io_bindings) > 16:
-                self.io_bindings.clear()
-            self.io_bindings[key] = binding
-        return binding
+    def _value(self, arg: abi.EtrtArg, shape, expected: int, what: str, owned: list):
+        element = self._element_type(arg, expected, what)
+        nbytes = checked_nbytes(arg, shape)
+        # onnxruntime refuses a NULL buffer even for an empty tensor.
+        data = arg.data or ctypes.addressof(_EMPTY)
+        value = self.api.tensor(data, nbytes, shape, element)
+        owned.append(value)
+        return value
 
-    def _host(self, arg: abi.EtrtArg, shape) -> torch.Tensor:
-        if arg.device_type == abi.ETRT_DEVICE_CPU:
-            return self.views.view(arg, shape)
-        checked_nbytes(arg, shape, "CUDA ")
-        return CudaStaging.get().to_host(arg, shape)
+    def _bind(self, args, shapes, key) -> _BoundValues:
+        owned: list = []
+        try:
+            inputs = [self._value(args[i], shape, self.input_types[i], f"input {i}", owned)
+                      for i, shape in enumerate(shapes)]
+            outputs = []
+            if self.fixed_outputs:
+                for j, out in enumerate(self.outputs):
+                    arg = args[len(self.inputs) + j]
+                    resize_output(arg, out.shape, out)
+                    outputs.append(self._value(arg, out.shape, self.output_types[j],
+                                               f"output {j}", owned))
+            else:
+                outputs = [None] * len(self.outputs)
+        except BaseException:
+            for value in owned:
+                self.api.ReleaseValue(value)
+            raise
+        if len(self.bound) >= self.max_bound:
+            self._release_bound()
+        bound = self.bound[key] = _BoundValues(self.api, OrtSession.values(inputs),
+                                               OrtSession.values(outputs), owned)
+        return bound
+
+    def _release_bound(self) -> None:
+        for bound in self.bound.values():
+            bound.release()
+        self.bound.clear()
 
     def execute(self, args, num_args: int | None = None) -> None:
         if self.session is None:
             raise ArgumentError("this executor was closed (the delegate was destroyed)")
         shapes = check_args(args, len(args) if num_args is None else num_args,
                             self.inputs, self.outputs)
-        if self.zero_copy:
-            binding = self._bound(args, shapes)
-            if binding is not None:
-                self.session.run_with_iobinding(binding)
+        n = len(self.inputs) + len(self.outputs)
+        if all(args[k].device_type == abi.ETRT_DEVICE_CPU for k in range(n)):
+            key = (tuple(args[k].data for k in range(n)), tuple(shapes))
+            bound = self.bound.get(key) or self._bind(args, shapes, key)
+            if self.fixed_outputs:
+                self.session.run(bound.inputs, bound.outputs)
                 return
-        feeds = {self.input_names[i]: self._host(args[i], shape).numpy()
-                 for i, shape in enumerate(shapes)}
-        results = self.session.run(self.output_names, feeds)
-        for j, result in enumerate(results):
-            arg = args[len(self.inputs) + j]
-            result = np.asarray(result)
-            resize_output(arg, tuple(result.shape), self.outputs[j])
-            if arg.device_type == abi.ETRT_DEVICE_CPU:
-                np.copyto(self.views.view(arg, tuple(result.shape)).numpy(), result,
-                          casting="same_kind")
-                continue
-            checked_nbytes(arg, tuple(result.shape), "CUDA ")
-            host = torch.empty(result.shape, dtype=SCALAR_TYPE_TO_TORCH[arg.dtype])
-            np.copyto(host.numpy(), result, casting="same_kind")
-            CudaStaging.get().to_device(arg, host)
+            self._run_and_copy_out(args, bound.inputs)
+            return
+        staged: list = []  # device-resident arguments: host copies for this call
+        owned: list = []
+        try:
+            inputs = []
+            for i, shape in enumerate(shapes):
+                arg = args[i]
+                if arg.device_type != abi.ETRT_DEVICE_CPU:
+                    checked_nbytes(arg, shape, "CUDA ")
+                    host = CudaStaging.get().to_host(arg, shape)
+                    staged.append(host)
+                    element = self._element_type(arg, self.input_types[i], f"input {i}")
+                    inputs.append(self.api.tensor(host.data_ptr() or ctypes.addressof(_EMPTY),
+                                                  host.nbytes, shape, element))
+                    owned.append(inputs[-1])
+                else:
+                    inputs.append(self._value(arg, shape, self.input_types[i], f"input {i}",
+                                              owned))
+            self._run_and_copy_out(args, OrtSession.values(inputs))
+        finally:
+            for value in owned:
+                self.api.ReleaseValue(value)
+
+    def _run_and_copy_out(self, args, inputs: ctypes.Array) -> None:
+        outputs = OrtSession.values([None] * len(self.outputs))
+        try:
+            self.session.run(inputs, outputs)
+            for j, value in enumerate(outputs):
+                self._copy_out(args[len(self.inputs) + j], j, value)
+        finally:
+            for value in outputs:
+                if value:
+                    self.api.ReleaseValue(value)
+
+    def _copy_out(self, arg: abi.EtrtArg, j: int, value) -> None:
+        shape, element = self.api.shape_of(value)
+        self._element_type(arg, element, f"output {j}")
+        resize_output(arg, shape, self.outputs[j])
+        data = self.api.data_of(value)
+        if arg.device_type == abi.ETRT_DEVICE_CPU:
+            nbytes = checked_nbytes(arg, shape)
+            if nbytes:
+                _memmove(arg.data, data, nbytes)
+            return
+        checked_nbytes(arg, shape, "CUDA ")
+        host = torch.empty(shape, dtype=SCALAR_TYPE_TO_TORCH[arg.dtype])
+        if host.nbytes:
+            _memmove(host.data_ptr(), data, host.nbytes)
+        CudaStaging.get().to_device(arg, host)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self._release_bound()
+            self.session.close()
+            self.session = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - finalizers must not raise (interpreter exit)
+            pass
+
+
+_EMPTY = ctypes.c_uint64(0)  # a valid address for empty tensors
+# --- end: GIL-holding onnxruntime session ---

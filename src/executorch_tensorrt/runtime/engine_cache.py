@@ -1,0 +1,229 @@
+"""An on-disk cache of rebuilt engines that is safe in a shared directory.
+
+An engine is code for the GPU: a file another user planted or changed must
+never be deserialized. So, like pip's and ccache's caches:
+- the cache folder is ours: created 0700, refused if it is a symbolic link,
+  owned by another user, or writable by group/others; in a world-writable
+  folder with the sticky bit (/tmp) a per-user subfolder is used instead;
+- every file is opened relative to the verified folder's descriptor with
+  O_NOFOLLOW, and an entry is used only if it is a regular file we own that
+  nobody else can write, whose header (magic, key digest, length, SHA-256 of
+  the engine) matches its content;
+- entries are written to a temporary file in the same folder, fsynced and
+  renamed into place, so a reader never sees half an entry;
+- one lock file per key (flock): one process builds, the others wait and
+  read what it wrote.
+A rejected entry is reported on stderr, removed, and rebuilt; a folder that
+cannot be used makes the build run uncached. Neither fails the load.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import re
+import secrets
+import stat
+import struct
+import sys
+from pathlib import Path
+from typing import Callable
+
+MAGIC = b"ETRTENG1"
+_HEADER = struct.Struct("<8s32sQ32s")  # magic, sha256(key), engine length, sha256(engine)
+_KEY = re.compile(r"[0-9A-Za-z_.-]{1,128}")
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class CacheUnusable(Exception):
+    """The cache folder or an entry fails a check; the message says which."""
+
+
+def _note(message: str) -> None:
+    print(f"[executorch_tensorrt] engine cache: {message}", file=sys.stderr, flush=True)
+
+
+def _check_ours(st: os.stat_result, what: str) -> None:
+    if st.st_uid != os.geteuid():
+        raise CacheUnusable(f"{what} is owned by uid {st.st_uid}, not by this user "
+                            f"(uid {os.geteuid()}), so its content cannot be trusted")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise CacheUnusable(f"{what} is writable by group or others (mode "
+                            f"{stat.S_IMODE(st.st_mode):o}), so its content cannot be trusted")
+
+
+def _open_dir(path: Path, dir_fd: int | None = None, name: str | None = None) -> int:
+    """Opens a folder without following a symbolic link in its last component."""
+    try:
+        return os.open(name if name is not None else path,
+                       os.O_RDONLY | os.O_DIRECTORY | _OPEN_FLAGS, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise CacheUnusable(f"{path} is a symbolic link or not a folder") from None
+        raise
+
+
+class EngineCache:
+    """`EngineCache(folder).get_or_build(key, build)`: the cached bytes for
+    `key`, or `build()`'s, stored for the next process."""
+
+    def __init__(self, directory: Path | str):
+        self.directory = Path(directory)
+
+    # -- the folder ---------------------------------------------------------
+    def _make(self, path: Path) -> None:
+        """Creates `path` (and missing parents) 0700."""
+        missing = []
+        while not os.path.lexists(path) and path != path.parent:
+            missing.append(path)
+            path = path.parent
+        for folder in reversed(missing):
+            try:
+                os.mkdir(folder, 0o700)
+            except FileExistsError:
+                pass
+
+    def _open_folder(self) -> tuple[int, Path]:
+        """A descriptor of the verified cache folder and its path."""
+        path = self.directory
+        self._make(path)
+        fd = _open_dir(path)
+        try:
+            st = os.fstat(fd)
+            if st.st_mode & stat.S_IWOTH and st.st_mode & stat.S_ISVTX:
+                # A shared folder such as /tmp: use our own subfolder in it.
+                name = f"executorch_tensorrt-{os.geteuid()}"
+                try:
+                    os.mkdir(name, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                sub = _open_dir(path / name, dir_fd=fd, name=name)
+                os.close(fd)
+                fd, path = sub, path / name
+                st = os.fstat(fd)
+            _check_ours(st, f"the cache folder {path}")
+            return fd, path
+        except BaseException:
+            os.close(fd)
+            raise
+
+    # -- entries ------------------------------------------------------------
+    @staticmethod
+    def _encode(key: str, engine: bytes) -> bytes:
+        return _HEADER.pack(MAGIC, hashlib.sha256(key.encode()).digest(), len(engine),
+                            hashlib.sha256(engine).digest()) + engine
+
+    def _read(self, fd: int, key: str, where: Path) -> bytes | None:
+        """The verified engine for `key`, None if there is no entry; raises
+        CacheUnusable for an entry that must not be used."""
+        name = f"{key}.engine"
+        try:
+            entry = os.open(name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=fd)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise CacheUnusable(f"{where / name} is a symbolic link") from None
+            raise
+        with os.fdopen(entry, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise CacheUnusable(f"{where / name} is not a regular file")
+            _check_ours(st, str(where / name))
+            data = f.read()
+        if len(data) < _HEADER.size:
+            raise CacheUnusable(f"{where / name} is too short to be a cache entry")
+        magic, key_digest, length, digest = _HEADER.unpack_from(data)
+        engine = data[_HEADER.size:]
+        if magic != MAGIC or key_digest != hashlib.sha256(key.encode()).digest():
+            raise CacheUnusable(f"{where / name} is not an entry this cache wrote for this key")
+        if length != len(engine) or hashlib.sha256(engine).digest() != digest:
+            raise CacheUnusable(f"{where / name} does not match its recorded length and "
+                                "SHA-256 (truncated or modified)")
+        return engine
+
+    def _write(self, fd: int, key: str, engine: bytes) -> None:
+        temp = f".{key}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600, dir_fd=fd)
+        try:
+            with os.fdopen(out, "wb") as f:
+                f.write(self._encode(key, engine))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temp, f"{key}.engine", src_dir_fd=fd, dst_dir_fd=fd)
+            os.fsync(fd)  # the rename itself survives a crash
+        except BaseException:
+            try:
+                os.unlink(temp, dir_fd=fd)
+            except OSError:
+                pass
+            raise
+
+    def _lock(self, fd: int, key: str, where: Path) -> int:
+        lock = os.open(f"{key}.lock", os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o600, dir_fd=fd)
+        try:
+            _check_ours(os.fstat(lock), str(where / f"{key}.lock"))
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return lock
+        except BaseException:
+            os.close(lock)
+            raise
+
+    def _cached(self, fd: int, key: str, where: Path,
+                locked: bool) -> tuple[bytes | None, str | None]:
+        """(engine or None, why an entry was rejected). Under the lock a
+        rejected entry is reported and removed."""
+        try:
+            return self._read(fd, key, where), None
+        except (CacheUnusable, OSError) as e:
+            reason = f"rejected a cached engine: {e}; rebuilding it"
+            if locked:
+                _note(reason)
+                try:
+                    os.unlink(f"{key}.engine", dir_fd=fd)  # removes a link, never its target
+                except OSError:
+                    pass
+            return None, reason
+
+    def get_or_build(self, key: str, build: Callable[[], bytes]) -> bytes:
+        if not _KEY.fullmatch(key):
+            raise ValueError(f"cache key {key!r} is not a plain name ([0-9A-Za-z_.-], 1-128)")
+        try:
+            fd, where = self._open_folder()
+        except (CacheUnusable, OSError) as e:
+            _note(f"not using {self.directory}: {e}; building without the cache")
+            return _build(build, f"the engine cache at {self.directory} was not used: {e}")
+        try:
+            engine, _ = self._cached(fd, key, where, locked=False)
+            if engine is not None:
+                return engine
+            try:
+                lock = self._lock(fd, key, where)
+            except (CacheUnusable, OSError) as e:
+                _note(f"cannot lock {where / key}.lock: {e}; building without the cache")
+                return _build(build, f"the engine cache lock was not usable: {e}")
+            try:
+                # Another process may have built it while we waited.
+                engine, rejected = self._cached(fd, key, where, locked=True)
+                if engine is not None:
+                    return engine
+                engine = _build(build, rejected)
+                self._write(fd, key, engine)
+                return engine
+            finally:
+                os.close(lock)  # releases the flock
+        finally:
+            os.close(fd)
+
+
+def _build(build: Callable[[], bytes], note: str | None) -> bytes:
+    try:
+        engine = build()
+    except Exception as e:
+        if note:
+            e.add_note(note)
+        raise
+    if not isinstance(engine, (bytes, bytearray, memoryview)):
+        raise TypeError(f"the engine build returned {type(engine).__name__}, not bytes")
+    return bytes(engine)

@@ -1,0 +1,277 @@
+"""A minimal binding of onnxruntime's C API whose calls keep the GIL.
+
+Why: the executors run inside ExecuTorch's `Method.execute`, which holds the
+GIL for the whole call; that is what keeps a second Python thread out of the
+method's planned memory. onnxruntime's Python `run` releases the GIL, and
+another thread then entered the same method mid-call (issue #9). Calls made
+through `ctypes.PyDLL` / `ctypes.PYFUNCTYPE` do not release it, so a session
+run through this binding holds the GIL from start to end. onnxruntime's own
+worker threads never touch Python, so its intra-op thread pool stays usable.
+
+The library is the `libonnxruntime.so.*` shipped inside the onnxruntime wheel
+(it exports only `OrtGetApiBase`); the Python module is not imported, so the
+process does not carry two onnxruntime copies that both start thread pools.
+
+`OrtApi` is a struct of function pointers that onnxruntime only ever appends
+to; the indices below were counted in the public `onnxruntime_c_api.h` (the
+functions used all exist since API version 1) and are checked at load time by
+a round trip through CreateStatus / GetErrorCode / GetErrorMessage.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib.util
+import os
+import threading
+from ctypes import POINTER, byref, c_char_p, c_int, c_int64, c_size_t, c_uint32, c_void_p
+
+API_VERSION = 13  # any version the library supports that has every slot below
+
+_Status = c_void_p  # OrtStatus*: NULL means success
+# name -> (index in OrtApi, result type, argument types)
+_SLOTS: dict[str, tuple[int, object, tuple]] = {
+    "CreateStatus": (0, c_void_p, (c_int, c_char_p)),
+    "GetErrorCode": (1, c_int, (c_void_p,)),
+    "GetErrorMessage": (2, c_char_p, (c_void_p,)),
+    "CreateEnv": (3, _Status, (c_int, c_char_p, POINTER(c_void_p))),
+    "CreateSessionFromArray": (8, _Status, (c_void_p, c_char_p, c_size_t, c_void_p,
+                                            POINTER(c_void_p))),
+    "Run": (9, _Status, (c_void_p, c_void_p, POINTER(c_char_p), POINTER(c_void_p), c_size_t,
+                         POINTER(c_char_p), c_size_t, POINTER(c_void_p))),
+    "CreateSessionOptions": (10, _Status, (POINTER(c_void_p),)),
+    "SetSessionLogSeverityLevel": (22, _Status, (c_void_p, c_int)),
+    "SetIntraOpNumThreads": (24, _Status, (c_void_p, c_int)),
+    "SessionGetInputCount": (30, _Status, (c_void_p, POINTER(c_size_t))),
+    "SessionGetOutputCount": (31, _Status, (c_void_p, POINTER(c_size_t))),
+    "SessionGetInputTypeInfo": (33, _Status, (c_void_p, c_size_t, POINTER(c_void_p))),
+    "SessionGetOutputTypeInfo": (34, _Status, (c_void_p, c_size_t, POINTER(c_void_p))),
+    "SessionGetInputName": (36, _Status, (c_void_p, c_size_t, c_void_p, POINTER(c_void_p))),
+    "SessionGetOutputName": (37, _Status, (c_void_p, c_size_t, c_void_p, POINTER(c_void_p))),
+    "CreateTensorWithDataAsOrtValue": (49, _Status, (c_void_p, c_void_p, c_size_t,
+                                                     POINTER(c_int64), c_size_t, c_int,
+                                                     POINTER(c_void_p))),
+    "GetTensorMutableData": (51, _Status, (c_void_p, POINTER(c_void_p))),
+    "CastTypeInfoToTensorInfo": (55, _Status, (c_void_p, POINTER(c_void_p))),
+    "GetTensorElementType": (60, _Status, (c_void_p, POINTER(c_int))),
+    "GetDimensionsCount": (61, _Status, (c_void_p, POINTER(c_size_t))),
+    "GetDimensions": (62, _Status, (c_void_p, POINTER(c_int64), c_size_t)),
+    "GetTensorTypeAndShape": (65, _Status, (c_void_p, POINTER(c_void_p))),
+    "CreateCpuMemoryInfo": (69, _Status, (c_int, c_int, POINTER(c_void_p))),
+    "AllocatorFree": (76, _Status, (c_void_p, c_void_p)),
+    "GetAllocatorWithDefaultOptions": (78, _Status, (POINTER(c_void_p),)),
+    "ReleaseEnv": (92, None, (c_void_p,)),
+    "ReleaseStatus": (93, None, (c_void_p,)),
+    "ReleaseMemoryInfo": (94, None, (c_void_p,)),
+    "ReleaseSession": (95, None, (c_void_p,)),
+    "ReleaseValue": (96, None, (c_void_p,)),
+    "ReleaseTypeInfo": (98, None, (c_void_p,)),
+    "ReleaseTensorTypeAndShapeInfo": (99, None, (c_void_p,)),
+    "ReleaseSessionOptions": (100, None, (c_void_p,)),
+}
+
+# ONNXTensorElementDataType codes (the ONNX TensorProto codes).
+ELEMENT_TYPE_NAMES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
+                      9: "bool", 10: "float16", 11: "float64", 16: "bfloat16"}
+_ORT_LOGGING_LEVEL_ERROR = 3
+_ORT_DEVICE_ALLOCATOR, _ORT_MEM_TYPE_DEFAULT = 0, 0
+
+
+class OrtError(RuntimeError):
+    """onnxruntime's C API returned an error; the message is onnxruntime's."""
+
+
+def library_path() -> str:
+    """The onnxruntime shared library inside the installed wheel (not imported)."""
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        raise OrtError("onnxruntime is not installed; the fallback needs it: "
+                       "pip install onnxruntime")
+    for folder in spec.submodule_search_locations:
+        found = sorted(glob.glob(os.path.join(folder, "capi", "libonnxruntime.so*")))
+        if found:
+            return found[-1]
+    raise OrtError(f"no libonnxruntime.so* under {list(spec.submodule_search_locations)}/capi; "
+                   "this onnxruntime wheel does not ship the C library the fallback loads")
+
+
+class OrtApi:
+    """The loaded library, its function table (GIL-holding) and one OrtEnv."""
+
+    _instance: "OrtApi | None" = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls) -> "OrtApi":
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls(library_path())
+            return cls._instance
+
+    def __init__(self, path: str):
+        self.path = path
+        self.lib = ctypes.PyDLL(path)  # PyDLL: calls keep the GIL
+        self.lib.OrtGetApiBase.restype = c_void_p
+        self.lib.OrtGetApiBase.argtypes = []
+        base = self.lib.OrtGetApiBase()
+        if not base:
+            raise OrtError(f"OrtGetApiBase returned NULL in {path}")
+        get_api_ptr, version_ptr = (c_void_p * 2).from_address(base)
+        self.version = ctypes.PYFUNCTYPE(c_char_p)(version_ptr)().decode()
+        table = ctypes.PYFUNCTYPE(c_void_p, c_uint32)(get_api_ptr)(API_VERSION)
+        if not table:
+            raise OrtError(f"onnxruntime {self.version} ({path}) does not offer C API version "
+                           f"{API_VERSION}; install an onnxruntime that does (1.13 or newer)")
+        slots = (c_void_p * (max(i for i, _, _ in _SLOTS.values()) + 1)).from_address(table)
+        for name, (index, result, args) in _SLOTS.items():
+            if not slots[index]:
+                raise OrtError(f"onnxruntime {self.version}: OrtApi.{name} is NULL")
+            setattr(self, name, ctypes.PYFUNCTYPE(result, *args)(slots[index]))
+        self._self_check()
+        self.env = self._out(self.CreateEnv, "CreateEnv", _ORT_LOGGING_LEVEL_ERROR,
+                             b"executorch_tensorrt")
+        self.cpu_memory = self._out(self.CreateCpuMemoryInfo, "CreateCpuMemoryInfo",
+                                    _ORT_DEVICE_ALLOCATOR, _ORT_MEM_TYPE_DEFAULT)
+        self.allocator = self._out(self.GetAllocatorWithDefaultOptions,
+                                   "GetAllocatorWithDefaultOptions")
+        # Both live for the process: onnxruntime tears its environment down
+        # in its own static destructors.
+
+    def _self_check(self) -> None:
+        """The slot indices are right: a status made by slot 0 reads back."""
+        status = self.CreateStatus(2, b"executorch_tensorrt probe")
+        if not status:
+            raise OrtError(f"onnxruntime {self.version}: CreateStatus returned NULL")
+        try:
+            ok = (self.GetErrorCode(status) == 2
+                  and self.GetErrorMessage(status) == b"executorch_tensorrt probe")
+        finally:
+            self.ReleaseStatus(status)
+        if not ok:
+            raise OrtError(f"onnxruntime {self.version} ({self.path}): the C API table does not "
+                           "have the layout this binding expects")
+
+    def check(self, status, what: str) -> None:
+        """Raises OrtError with onnxruntime's message when `status` is not NULL."""
+        if status:
+            try:
+                message = (self.GetErrorMessage(status) or b"").decode(errors="replace")
+            finally:
+                self.ReleaseStatus(status)
+            raise OrtError(f"onnxruntime {what} failed: {message}")
+
+    def _out(self, fn, what: str, *args) -> c_void_p:
+        """Calls a function whose last argument is an output pointer; checks both."""
+        out = c_void_p()
+        self.check(fn(*args, byref(out)), what)
+        if not out.value:
+            raise OrtError(f"onnxruntime {what} returned no object")
+        return out
+
+    def tensor(self, data: int, nbytes: int, shape, element_type: int) -> c_void_p:
+        """An OrtValue over caller-owned CPU memory (no copy); release it with ReleaseValue."""
+        dims = (c_int64 * len(shape))(*shape)
+        return self._out(self.CreateTensorWithDataAsOrtValue, "CreateTensorWithDataAsOrtValue",
+                         self.cpu_memory, data, nbytes, dims, len(shape), element_type)
+
+    def shape_of(self, value) -> tuple[tuple[int, ...], int]:
+        """(dimensions, element type) of a tensor OrtValue."""
+        info = self._out(self.GetTensorTypeAndShape, "GetTensorTypeAndShape", value)
+        try:
+            return self._dims(info), self._element_type(info)
+        finally:
+            self.ReleaseTensorTypeAndShapeInfo(info)
+
+    def _dims(self, info) -> tuple[int, ...]:
+        count = c_size_t()
+        self.check(self.GetDimensionsCount(info, byref(count)), "GetDimensionsCount")
+        dims = (c_int64 * count.value)()
+        self.check(self.GetDimensions(info, dims, count.value), "GetDimensions")
+        return tuple(dims)
+
+    def _element_type(self, info) -> int:
+        element = c_int()
+        self.check(self.GetTensorElementType(info, byref(element)), "GetTensorElementType")
+        return element.value
+
+    def data_of(self, value) -> int:
+        data = c_void_p()
+        self.check(self.GetTensorMutableData(value, byref(data)), "GetTensorMutableData")
+        return data.value or 0
+
+
+class OrtSession:
+    """One onnxruntime session over a model held in memory; run() keeps the GIL."""
+
+    def __init__(self, model: bytes, intra_op_threads: int = 0):
+        self.api = api = OrtApi.get()
+        self.session = None
+        options = api._out(api.CreateSessionOptions, "CreateSessionOptions")
+        try:
+            api.check(api.SetSessionLogSeverityLevel(options, _ORT_LOGGING_LEVEL_ERROR),
+                      "SetSessionLogSeverityLevel")
+            api.check(api.SetIntraOpNumThreads(options, intra_op_threads), "SetIntraOpNumThreads")
+            self.session = api._out(api.CreateSessionFromArray, "CreateSessionFromArray",
+                                    api.env, model, len(model), options)
+        finally:
+            api.ReleaseSessionOptions(options)
+        self.inputs = self._describe(api.SessionGetInputCount, api.SessionGetInputName,
+                                     api.SessionGetInputTypeInfo, "input")
+        self.outputs = self._describe(api.SessionGetOutputCount, api.SessionGetOutputName,
+                                      api.SessionGetOutputTypeInfo, "output")
+        self._input_names = (c_char_p * len(self.inputs))(*(n.encode() for n, _, _ in self.inputs))
+        self._output_names = (c_char_p * len(self.outputs))(
+            *(n.encode() for n, _, _ in self.outputs))
+
+    def _describe(self, count_fn, name_fn, type_fn, what: str):
+        """[(name, element type, dims with -1 for symbolic)] of the inputs or outputs."""
+        api = self.api
+        count = c_size_t()
+        api.check(count_fn(self.session, byref(count)), f"SessionGet{what.title()}Count")
+        described = []
+        for i in range(count.value):
+            raw = api._out(name_fn, f"SessionGet{what.title()}Name", self.session, i,
+                           api.allocator)
+            try:
+                name = ctypes.string_at(raw).decode()
+            finally:
+                api.check(api.AllocatorFree(api.allocator, raw), "AllocatorFree")
+            type_info = api._out(type_fn, f"SessionGet{what.title()}TypeInfo", self.session, i)
+            try:
+                tensor_info = c_void_p()
+                api.check(api.CastTypeInfoToTensorInfo(type_info, byref(tensor_info)),
+                          "CastTypeInfoToTensorInfo")
+                if not tensor_info.value:
+                    raise OrtError(f"{what} {i} ({name}) of the embedded ONNX model is not a "
+                                   "tensor; the fallback runs tensor models only")
+                element, dims = api._element_type(tensor_info), api._dims(tensor_info)
+            finally:
+                api.ReleaseTypeInfo(type_info)
+            described.append((name, element, tuple(d if d >= 0 else -1 for d in dims)))
+        return described
+
+    @staticmethod
+    def values(items) -> ctypes.Array:
+        """A ctypes array of OrtValue pointers (None: NULL) to pass to run()."""
+        return (c_void_p * len(items))(*(getattr(v, "value", v) for v in items))
+
+    def run(self, inputs: ctypes.Array, outputs: ctypes.Array) -> None:
+        """Runs the model on arrays made by values(): one OrtValue per input and
+        per output; NULL outputs are allocated by onnxruntime and written into
+        `outputs` (the caller releases them with ReleaseValue)."""
+        if len(inputs) != len(self.inputs) or len(outputs) != len(self.outputs):
+            raise OrtError(f"run() got {len(inputs)} inputs and {len(outputs)} outputs; the model "
+                           f"has {len(self.inputs)} and {len(self.outputs)}")
+        self.api.check(self.api.Run(self.session, None, self._input_names, inputs, len(inputs),
+                                    self._output_names, len(outputs), outputs), "Run")
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.api.ReleaseSession(self.session)
+            self.session = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - finalizers must not raise (interpreter exit)
+            pass
