@@ -113,7 +113,7 @@ def test_a_call_that_enters_a_running_method_fails_both_calls(mlp_program, allow
     original = OnnxRuntimeExecutor.execute
     entered = []
 
-    def reentering(self, args):
+    def reentering(self, args, num_args=None):
         if not entered:
             entered.append(True)
             try:
@@ -122,7 +122,7 @@ def test_a_call_that_enters_a_running_method_fails_both_calls(mlp_program, allow
                 inner_errors.append(e)
             else:
                 inner_errors.append(AssertionError("the nested call was not refused"))
-        return original(self, args)
+        return original(self, args, num_args)
 
     monkeypatch.setattr(OnnxRuntimeExecutor, "execute", reentering)
     with pytest.raises(RuntimeError):
