@@ -158,9 +158,22 @@ def load_method(path: str | Path, method_name: str = "forward"):
     try:
         return program.load_method(method_name)
     except Exception as e:  # noqa: BLE001
-        cause = executorch_tensorrt.last_error()
         raise RunError(f"cannot load method {method_name!r} of {path}: {e}"
-                       + (f". {cause}" if cause else "")) from None
+                       f"{backend_cause(executorch_tensorrt.last_error())}") from None
+
+
+def backend_cause(last_error: str) -> str:
+    """The backend's recorded cause as one sentence (its first line, without
+    the traceback an unexpected error carries), with a hint where one helps."""
+    lines = [ln.strip() for ln in last_error.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    first = lines[0].removesuffix("Traceback (most recent call last):").strip()
+    if any(k in last_error for k in ("INVALID_PROTOBUF", "protobuf parsing failed",
+                                     "ModelProto")):
+        first += (" The ONNX model embedded in the TensorRT partition is damaged, so the .pte "
+                  "file is corrupted: export the model again.")
+    return f". {first}"
 
 
 def execute(method, inputs: list[tf.Tensor]) -> list[tf.Tensor]:
@@ -169,9 +182,8 @@ def execute(method, inputs: list[tf.Tensor]) -> list[tf.Tensor]:
     try:
         outputs = method.execute([tf.to_torch(t) for t in inputs])
     except Exception as e:  # noqa: BLE001
-        cause = executorch_tensorrt.last_error()
-        raise RunError(f"running the method failed: {e}" + (f". {cause}" if cause else "")
-                       ) from None
+        raise RunError(f"running the method failed: {e}"
+                       f"{backend_cause(executorch_tensorrt.last_error())}") from None
     return [tf.from_torch(f"output.{i}", o) for i, o in enumerate(outputs)]
 
 
