@@ -81,8 +81,8 @@ size_t memory_index(const std::vector<TensorImpl::SizesType>& sizes,
 bool fill_generated(ScalarType t, bool ones, uint8_t* p, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     const int k = etrt_runner::pattern_k(i);
-    const float f = ones ? 1.0f : static_cast<float>((k - 8) / 8.0);
-    const int64_t n = ones ? 1 : k;
+    const float f = ones ? 1.0f : static_cast<float>((k - 125) / 128.0);
+    const int64_t n = ones ? 1 : k % 16;
     switch (t) {
       case ScalarType::Float: reinterpret_cast<float*>(p)[i] = f; break;
       case ScalarType::Double: reinterpret_cast<double*>(p)[i] = f; break;
@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
   // Inputs: --inputs, else the stored example inputs (unless --fill), else the pattern.
   std::vector<StoredTensor> stored;
   std::string inputs_note = fill == "ones" ? "inputs filled with 1"
-                                           : "deterministic pattern inputs ((i*37+11) mod 17 - 8) / 8";
+                                           : "deterministic pattern inputs (tools/runner.py pattern_values)";
   {
     std::string source = inputs_path;
     if (source.empty() && fill.empty()) {

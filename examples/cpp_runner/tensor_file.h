@@ -176,10 +176,14 @@ inline bool select_inputs(const std::vector<StoredTensor>& all, std::vector<Stor
   return true;
 }
 
-// The runners' deterministic, non-constant fill (tools/runner.py
-// pattern_values): k = (i*37 + 11) mod 17; floats (k - 8) / 8, integers k,
-// bools k odd. The float values have 4 significant bits: exact in every type.
-inline int pattern_k(size_t i) { return static_cast<int>((i * 37 + 11) % 17); }
+// The runners' deterministic fill with no short period (tools/runner.py
+// pattern_values): h = (i * 2654435761 + 12345) mod 2^32, k = (h >> 8) mod 251;
+// floats (k - 125) / 128 (7 significant bits: exact in every float type),
+// integers k mod 16, bools k odd.
+inline int pattern_k(size_t i) {
+  const uint64_t h = (static_cast<uint64_t>(i) * 2654435761ull + 12345ull) & 0xFFFFFFFFull;
+  return static_cast<int>((h >> 8) % 251);
+}
 
 // IEEE binary16 bits of a float that binary16 represents exactly.
 inline uint16_t exact_float_to_half(float v) {

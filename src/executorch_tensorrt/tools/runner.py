@@ -62,19 +62,24 @@ def check_program_file(path: str | Path) -> Path:
 # ---- inputs ------------------------------------------------------------------
 
 def pattern_values(count: int, dtype: str) -> np.ndarray:
-    """Deterministic, non-constant values: k = (i*37 + 11) mod 17, floats
-    (k - 8) / 8 in [-1, 1] (exact in every float type), integers k, bools k odd."""
-    k = (np.arange(count, dtype=np.int64) * 37 + 11) % 17
+    """Deterministic values with no short period (rows of any width differ):
+    h = (i * 2654435761 + 12345) mod 2^32, k = (h >> 8) mod 251; floats
+    (k - 125) / 128 in (-1, 1) (7 significant bits: exact in float16 and
+    bfloat16 too), integers k mod 16, bools k odd."""
+    i = np.arange(count, dtype=np.uint64)
+    k = (((i * np.uint64(2654435761) + np.uint64(12345)) & np.uint64(0xFFFFFFFF))
+         >> np.uint64(8)) % np.uint64(251)
+    k = k.astype(np.int64)
     if dtype == "bool":
-        return (k % 2 == 1)
+        return k % 2 == 1
     if dtype in ("float16", "float32", "float64", "bfloat16"):
-        return (k - 8) / 8.0
-    return k
+        return (k - 125) / 128.0
+    return k % 16
 
 
 def pattern_tensor(name: str, dtype: str, shape: list[int]) -> tf.Tensor:
     values = pattern_values(int(np.prod(shape, dtype=np.int64)), dtype)
-    if dtype == "bfloat16":  # exact: the values have 4 significant bits
+    if dtype == "bfloat16":  # exact: the values have 7 significant bits
         bits = values.astype(np.float32).view(np.uint32) >> 16
         return tf.Tensor(name, dtype, bits.astype(np.uint16).reshape(shape))
     return tf.Tensor(name, dtype, values.astype(tf.DTYPES[tf.CODE_OF_NAME[dtype]][1])
@@ -121,7 +126,7 @@ def choose_inputs(specs: list[InputSpec], inputs_file: Path | None, fill: str | 
     maker = ones_tensor if fill == "ones" else pattern_tensor
     tensors = [maker(f"input.{i}", s.dtype, s.shape) for i, s in enumerate(specs)]
     return tensors, ("inputs filled with 1" if fill == "ones" else
-                     "deterministic pattern inputs ((i*37+11) mod 17 - 8) / 8")
+                     "deterministic pattern inputs (tools/runner.py pattern_values)")
 
 
 def check_inputs(specs: list[InputSpec], tensors: list[tf.Tensor], where: str) -> None:

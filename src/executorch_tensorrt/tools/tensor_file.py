@@ -80,7 +80,7 @@ def write_tensors(path: str | Path, tensors: list[Tensor]) -> Path:
     for t in tensors:
         name = t.name.encode()
         code = CODE_OF_NAME[t.dtype]
-        data = np.ascontiguousarray(t.array, dtype=DTYPES[code][1])
+        data = np.array(t.array, dtype=DTYPES[code][1], order="C")  # keeps rank 0
         out += struct.pack("<I", len(name)) + name
         out += struct.pack("<II", code, data.ndim)
         out += struct.pack(f"<{data.ndim}q", *data.shape)
