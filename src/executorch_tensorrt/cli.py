@@ -30,12 +30,9 @@ class _Fail(Exception):
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from . import __version__  # the package is imported already; metadata lookups are slow
 
-    try:
-        return version("executorch-tensorrt")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
+    return __version__
 
 
 # ---- commands ----------------------------------------------------------------

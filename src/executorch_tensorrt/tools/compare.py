@@ -56,7 +56,8 @@ def compare_arrays(name: str, expected: np.ndarray, actual: np.ndarray, atol: fl
         diff = np.abs(a - e)
         both_nan = np.isnan(a) & np.isnan(e)
         same_inf = np.isinf(a) & np.isinf(e) & (np.sign(a) == np.sign(e))
-        within = diff <= atol + rtol * np.abs(e)
+        # Finite pairs only: rtol x |inf| would let any value match an infinity.
+        within = (diff <= atol + rtol * np.abs(e)) & np.isfinite(e) & np.isfinite(a)
         ok_mask = within | both_nan | same_inf
         # A NaN on one side only is as bad as it gets.
         badness = np.where(ok_mask, -1.0, np.where(np.isnan(diff), np.inf, diff))
