@@ -38,10 +38,12 @@ def _version() -> str:
 # ---- commands ----------------------------------------------------------------
 
 def cmd_inspect(args) -> int:
-    from .tools.program_info import device_resident_problems, format_program, read_program
     from .tools.runner import check_program_file
 
-    methods = read_program(check_program_file(args.model))
+    path = check_program_file(args.model)  # before loading torch: a wrong file answers fast
+    from .tools.program_info import device_resident_problems, format_program, read_program
+
+    methods = read_program(path)
     print(format_program(methods))
     if not args.device_resident:
         return EXIT_OK
