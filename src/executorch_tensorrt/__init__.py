@@ -23,7 +23,6 @@ from .runtime import _native  # noqa: E402
 __version__ = "0.1.0"
 
 
-
 def register() -> None:
     """Loads the adapter (registering TensorRTBackend) and installs the
     executors; idempotent. `import executorch_tensorrt` calls it."""

@@ -210,3 +210,15 @@ def test_export_errors(factory_dir, args, code, message):
     r = cli("export", *args, cwd=factory_dir)
     assert r.returncode == code, r.stdout + r.stderr
     assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_demo_labels_fallback_timings_and_passes(tmp_path, allow_fallback, capsys):
+    from executorch_tensorrt.cli import main
+    from executorch_tensorrt.runtime.cuda_probe import cuda_unavailable_reason
+
+    assert main(["demo", "--example", "add", "--out-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "inputs: the example inputs stored in" in out
+    assert "output.0: OK, 6 elements" in out and out.rstrip().endswith("PASS")
+    if cuda_unavailable_reason() is not None:  # no GPU: the partition ran on onnxruntime
+        assert "timings: the CPU FALLBACK" in out and "ExecuTorch run (CPU fallback)" in out

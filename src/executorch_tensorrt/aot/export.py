@@ -132,11 +132,9 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     _warn_splits(backends, trt_partitioner.reports)
     path.write_bytes(program.buffer)
     # -- reference (tools/expected.py): written after the program, never blocks it --
-    exp = None
-    if write_expected_file:
-        ref = reference_source(reference[0] if reference else programs,
-                               reference[1] if reference else None, reference_inputs)
-        exp = write_export_reference(path, *ref) if ref else None
+    ref = reference_source(reference[0] if reference else programs,
+                           reference[1] if reference else None, reference_inputs)
+    exp = write_export_reference(path, ref if write_expected_file else None)
     # -- end of reference --
     seconds["total"] = time.perf_counter() - t0
     if progress:
@@ -156,8 +154,8 @@ def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | Pa
     and `<path>.expected.etensors`: the example inputs (or `reference_inputs`)
     and the eager outputs for them, which runners replay and `verify` compares
     with; when the eager run fails, export warns (ReferenceWarning) and writes
-    the program without them (`write_expected_file=False`: never). Options: TensorRTCompileSpec fields
-    (compute_capabilities, workspace_bytes, device_id, precision),
+    the program without them (`write_expected_file=False`: never). Options:
+    TensorRTCompileSpec fields (compute_capabilities, workspace_bytes, device_id, precision),
     `require_backends`, `progress` (a callable, or None for silence),
     `device_resident=True` (method inputs and outputs stay in CUDA memory on
     device_id; fails naming any input or output that would need a copy; see

@@ -109,12 +109,15 @@ def write_reference(pte_path: str | Path, inputs, outputs, source: str) -> Path:
     return path
 
 
-def write_export_reference(pte_path: str | Path, model, inputs,
-                           source: str = "example inputs") -> Path | None:
-    """What export calls: the reference for `inputs`, or a ReferenceWarning
-    (never an error: the program itself is valid without a reference)."""
+def write_export_reference(pte_path: str | Path, reference) -> Path | None:
+    """What export calls with reference_source()'s (model, inputs, source),
+    or None for no reference: writes it, or warns (ReferenceWarning) and
+    writes nothing; never an error, the program is valid without it."""
     for stale in (expected_path(pte_path), tensors_path(pte_path)):
-        stale.unlink(missing_ok=True)  # never leave another program's reference beside it
+        stale.unlink(missing_ok=True)  # never leave an older program's reference beside it
+    if reference is None:
+        return None
+    model, inputs, source = reference
     try:
         outputs = reference_outputs(model, inputs)
         path = write_reference(pte_path, inputs, outputs, source)
@@ -271,6 +274,8 @@ def reference_source(model, example_inputs, reference_inputs=None):
         recorded = getattr(ep, "example_inputs", None)
         # Keyword inputs cannot be fed by a runner: no recorded reference then.
         example_inputs = recorded[0] if recorded is not None and not recorded[1] else None
+        if example_inputs is None and reference_inputs is None:
+            return None
         model = ep.module()
     if reference_inputs is not None:
         return model, tuple(reference_inputs), "given reference inputs"
