@@ -108,8 +108,9 @@ def main() -> int:
     if args.cli:
         text = out.read_text() if out.exists() else "# Benchmarks\n"
         text = text.split("## Command-line start-up")[0].rstrip() + "\n\n"
-        out.write_text(text + "\n".join(cli_table()) + "\n")
-        print("\n".join(cli_table()))
+        table = "\n".join(cli_table())
+        out.write_text(text + table + "\n")
+        print(table)
         return 0
     import torch
 
