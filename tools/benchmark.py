@@ -6,6 +6,10 @@ onnxruntime fallback on the CPU, so the run column compares *that* path with
 XNNPACK. Ratios, not absolute times, are the result (these machines are noisy).
 
     .venv/bin/python tools/benchmark.py [--models cnn transformer add] [--runs 200]
+    .venv/bin/python tools/benchmark.py --cli     # command-line start-up times only
+
+Running, timing and comparing come from executorch_tensorrt.tools (runner.py,
+compare.py), the same functions the CLI and its demo use.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import argparse
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -21,18 +26,45 @@ from pathlib import Path
 
 os.environ.setdefault("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
 
-import torch  # noqa: E402
-from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner  # noqa: E402
-from executorch.exir import to_edge_transform_and_lower  # noqa: E402
-from executorch.runtime import Runtime  # noqa: E402
-
-import executorch_tensorrt  # noqa: E402
-from executorch_tensorrt.tools.models import example  # noqa: E402
-
 ROOT = Path(__file__).resolve().parent.parent
+CLI_CASES = (["--help"], ["--version"], ["run", "--help"], ["run"])
+
+
+def cli_startup(repeats: int = 5) -> list[tuple[str, float, float]]:
+    """(command, median seconds of the console script, median of a bare
+    `python -c pass`) for commands that must answer without loading torch."""
+    script = Path(sys.executable).parent / "executorch-tensorrt"
+
+    def median_s(cmd: list[str]) -> float:
+        samples = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            subprocess.run(cmd, capture_output=True)
+            samples.append(time.perf_counter() - t)
+        return statistics.median(samples)
+
+    bare = median_s([sys.executable, "-c", "pass"])
+    return [(" ".join(["executorch-tensorrt", *case]), median_s([str(script), *case]), bare)
+            for case in CLI_CASES]
+
+
+def cli_table() -> list[str]:
+    rows = cli_startup()
+    lines = ["## Command-line start-up", "",
+             f"Measured {date.today()} by `tools/benchmark.py --cli` ({os.cpu_count()} CPU cores, "
+             "median of 5 runs of the installed console script). These commands answer without "
+             "importing torch; a command that loads or exports a program pays torch's import "
+             "(about 4 s here) on top.", "",
+             "| command | wall time (s) | bare `python -c pass` (s) |", "|---|---|---|"]
+    lines += [f"| `{cmd}` | {t:.3f} | {bare:.3f} |" for cmd, t, bare in rows]
+    return lines
 
 
 def export_xnnpack(model, inputs, path: Path) -> float:
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
     t = time.perf_counter()
     edge = to_edge_transform_and_lower(torch.export.export(model, inputs),
                                        partitioner=[XnnpackPartitioner()])
@@ -41,24 +73,27 @@ def export_xnnpack(model, inputs, path: Path) -> float:
 
 
 def export_tensorrt(model, inputs, path: Path) -> float:
+    import executorch_tensorrt
+
     t = time.perf_counter()
     executorch_tensorrt.export(model, inputs, path, progress=None)
     return time.perf_counter() - t
 
 
-def time_runs(path: Path, inputs, runs: int, repeats: int = 5) -> tuple[float, float]:
-    """Median ms/call over `repeats` batches of `runs` calls, and the max |diff| check value."""
-    method = Runtime.get().load_program(str(path)).load_method("forward")
+def time_runs(path: Path, inputs, runs: int, repeats: int = 5):
+    """Median ms/call (tools.runner.time_calls) and the first output."""
+    from executorch_tensorrt.tools.runner import load_method, time_calls
+
+    method = load_method(path)
     args = list(inputs)
-    for _ in range(10):
-        out = method.execute(args)
-    samples = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(runs):
-            method.execute(args)
-        samples.append((time.perf_counter() - t) / runs * 1e3)
-    return statistics.median(samples), out[0]
+    timing = time_calls(lambda: method.execute(args), calls=runs, repeats=repeats, warmup=10)
+    return timing.median_ms, method.execute(args)[0]
+
+
+def max_diff(got, want) -> float:
+    from executorch_tensorrt.tools.compare import compare_arrays
+
+    return compare_arrays("out", want.numpy(), got.numpy(), 0.0, 0.0).max_abs_diff
 
 
 def main() -> int:
@@ -66,7 +101,21 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=["cnn", "transformer", "add"])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    parser.add_argument("--cli", action="store_true",
+                        help="measure command-line start-up only and update that section")
     args = parser.parse_args()
+    out = Path(args.out)
+    if args.cli:
+        text = out.read_text() if out.exists() else "# Benchmarks\n"
+        text = text.split("## Command-line start-up")[0].rstrip() + "\n\n"
+        table = "\n".join(cli_table())
+        out.write_text(text + table + "\n")
+        print(table)
+        return 0
+    import torch
+
+    from executorch_tensorrt.tools.models import example
+
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
@@ -81,7 +130,7 @@ def main() -> int:
             trt_ms, trt_out = time_runs(trt_pte, inputs, args.runs)
             xnn_ms, xnn_out = time_runs(xnn_pte, inputs, args.runs)
             rows.append((name, trt_export, xnn_export, trt_ms, xnn_ms,
-                         float((trt_out - eager).abs().max()), float((xnn_out - eager).abs().max())))
+                         max_diff(trt_out, eager), max_diff(xnn_out, eager)))
     lines = [
         "# Benchmarks", "",
         f"Measured {date.today()} by `tools/benchmark.py` on {platform.machine()} "
@@ -101,7 +150,10 @@ def main() -> int:
                      f"{tr / xr:.2f}x | {td:.1e} / {xd:.1e} |")
     lines += ["", "Ratios above 1 mean this backend's path is slower. Export includes "
               "partitioning with TensorRT's parser, ONNX export and real engine builds."]
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    previous = out.read_text() if out.exists() else ""
+    cli_section = ("\n## Command-line start-up" + previous.split("## Command-line start-up")[1]
+                   if "## Command-line start-up" in previous else "")
+    out.write_text("\n".join(lines) + "\n" + cli_section)
     print("\n".join(lines))
     return 0
 

@@ -1,14 +1,18 @@
 // executorch-tensorrt C++ reference runner: the C++ twin of
 // `executorch-tensorrt run model.pte`.
 //
-//   etrt_runner --model_path model.pte [--method forward]
+//   etrt_runner --model_path model.pte [--method forward] [--inputs FILE]
+//               [--fill pattern|ones] [--outputs FILE]
 //
 // Loads the program with ExecuTorch's C++ API (extension Module, shipped in
-// the wheel's libexecutorch.so), fills every input with 1 (1.0 for floating
-// types, true for bool), runs the method and prints each output as
+// the wheel's libexecutorch.so), takes its inputs from --inputs FILE, else
+// from the example inputs export stored beside it (model.expected.etensors),
+// else a deterministic non-constant pattern (--fill picks the pattern or 1
+// and ignores stored inputs), runs the method and prints each output as
 //   output[i] shape=[d0,d1,...]
 //     values: v0, v1, ...        (the first 8 values, 4 decimals)
-// exactly like the Python runner. TensorRTBackend comes from linking
+// exactly like the Python runner. --outputs FILE writes every output whole
+// (tensor file format, tensor_file.h) for `executorch-tensorrt verify`. TensorRTBackend comes from linking
 // executorch_tensorrt::backend; its executors come from the Python
 // interpreter the adapter embeds on first use (docs/cpp.md).
 //
@@ -22,6 +26,8 @@
 #include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
 #include <executorch/runtime/platform/runtime.h>
 #include <executorch_tensorrt/executor_table.h>
+
+#include "tensor_file.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -49,8 +55,49 @@ using executorch::runtime::etensor::TensorImpl;
 constexpr int kShownValues = 8;
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s --model_path <model.pte> [--method <name>]\n", argv0);
+  std::fprintf(stderr,
+               "usage: %s --model_path <model.pte> [--method <name>] [--inputs <file>] "
+               "[--fill pattern|ones] [--outputs <file>]\n",
+               argv0);
   return 2;
+}
+
+using etrt_runner::StoredTensor;
+
+// Logical (row-major) element `index` -> its position in memory through `strides`.
+size_t memory_index(const std::vector<TensorImpl::SizesType>& sizes,
+                    const std::vector<TensorImpl::StridesType>& strides, size_t index) {
+  size_t i = 0;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    const size_t size = static_cast<size_t>(sizes[d]);
+    i += (index % size) * static_cast<size_t>(strides[d]);
+    index /= size;
+  }
+  return i;
+}
+
+// Fills `count` elements (row-major) of type t with the runners' pattern or
+// with one. False if the type is not handled.
+bool fill_generated(ScalarType t, bool ones, uint8_t* p, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    const int k = etrt_runner::pattern_k(i);
+    const float f = ones ? 1.0f : static_cast<float>((k - 125) / 128.0);
+    const int64_t n = ones ? 1 : k % 16;
+    switch (t) {
+      case ScalarType::Float: reinterpret_cast<float*>(p)[i] = f; break;
+      case ScalarType::Double: reinterpret_cast<double*>(p)[i] = f; break;
+      case ScalarType::Half: reinterpret_cast<uint16_t*>(p)[i] = etrt_runner::exact_float_to_half(f); break;
+      case ScalarType::BFloat16: reinterpret_cast<uint16_t*>(p)[i] = etrt_runner::float_to_bfloat16_bits(f); break;
+      case ScalarType::Byte: reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(n); break;
+      case ScalarType::Char: reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(n); break;
+      case ScalarType::Short: reinterpret_cast<int16_t*>(p)[i] = static_cast<int16_t>(n); break;
+      case ScalarType::Int: reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(n); break;
+      case ScalarType::Long: reinterpret_cast<int64_t*>(p)[i] = n; break;
+      case ScalarType::Bool: reinterpret_cast<bool*>(p)[i] = ones || (k % 2 == 1); break;
+      default: return false;
+    }
+  }
+  return true;
 }
 
 // Owns the storage behind one tensor the runner makes: its shape arrays,
@@ -82,29 +129,6 @@ class DeviceMemory {
 std::string device_name(DeviceType type, DeviceIndex index) {
   if (type == DeviceType::CUDA) return "cuda:" + std::to_string(index);
   return "device type " + std::to_string(static_cast<int>(type)) + ":" + std::to_string(index);
-}
-
-uint16_t one_half() { return 0x3C00; }      // IEEE binary16 1.0
-uint16_t one_bfloat16() { return 0x3F80; }  // bfloat16 1.0
-
-// Fills `count` elements of type t with one. False if the type is not handled.
-bool fill_ones(ScalarType t, uint8_t* p, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    switch (t) {
-      case ScalarType::Float: reinterpret_cast<float*>(p)[i] = 1.0f; break;
-      case ScalarType::Double: reinterpret_cast<double*>(p)[i] = 1.0; break;
-      case ScalarType::Half: reinterpret_cast<uint16_t*>(p)[i] = one_half(); break;
-      case ScalarType::BFloat16: reinterpret_cast<uint16_t*>(p)[i] = one_bfloat16(); break;
-      case ScalarType::Byte: reinterpret_cast<uint8_t*>(p)[i] = 1; break;
-      case ScalarType::Char: reinterpret_cast<int8_t*>(p)[i] = 1; break;
-      case ScalarType::Short: reinterpret_cast<int16_t*>(p)[i] = 1; break;
-      case ScalarType::Int: reinterpret_cast<int32_t*>(p)[i] = 1; break;
-      case ScalarType::Long: reinterpret_cast<int64_t*>(p)[i] = 1; break;
-      case ScalarType::Bool: reinterpret_cast<bool*>(p)[i] = true; break;
-      default: return false;
-    }
-  }
-  return true;
 }
 
 double half_to_double(uint16_t h) {
@@ -215,6 +239,9 @@ const Tensor& planned_input(const Method& method, size_t i) {
 int main(int argc, char** argv) {
   std::string model_path;
   std::string method_name = "forward";
+  std::string inputs_path;
+  std::string outputs_path;
+  std::string fill;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* flag, std::string* dst) {
@@ -229,7 +256,9 @@ int main(int argc, char** argv) {
       }
       return false;
     };
-    if (value("--model_path", &model_path) || value("--method", &method_name)) {
+    if (value("--model_path", &model_path) || value("--method", &method_name) ||
+        value("--inputs", &inputs_path) || value("--outputs", &outputs_path) ||
+        value("--fill", &fill)) {
       continue;
     }
     if (arg == "-h" || arg == "--help") {
@@ -242,6 +271,42 @@ int main(int argc, char** argv) {
   if (model_path.empty()) {
     std::fprintf(stderr, "error: --model_path is required\n");
     return usage(argv[0]);
+  }
+  if (!fill.empty() && fill != "pattern" && fill != "ones") {
+    std::fprintf(stderr, "error: --fill takes pattern or ones, not %s\n", fill.c_str());
+    return usage(argv[0]);
+  }
+  // Inputs: --inputs, else the stored example inputs (unless --fill), else the pattern.
+  std::vector<StoredTensor> stored;
+  std::string inputs_note = fill == "ones" ? "inputs filled with 1"
+                                           : "deterministic pattern inputs (tools/runner.py pattern_values)";
+  {
+    std::string source = inputs_path;
+    if (source.empty() && fill.empty()) {
+      const std::string base = model_path.size() > 4 &&
+                                       model_path.compare(model_path.size() - 4, 4, ".pte") == 0
+                                   ? model_path.substr(0, model_path.size() - 4)
+                                   : model_path;
+      if (FILE* f = std::fopen((base + ".expected.etensors").c_str(), "rb")) {
+        std::fclose(f);
+        source = base + ".expected.etensors";
+      }
+    }
+    if (!source.empty()) {
+      std::vector<StoredTensor> all;
+      std::string why;
+      if (!etrt_runner::read_tensor_file(source, &all, &why) ||
+          !etrt_runner::select_inputs(all, &stored, &why)) {
+        std::fprintf(stderr, "error: %s\n", why.c_str());
+        return 2;
+      }
+      if (!stored.empty()) {
+        inputs_note = (inputs_path.empty() ? "the example inputs stored in " : "inputs from ") + source;
+      } else if (!inputs_path.empty()) {
+        std::fprintf(stderr, "error: %s holds no input.* tensors\n", source.c_str());
+        return 2;
+      }
+    }
   }
   if (FILE* f = std::fopen(model_path.c_str(), "rb")) {
     std::fclose(f);
@@ -273,6 +338,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   Method& method = *method_or.get();
+  if (!stored.empty() && stored.size() != meta->num_inputs()) {
+    std::fprintf(stderr, "error: %zu stored input tensors, method '%s' takes %zu inputs\n",
+                 stored.size(), method_name.c_str(), meta->num_inputs());
+    return 2;
+  }
+  std::fprintf(stderr, "note: %s\n", inputs_note.c_str());
 
   std::vector<std::unique_ptr<OwnedTensor>> storage;
   std::vector<std::unique_ptr<DeviceMemory>> device_memory;
@@ -311,6 +382,16 @@ int main(int argc, char** argv) {
     const auto dim_order = info->dim_order();
     in->sizes.assign(sizes.begin(), sizes.end());
     in->dim_order.assign(dim_order.begin(), dim_order.end());
+    const StoredTensor* given = stored.empty() ? nullptr : &stored[i];
+    if (given != nullptr) {
+      if (given->dtype != static_cast<uint32_t>(dtype) || given->sizes.size() != in->sizes.size()) {
+        std::fprintf(stderr, "error: stored input.%zu (dtype code %u, rank %zu) does not fit input "
+                     "%zu (%s, rank %zu)\n", i, given->dtype, given->sizes.size(), i,
+                     executorch::runtime::toString(dtype), in->sizes.size());
+        return 2;
+      }
+      in->sizes.assign(given->sizes.begin(), given->sizes.end());  // dynamic shapes
+    }
     const size_t ndim = in->sizes.size();
     in->strides.assign(ndim, 1);
     // Strides follow the dim order (the innermost dimension is last in it).
@@ -321,12 +402,21 @@ int main(int argc, char** argv) {
     }
     size_t numel = 1;
     for (auto s : in->sizes) numel *= static_cast<size_t>(s);
-    const size_t nbytes = numel * executorch::runtime::elementSize(dtype);
-    in->data.assign(nbytes + 1, 0);
-    if (!fill_ones(dtype, in->data.data(), numel)) {
+    const size_t elem = executorch::runtime::elementSize(dtype);
+    const size_t nbytes = numel * elem;
+    std::vector<uint8_t> row_major(nbytes + 1, 0);
+    if (given != nullptr) {
+      std::memcpy(row_major.data(), given->data.data(), nbytes);
+    } else if (!fill_generated(dtype, fill == "ones", row_major.data(), numel)) {
       std::fprintf(stderr, "error: input %zu has dtype %s, which the reference runner does not fill\n",
                    i, executorch::runtime::toString(dtype));
-      return 1;
+      return 2;
+    }
+    // Values are in logical order; memory follows the method's dim order.
+    in->data.assign(nbytes + 1, 0);
+    for (size_t k = 0; k < numel; ++k) {
+      std::memcpy(in->data.data() + memory_index(in->sizes, in->strides, k) * elem,
+                  row_major.data() + k * elem, elem);
     }
     void* data = in->data.data();
     const Tensor& planned = planned_input(method, i);
@@ -384,6 +474,7 @@ int main(int argc, char** argv) {
     print_error("running '" + method_name + "' of " + model_path + " failed", err);
     return 1;
   }
+  std::vector<StoredTensor> written;
   for (size_t i = 0; i < method.outputs_size(); ++i) {
     const EValue& out = method.get_output(i);
     if (!out.isTensor()) {
@@ -435,7 +526,30 @@ int main(int argc, char** argv) {
       values += (k ? ", " : "") + std::string(buf);
     }
     std::printf("  values: %s\n", values.c_str());
+    if (!outputs_path.empty()) {
+      StoredTensor s;
+      s.name = "output." + std::to_string(i);
+      s.dtype = static_cast<uint32_t>(t.scalar_type());
+      const size_t elem = t.element_size();
+      std::vector<TensorImpl::SizesType> sizes(t.sizes().begin(), t.sizes().end());
+      std::vector<TensorImpl::StridesType> strides(t.strides().begin(), t.strides().end());
+      for (auto d : sizes) s.sizes.push_back(d);
+      s.data.resize(static_cast<size_t>(t.numel()) * elem);
+      const auto* base = static_cast<const uint8_t*>(t.const_data_ptr());
+      for (size_t k = 0; k < static_cast<size_t>(t.numel()); ++k) {
+        std::memcpy(s.data.data() + k * elem, base + memory_index(sizes, strides, k) * elem, elem);
+      }
+      written.push_back(std::move(s));
+    }
   }
   std::fflush(stdout);
+  if (!outputs_path.empty()) {
+    std::string why;
+    if (!etrt_runner::write_tensor_file(outputs_path, written, &why)) {
+      std::fprintf(stderr, "error: %s\n", why.c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "note: wrote the full outputs to %s\n", outputs_path.c_str());
+  }
   return 0;
 }

@@ -22,11 +22,35 @@ from .runtime import _native  # noqa: E402
 
 __version__ = "0.1.0"
 
-if not _native.registration_skipped():
+
+def register() -> None:
+    """Loads the adapter (registering TensorRTBackend) and installs the
+    executors; idempotent. `import executorch_tensorrt` calls it."""
+    if _native.registration_skipped():
+        return
     _native.load_adapter()
     from .runtime import backend_callbacks as _backend_callbacks
 
     _backend_callbacks.install()
+
+
+def _started_as_cli() -> bool:
+    """True when this process is the `executorch-tensorrt` command (or
+    `python -m executorch_tensorrt[.cli]`): the CLI registers when a command
+    needs the runtime, so that --help and usage errors answer without torch."""
+    import sys
+
+    if not sys.argv:
+        return False
+    if sys.argv[0] == "-m":  # runpy is importing the package of the module to run
+        argv = getattr(sys, "orig_argv", [])
+        cli = ("executorch_tensorrt", "executorch_tensorrt.cli")
+        return any(a == "-m" and b in cli for a, b in zip(argv, argv[1:]))
+    return sys.argv[0].rsplit("/", 1)[-1] == "executorch-tensorrt"
+
+
+if not _started_as_cli():
+    register()
 
 
 def last_error() -> str:
@@ -57,4 +81,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["export", "export_program", "TensorRTPartitioner", "TensorRTBackend",
-           "TensorRTCompileSpec", "last_error", "__version__"]
+           "TensorRTCompileSpec", "last_error", "register", "__version__"]

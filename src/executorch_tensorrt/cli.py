@@ -1,225 +1,333 @@
-"""The executorch-tensorrt command line: demo, export, inspect, run."""
+"""The executorch-tensorrt command line: a thin layer over tools/ (runner.py
+runs and times, compare.py and expected.py check, model_source.py finds
+what to export, program_info.py describes). Parsing imports nothing heavy:
+--help, --version and usage errors answer without loading torch."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
+from .tools.example_names import EXAMPLE_NAMES
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_RUN, EXIT_EXPORT = 0, 1, 2, 3, 4
+EXIT_CODES = """exit codes:
+  0  success
+  1  checked and wrong: outputs differ from the reference (verify, demo),
+     or inspect --device-resident found a problem
+  2  usage: bad arguments, a missing file or one of the wrong kind, an
+     unknown method, a malformed reference or tensor file
+  3  the program could not be loaded or run (the backend's cause is printed)
+  4  export failed
+Set EXECUTORCH_TENSORRT_DEBUG=1 for Python tracebacks."""
+
+
+class _Fail(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def _version() -> str:
+    from . import __version__  # the package is imported already; metadata lookups are slow
+
+    return __version__
+
+
+# ---- commands ----------------------------------------------------------------
 
 def cmd_inspect(args) -> int:
+    from .tools.runner import check_program_file
+
+    path = check_program_file(args.model)  # before loading torch: a wrong file answers fast
     from .tools.program_info import device_resident_problems, format_program, read_program
 
-    methods = read_program(args.model)
+    methods = read_program(path)
     print(format_program(methods))
     if not args.device_resident:
-        return 0
+        return EXIT_OK
     problems = device_resident_problems(methods)
     for problem in problems:
         print(f"device-resident: FAIL: {problem}")
     if problems:
-        return 1
+        return EXIT_MISMATCH
     print("device-resident: OK (no et_copy ops; every method input and output is a CUDA tensor)")
-    return 0
+    return EXIT_OK
+
+
+def _export_options(args) -> dict:
+    options: dict = {"exclude_ops": tuple(args.exclude_op),
+                     "require_backends": tuple(args.require_backend)}
+    if args.precision:
+        options["precision"] = args.precision
+    if args.compute_capability:
+        options["compute_capabilities"] = tuple(args.compute_capability)
+    if args.external_weights:
+        import inspect
+
+        from .aot.export import export_program
+
+        if "external_weights" not in inspect.signature(export_program).parameters:
+            raise _Fail(EXIT_USAGE, "--external-weights is not supported yet: this version of "
+                                    "export keeps the weights inside the .pte")
+        options["external_weights"] = True
+    return options
 
 
 def cmd_export(args) -> int:
-    from .aot.export import export_program
-    from .tools.models import example
+    from .tools.model_source import load_source, parse_dynamic
+    from .tools.runner import UsageError
 
-    model, inputs = example(args.example)
-    export_program(model, inputs, args.output)
-    return 0
+    out = Path(args.output)
+    if out.suffix != ".pte":
+        raise _Fail(EXIT_USAGE, f"the output {out} should end in .pte")
+    if (args.source is None) == (args.example is None):
+        raise _Fail(EXIT_USAGE, "give either a SOURCE (model.pt2, module:callable, "
+                                "file.py:callable) or --example NAME")
+    dims = [parse_dynamic(d) for d in args.dynamic]
+    options = _export_options(args)
+    reference_inputs = None
+    if args.reference_inputs:
+        from .tools import tensor_file as tf
 
-
-def _ones_inputs(method) -> list:
-    import torch
-
-    meta = method.metadata
-    inputs = []
-    for i in range(meta.num_inputs()):
-        tm = meta.input_tensor_meta(i)
-        dtype = _torch_dtype(int(tm.dtype()))
-        inputs.append(torch.ones(list(tm.sizes()), dtype=dtype))
-    return inputs
-
-
-def _torch_dtype(code: int):
-    from .runtime.arguments import SCALAR_TYPE_TO_TORCH
-
-    if code not in SCALAR_TYPE_TO_TORCH:
-        raise SystemExit(f"input dtype code {code} is not supported by the reference runner")
-    return SCALAR_TYPE_TO_TORCH[code]
-
-
-def _read_or_none(path: Path) -> list:
-    """The program's methods, or [] when it cannot be parsed (loading it then says why)."""
-    from .tools.program_info import read_program
-
+        reference_inputs = [tf.to_torch(t) for t in
+                            tf.select(tf.read_tensors(args.reference_inputs), "input")]
     try:
-        return read_program(path)
-    except ValueError:
-        return []
+        src = load_source(args.source, args.example, dims)
+    except UsageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's factory failed
+        raise _Fail(EXIT_EXPORT, f"making the model from {args.source} failed: "
+                                 f"{type(e).__name__}: {e}") from None
+    from .aot.export import export_program
+
+    print(f"exporting {src.description} -> {out}", file=sys.stderr)
+    try:
+        if src.program is not None:
+            result = export_program({"forward": src.program}, None, out,
+                                    reference_inputs=reference_inputs,
+                                    write_expected_file=not args.no_reference, **options)
+        else:
+            result = export_program(src.model, src.inputs, out, dynamic_shapes=src.dynamic_shapes,
+                                    reference_inputs=reference_inputs,
+                                    write_expected_file=not args.no_reference, **options)
+    except Exception as e:  # noqa: BLE001 - torch.export and lowering raise many kinds
+        if os.environ.get("EXECUTORCH_TENSORRT_DEBUG"):
+            raise
+        raise _Fail(EXIT_EXPORT, f"export failed: {type(e).__name__}: {e}") from None
+    backends = ", ".join(f"{m}: {' '.join(ids) or 'no delegate'}"
+                         for m, ids in result.backends.items())
+    print(f"wrote {result.path} ({backends})")
+    if result.expected_path:
+        print(f"reference: {result.expected_path} (+ {result.expected_path.name}.etensors)")
+    return EXIT_OK
 
 
 def cmd_run(args) -> int:
-    import executorch_tensorrt  # noqa: F401 - registers the backend
-    from executorch.runtime import Runtime
+    from .tools import tensor_file as tf
+    from .tools.runner import (check_program_file, choose_inputs, execute, format_outputs,
+                               load_method, method_input_specs, reference_path)
 
-    from .tools.expected import PRINTED, format_values
-    from .tools.program_info import device_tensors
+    path = check_program_file(args.model)
+    _refuse_device_resident(path, args.method)
+    method = load_method(path, args.method)
+    inputs, where = choose_inputs(method_input_specs(method),
+                                  Path(args.inputs) if args.inputs else None, args.fill,
+                                  reference_path(path))
+    print(f"note: {where}", file=sys.stderr)
+    outputs = execute(method, inputs)
+    print(format_outputs(outputs))
+    if args.outputs:
+        tf.write_tensors(args.outputs, outputs)
+        print(f"note: wrote the full outputs to {args.outputs}", file=sys.stderr)
+    return EXIT_OK
 
-    path = Path(args.model)
-    if not path.is_file():
-        print(f"error: {path} does not exist", file=sys.stderr)
-        return 2
-    on_device = [t for m in _read_or_none(path) if m.name == args.method
-                 for t in device_tensors(m)]
-    if on_device:
-        print(f"error: method {args.method!r} of {path} keeps {', '.join(on_device)} "
-              "(a device-resident program). executorch's Python runtime gives methods host "
-              "tensors, which such a program cannot take. Run it with the C++ reference runner "
-              "(examples/cpp_runner), which allocates them in CUDA memory.", file=sys.stderr)
-        return 1
+
+def _refuse_device_resident(path: Path, method: str) -> None:
+    from .tools.program_info import device_tensors, read_program
+
     try:
-        method = Runtime.get().load_program(str(path)).load_method(args.method)
-    except Exception as e:  # noqa: BLE001 - ExecuTorch raises RuntimeError with a code
-        print(f"error: cannot load {path}: {e}. {executorch_tensorrt.last_error()}",
-              file=sys.stderr)
-        return 1
-    outputs = method.execute(_ones_inputs(method))
-    for i, out in enumerate(outputs):
-        flat = out.flatten()
-        print(f"output[{i}] shape=[{','.join(str(d) for d in out.shape)}]")
-        print(f"  values: {format_values(flat[:PRINTED].tolist())}")
-    return 0
+        methods = read_program(path)
+    except ValueError:
+        return  # loading says why
+    on_device = [t for m in methods if m.name == method for t in device_tensors(m)]
+    if on_device:
+        raise _Fail(EXIT_RUN, f"method {method!r} of {path} keeps {', '.join(on_device)} "
+                    "(a device-resident program). executorch's Python runtime gives methods "
+                    "host tensors, which such a program cannot take. Run it with the C++ "
+                    "reference runner (examples/cpp_runner), which allocates them in CUDA "
+                    "memory.")
 
 
 def cmd_verify(args) -> int:
-    from .tools.expected import ExpectedError, compare, expected_path, read_expected
+    from .tools import tensor_file as tf
+    from .tools.compare import compare_tensors
+    from .tools.expected import compare, expected_path, read_expected, reference_tensors
 
+    atol = args.tolerance if args.atol is None else args.atol
+    # A zero tolerance means exact unless a relative one is asked for.
+    rtol = args.rtol if args.rtol is not None else (0.0 if atol == 0 else 1e-4)
+    if atol < 0 or rtol < 0:
+        raise _Fail(EXIT_USAGE, "--atol/--tolerance and --rtol must be >= 0")
+    actual = args.output
+    if actual != "-" and tf.is_tensor_file(actual):
+        ref_path, expected = reference_tensors(args.expected)
+        got = tf.select(tf.read_tensors(actual), "output")
+        results = compare_tensors(expected, got, atol, rtol)
+        for r in results:
+            print(("OK   " if r.ok else "FAIL ") + r.describe(atol, rtol))
+        if all(r.ok for r in results):
+            print(f"OK: {len(expected)} output(s) match {ref_path} in every element "
+                  f"(atol {atol:g}, rtol {rtol:g})")
+            return EXIT_OK
+        return EXIT_MISMATCH
     exp_file = Path(args.expected)
     if exp_file.suffix == ".pte":
         exp_file = expected_path(exp_file)
-    if args.tolerance < 0:
-        print("error: --tolerance must be >= 0", file=sys.stderr)
-        return 2
+    if actual != "-" and Path(actual).is_dir():
+        raise _Fail(EXIT_USAGE, f"{actual} is a directory, not a runner's output")
     try:
         expected = read_expected(exp_file)
-        text = sys.stdin.read() if args.output == "-" else Path(args.output).read_text()
-        problems = compare(expected, text, args.tolerance)
-    except (ExpectedError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        text = sys.stdin.read() if actual == "-" else Path(actual).read_text(errors="replace")
+    except OSError as e:
+        raise _Fail(EXIT_USAGE, f"{e.filename}: {e.strerror}") from None
+    problems = compare(expected, text, atol, rtol)
     for p in problems:
         print(f"FAIL {p}")
     if problems:
-        return 1
-    print(f"OK: {len(expected)} output(s) match {exp_file} (tolerance {args.tolerance:g})")
-    return 0
+        return EXIT_MISMATCH
+    print(f"OK: {len(expected)} output(s) match {exp_file} in the printed values only "
+          f"(atol {atol:g}, rtol {rtol:g}); compare whole outputs with run --outputs FILE")
+    return EXIT_OK
 
 
 def cmd_demo(args) -> int:
-    import torch
+    from .tools.demo import run_demo
 
-    import executorch_tensorrt
-    from executorch.runtime import Runtime
-
-    from .aot.export import export_program
-    from .tools.expected import PRINTED, format_values
-    from .tools.models import example
-    from .tools.program_info import format_program, read_program
-    from .runtime.executors import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
-
-    out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model, inputs = example(args.example)
-    path = out_dir / f"{args.example}.pte"
-    print(f"== export: built-in model {args.example!r} -> {path}")
-    result = export_program(model, inputs, path)
-    if result.expected_path:
-        print(f"eager reference for inputs of 1.0: {result.expected_path}")
-    print(f"\n== inspect {path}")
-    print(format_program(read_program(path)))
-    if os.environ.get(FALLBACK_ENV) is None:
-        os.environ[FALLBACK_ENV] = FALLBACK_ONNXRUNTIME
-        print(f"\n== run (the demo sets {FALLBACK_ENV}={FALLBACK_ONNXRUNTIME}: where no GPU can "
-              "run the engine, the embedded ONNX runs on the CPU with onnxruntime)")
-    else:
-        print(f"\n== run ({FALLBACK_ENV}={os.environ[FALLBACK_ENV]})")
-    t = time.perf_counter()
-    try:
-        method = Runtime.get().load_program(str(path)).load_method("forward")
-    except RuntimeError as e:
-        print(f"error: loading failed: {e}: {executorch_tensorrt.last_error()}", file=sys.stderr)
-        return 1
-    load_s = time.perf_counter() - t
-    method.execute(list(inputs))  # warm-up
-    runs = 20
-    t = time.perf_counter()
-    for _ in range(runs):
-        outputs = method.execute(list(inputs))
-    run_ms = (time.perf_counter() - t) / runs * 1e3
-    with torch.no_grad():
-        model(*inputs)  # warm-up
-        t = time.perf_counter()
-        for _ in range(runs):
-            expected = model(*inputs)
-        eager_ms = (time.perf_counter() - t) / runs * 1e3
-    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
-    worst = max(float((o - e).abs().max()) for o, e in zip(outputs, expected))
-    for i, o in enumerate(outputs):
-        print(f"output[{i}] shape={list(o.shape)} first values: "
-              f"{format_values(o.flatten()[:PRINTED].tolist())}")
-    print(f"\n== compare with eager PyTorch\nlargest absolute difference: {worst:.3g}")
-    print(f"timings: export {result.seconds['total']:.2f} s, load {load_s * 1e3:.1f} ms, "
-          f"run {run_ms:.3f} ms/call (ExecuTorch), eager {eager_ms:.3f} ms/call")
-    ok = worst <= args.tolerance
-    print("PASS" if ok else f"FAIL: difference above {args.tolerance}")
-    return 0 if ok else 1
+    return EXIT_OK if run_demo(args.example, Path(args.out_dir), args.atol, args.rtol) \
+        else EXIT_MISMATCH
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .tools.models import EXAMPLES
+# ---- parser ------------------------------------------------------------------
 
-    parser = argparse.ArgumentParser(prog="executorch-tensorrt",
-                                     description="TensorRT delegate for ExecuTorch")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("demo", help="export a built-in model, inspect, run, compare with eager")
-    p.add_argument("--example", choices=sorted(EXAMPLES), default="cnn")
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="executorch-tensorrt", formatter_class=fmt,
+        description="TensorRT delegate for ExecuTorch: export, inspect, run and verify programs.",
+        epilog=EXIT_CODES)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("demo", formatter_class=fmt, epilog=EXIT_CODES,
+                       help="export a built-in model, inspect, run, compare with eager")
+    p.add_argument("--example", choices=EXAMPLE_NAMES, default="cnn")
     p.add_argument("--out-dir", default="out")
-    p.add_argument("--tolerance", type=float, default=1e-4)
+    p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--rtol", type=float, default=1e-4)
     p.set_defaults(func=cmd_demo)
-    p = sub.add_parser("export", help="export a built-in model to a .pte")
-    p.add_argument("--example", choices=sorted(EXAMPLES), default="cnn")
-    p.add_argument("output")
+
+    p = sub.add_parser(
+        "export", formatter_class=fmt, epilog=EXIT_CODES,
+        help="export a model (.pt2, module:callable, or --example) to a .pte",
+        description="SOURCE is a saved torch.export program (model.pt2), or MODULE:CALLABLE / "
+                    "FILE.py:CALLABLE returning an ExportedProgram or (model, example_inputs"
+                    "[, dynamic_shapes]). Also writes OUTPUT's reference (.expected and "
+                    ".expected.etensors: example inputs and eager outputs).")
+    p.add_argument("source", nargs="?", help="model.pt2, module:callable or file.py:callable")
+    p.add_argument("output", help="the .pte to write")
+    p.add_argument("--example", choices=EXAMPLE_NAMES, help="a built-in model instead of SOURCE")
+    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"))
+    p.add_argument("--dynamic", action="append", default=[], metavar="INPUT:DIM:MIN:MAX",
+                   help="make dimension DIM of input INPUT range over MIN..MAX (repeatable), "
+                        "e.g. 0:0:1:8 for a batch of 1 to 8")
+    p.add_argument("--exclude-op", action="append", default=[], metavar="OP",
+                   help="keep an ATen op off TensorRT, e.g. aten.convolution.default")
+    p.add_argument("--require-backend", action="append", default=[], metavar="BACKEND",
+                   help="fail unless the program has a delegate of BACKEND")
+    p.add_argument("--compute-capability", action="append", default=[], metavar="SM",
+                   help="TensorRT-RTX target, e.g. SM89 (repeatable; default: all it supports)")
+    p.add_argument("--external-weights", action="store_true",
+                   help="store the weights outside the .pte (when export supports it)")
+    p.add_argument("--reference-inputs", metavar="FILE",
+                   help="a tensor file whose input.* make the reference instead of the "
+                        "example inputs")
+    p.add_argument("--no-reference", action="store_true", help="write no .expected reference")
     p.set_defaults(func=cmd_export)
-    p = sub.add_parser("verify", help="compare a runner's printed output with a .expected file")
-    p.add_argument("expected", help="the .expected file (or the .pte beside it)")
+
+    p = sub.add_parser(
+        "verify", formatter_class=fmt, epilog=EXIT_CODES,
+        help="compare a runner's outputs with the reference written at export",
+        description="OUTPUT is a tensor file from `run --outputs` (every element is compared: "
+                    "|actual - expected| <= atol + rtol * |expected|, NaN equals NaN) or a "
+                    "runner's printed output (only the printed values are compared).")
+    p.add_argument("expected", help="model.pte, model.expected or model.expected.etensors")
     p.add_argument("output", nargs="?", default="-",
-                   help="the runner's printed output (default: standard input)")
+                   help="tensor file or printed output (default: standard input)")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default 1e-4)")
+    p.add_argument("--rtol", type=float,
+                   help="relative tolerance (default 1e-4; 0 when the absolute one is 0)")
     p.add_argument("--tolerance", type=float, default=1e-4,
-                   help="largest absolute difference allowed; 0: printed text must match")
+                   help="same as --atol (kept for older scripts); 0: printed text must match "
+                        "exactly, tensors element for element")
     p.set_defaults(func=cmd_verify)
-    p = sub.add_parser("inspect", help="describe a .pte: I/O, delegates, operators, blobs")
+
+    p = sub.add_parser("inspect", formatter_class=fmt, epilog=EXIT_CODES,
+                       help="describe a .pte: I/O, delegates, operators, blobs")
     p.add_argument("model")
     p.add_argument("--device-resident", action="store_true",
                    help="exit 1 unless every method input and output is recorded as a CUDA "
                         "tensor and no et_copy (host<->device copy) op is left")
     p.set_defaults(func=cmd_inspect)
-    p = sub.add_parser("run", help="run a .pte with every input filled with 1.0")
+
+    p = sub.add_parser(
+        "run", formatter_class=fmt, epilog=EXIT_CODES,
+        help="run a .pte and print its outputs",
+        description="Inputs: --inputs FILE, else the example inputs stored beside the program "
+                    "(model.expected.etensors), else a deterministic non-constant pattern.")
     p.add_argument("model")
     p.add_argument("--method", default="forward")
+    p.add_argument("--inputs", metavar="FILE", help="tensor file with input.0, input.1, ...")
+    p.add_argument("--fill", choices=("pattern", "ones"),
+                   help="ignore stored inputs: fill with the pattern, or with 1")
+    p.add_argument("--outputs", metavar="FILE", help="write the full outputs to a tensor file")
     p.set_defaults(func=cmd_run)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except _Fail as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.code
     except Exception as e:  # noqa: BLE001 - a CLI reports, it does not trace back
         if os.environ.get("EXECUTORCH_TENSORRT_DEBUG"):
             raise
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+        code, message = _classify(e)
+        print(f"error: {message}", file=sys.stderr)
+        return code
+
+
+def _classify(e: Exception) -> tuple[int, str]:
+    """Exit code and message for an exception a command let through."""
+    from .tools.expected import ExpectedError
+    from .tools.runner import RunError, UsageError
+    from .tools.tensor_file import TensorFileError
+
+    if isinstance(e, (UsageError, ExpectedError, TensorFileError)):
+        return EXIT_USAGE, str(e)
+    if isinstance(e, RunError):
+        return EXIT_RUN, str(e)
+    if isinstance(e, OSError) and e.filename:
+        return EXIT_USAGE, f"{e.filename}: {e.strerror}"
+    from .errors import ExportError
+
+    if isinstance(e, ExportError):
+        return EXIT_EXPORT, str(e)
+    return EXIT_RUN, f"{type(e).__name__}: {e}"
 
 
 if __name__ == "__main__":

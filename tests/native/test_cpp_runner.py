@@ -1,7 +1,9 @@
 """The C++ reference runner (examples/cpp_runner), built with CMake against
 the installed packages (both routes of executorch's package), runs a CNN
 exported here with EXECUTORCH_TENSORRT_FALLBACK=onnxruntime and prints
-exactly what the Python runner (`executorch-tensorrt run`) prints.
+exactly what the Python runner (`executorch-tensorrt run`) prints, on the
+same inputs (stored example inputs, the pattern, or a tensor file), and
+writes whole outputs that `executorch-tensorrt verify` compares.
 
 The runner process has no Python of its own: its TensorRT partitions run on
 the executors of the interpreter the adapter embeds (docs/cpp.md), so this
@@ -16,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+import numpy as np
+
 from test_cmake_package import (ROUTES, REPO, child_env, cmake_for, configure_and_build,
                                 needed, prefix_path_args)
-from test_expected_verify import verify
+from executorch_tensorrt.tools import tensor_file as tf
 
 RUNNER_SRC = REPO / "examples" / "cpp_runner"
 FALLBACK = {"EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime"}
@@ -42,8 +46,18 @@ def cnn(exported) -> Path:
     return path
 
 
-def python_runner(path: Path) -> str:
-    proc = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "run", str(path)],
+def verify(reference: Path, actual: Path | str, *options: str) -> subprocess.CompletedProcess:
+    """`executorch-tensorrt verify` of a tensor file, or of printed text (a str)."""
+    text = actual if isinstance(actual, str) else None
+    args = [] if text is not None else [str(actual)]
+    return subprocess.run([sys.executable, "-m", "executorch_tensorrt", "verify", str(reference),
+                           *args, *options], input=text, capture_output=True, text=True,
+                          env=child_env(EXECUTORCH_TENSORRT_SKIP_REGISTRATION="1"), timeout=300)
+
+
+def python_runner(path: Path, *options: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "run", str(path),
+                           *options],
                           capture_output=True, text=True, env=child_env(**FALLBACK), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("output[0] shape=["), proc.stdout
@@ -74,19 +88,46 @@ def test_runner_matches_python_runner(runner, cnn, python_runner_output):
 
 
 @pytest.mark.parametrize("name", ["cnn", "erfinv"])
-def test_runner_output_verifies_against_eager(runner, exported, name):
+def test_runner_output_verifies_against_eager(runner, exported, name, tmp_path):
     """The issue's two programs: cos(erfinv(tanh(x))) runs because TensorRT
     takes erfinv (the PyPI runtime has no kernel for it)."""
     _, _, path = exported(name)
-    proc = run(runner, "--model_path", str(path), **FALLBACK)
+    outputs = tmp_path / f"{name}-cpp.etensors"
+    proc = run(runner, "--model_path", str(path), "--outputs", str(outputs), **FALLBACK)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "note: the example inputs stored in" in proc.stderr, proc.stderr
     assert proc.stdout == python_runner(path), proc.stdout
-    checked = verify(path, proc.stdout)
-    assert checked.returncode == 0 and checked.stdout.startswith("OK"), checked.stdout + checked.stderr
-    # verify can fail: a value off by more than the tolerance.
-    first = proc.stdout.split("values: ", 1)[1].split(",", 1)[0]
-    wrong = proc.stdout.replace(first, f"{float(first) + 0.01:.4f}", 1)
-    assert verify(path, wrong).returncode == 1
+    checked = verify(path, outputs)
+    assert checked.returncode == 0 and "in every element" in checked.stdout, checked.stdout + checked.stderr
+    assert verify(path, proc.stdout).returncode == 0
+    # verify can fail: one element, past the printed ones, off by 0.01.
+    (out,) = tf.read_tensors(outputs)
+    changed = out.array.copy()
+    changed.reshape(-1)[-1] += 0.01
+    wrong = tf.write_tensors(tmp_path / "wrong.etensors", [tf.Tensor("output.0", out.dtype, changed)])
+    failed = verify(path, wrong)
+    assert failed.returncode == 1 and "1 of" in failed.stdout, failed.stdout
+
+
+@pytest.mark.parametrize("fill", ["pattern", "ones"])
+def test_runner_fills_like_the_python_runner(runner, cnn, fill):
+    proc = run(runner, "--model_path", str(cnn), "--fill", fill, **FALLBACK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == python_runner(cnn, "--fill", fill)
+
+
+def test_runner_reads_an_inputs_file(runner, exported, tmp_path):
+    _, _, path = exported("add")
+    given = tf.write_tensors(tmp_path / "in.etensors", [
+        tf.Tensor("input.0", "float32", np.arange(6, dtype=np.float32).reshape(2, 3))])
+    proc = run(runner, "--model_path", str(path), "--inputs", str(given), **FALLBACK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == ("output[0] shape=[2,3]\n"
+                           "  values: 1.0000, 2.0000, 3.0000, 4.0000, 5.0000, 6.0000\n")
+    bad = tmp_path / "bad.etensors"
+    bad.write_bytes(given.read_bytes()[:-5])
+    proc = run(runner, "--model_path", str(path), "--inputs", str(bad), **FALLBACK)
+    assert proc.returncode == 2 and "truncated" in proc.stderr, proc.stderr
 
 
 def test_runner_method_option(runner, cnn, python_runner_output):
@@ -169,7 +210,7 @@ def test_python_runner_refuses_resident_program(resident_cnn):
     proc = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "run",
                            str(resident_cnn)], capture_output=True, text=True,
                           env=child_env(**FALLBACK), timeout=300)
-    assert proc.returncode == 1 and proc.stdout == "", proc.stdout + proc.stderr
+    assert proc.returncode == 3 and proc.stdout == "", proc.stdout + proc.stderr
     assert "keeps input[0] on cuda:0, output[0] on cuda:0" in proc.stderr, proc.stderr
     assert "examples/cpp_runner" in proc.stderr, proc.stderr
 

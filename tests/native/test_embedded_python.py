@@ -171,7 +171,8 @@ def test_concurrent_first_use_from_threads(consumer, exported):
     start, both get the executors, both match the Python runner."""
     _, _, cnn = exported("cnn")
     env = child_env(EXECUTORCH_TENSORRT_FALLBACK="onnxruntime")
-    py = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "run", str(cnn)],
+    py = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "run", str(cnn),
+                         "--fill", "ones"],  # the consumer feeds 1.0
                         capture_output=True, text=True, env=env, timeout=300)
     assert py.returncode == 0, py.stderr
     expected = [l for l in py.stdout.splitlines() if l.startswith("  values: ")][0]

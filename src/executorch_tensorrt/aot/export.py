@@ -1,5 +1,6 @@
 """export(): nn.Module -> .pte whose TensorRT partitions carry real engines,
-plus `<model>.expected` with the eager reference for inputs of 1.0."""
+plus `<model>.expected` (+ `.expected.etensors`): the eager reference for the
+example inputs (docs/verification.md)."""
 from __future__ import annotations
 
 import time
@@ -12,7 +13,7 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
-from ..tools.expected import ExpectedError, expected_path, reference_outputs, write_expected
+from ..tools.expected import reference_source, write_export_reference
 from ..tools.program_info import describe_program
 from . import device_resident as dr
 from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
@@ -72,6 +73,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    example_inputs: Sequence[Any] | None, path: str | Path, *,
                    dynamic_shapes=None, partitioners: Sequence = (), exclude_ops=(),
                    require_backends: Iterable[str] = (), write_expected_file: bool = True,
+                   reference_inputs: Sequence[Any] | None = None,
                    device_resident: bool = False,
                    progress: Progress | None = stderr_progress, **options) -> ExportResult:
     """export() returning timings, backends and the partitioner's reports too.
@@ -128,12 +130,12 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     backends = {m.name: [d.backend for d in m.delegates] for m in methods}
     _check_required(backends, require_backends)
     _warn_splits(backends, trt_partitioner.reports)
-    try:
-        outputs = reference_outputs(*reference) if reference and write_expected_file else None
-    except ExpectedError as e:
-        raise ExportError(f"{e}. Nothing was written.") from None
     path.write_bytes(program.buffer)
-    exp = write_expected(expected_path(path), outputs) if outputs is not None else None
+    # -- reference (tools/expected.py): written after the program, never blocks it --
+    ref = reference_source(reference[0] if reference else programs,
+                           reference[1] if reference else None, reference_inputs)
+    exp = write_export_reference(path, ref if write_expected_file else None)
+    # -- end of reference --
     seconds["total"] = time.perf_counter() - t0
     if progress:
         progress(f"wrote {path} ({path.stat().st_size} bytes) in {seconds['total']:.1f} s")
@@ -149,8 +151,11 @@ def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | Pa
     portable kernels run what remains. Fails before writing anything if an op
     would be left without a kernel in the installed runtime, or if a backend
     named in `require_backends` got no delegate. Also writes `<path>.expected`
-    (eager outputs for inputs of 1.0). Options: TensorRTCompileSpec fields
-    (compute_capabilities, workspace_bytes, device_id, precision),
+    and `<path>.expected.etensors`: the example inputs (or `reference_inputs`)
+    and the eager outputs for them, which runners replay and `verify` compares
+    with; when the eager run fails, export warns (ReferenceWarning) and writes
+    the program without them (`write_expected_file=False`: never). Options:
+    TensorRTCompileSpec fields (compute_capabilities, workspace_bytes, device_id, precision),
     `require_backends`, `progress` (a callable, or None for silence),
     `device_resident=True` (method inputs and outputs stay in CUDA memory on
     device_id; fails naming any input or output that would need a copy; see

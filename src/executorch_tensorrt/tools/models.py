@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .example_names import EXAMPLE_SHAPES
+
 
 class AddOne(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -11,7 +13,9 @@ class AddOne(nn.Module):
 
 
 class SmallCNN(nn.Module):
-    """conv, batch norm, relu, pooling, linear, softmax."""
+    """conv, batch norm, relu, pooling, linear. Returns logits: a softmax over
+    untrained classes squeezes every output into about 0.1 +- 0.02, where a
+    wrong result would still pass an absolute tolerance."""
 
     def __init__(self, classes: int = 10):
         super().__init__()
@@ -22,7 +26,7 @@ class SmallCNN(nn.Module):
         self.head = nn.Linear(32, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(self.head(self.features(x).flatten(1)), dim=-1)
+        return self.head(self.features(x).flatten(1))
 
 
 class TransformerBlock(nn.Module):
@@ -62,14 +66,10 @@ class CosErfinvTanh(nn.Module):
         return torch.cos(torch.erfinv(torch.tanh(x)))
 
 
-# name -> (factory, example input shape, dtype)
-EXAMPLES = {
-    "add": (AddOne, (2, 3)),
-    "cnn": (SmallCNN, (2, 3, 32, 32)),
-    "transformer": (TransformerBlock, (2, 16, 64)),
-    "bitwise": (BitwiseMix, (4, 8)),
-    "erfinv": (CosErfinvTanh, (4, 8)),
-}
+_FACTORIES = {"add": AddOne, "cnn": SmallCNN, "transformer": TransformerBlock,
+              "bitwise": BitwiseMix, "erfinv": CosErfinvTanh}
+# name -> (factory, example input shape)
+EXAMPLES = {name: (_FACTORIES[name], shape) for name, shape in EXAMPLE_SHAPES.items()}
 
 
 def example(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
