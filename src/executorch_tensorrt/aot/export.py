@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import torch
+from torch.utils import _pytree as pytree
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
@@ -16,7 +17,8 @@ from ..tools.expected import ExpectedError, expected_path, reference_outputs, wr
 from ..tools.program_info import describe_program
 from . import device_resident as dr
 from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
-from .partitioner import BACKEND_ID, PartitionReport, TensorRTPartitioner
+from .partitioner import BACKEND_ID, TensorRTPartitioner
+from .report import PartitionReport, format_report, write_report
 from .runtime_kernels import check_runtime_kernels
 
 
@@ -31,6 +33,13 @@ class ExportResult:
     seconds: dict[str, float] = field(default_factory=dict)
     partitioner: TensorRTPartitioner | None = None
     backends: dict[str, list[str]] = field(default_factory=dict)  # method -> delegate ids
+    reports: dict[str, PartitionReport] = field(default_factory=dict)  # method -> report
+    report_path: Path | None = None
+
+    @property
+    def report(self) -> PartitionReport:
+        """The first (usually only) method's partition report."""
+        return next(iter(self.reports.values()))
 
 
 def _as_inputs(example_inputs) -> tuple:
@@ -40,6 +49,14 @@ def _as_inputs(example_inputs) -> tuple:
         raise TypeError("example_inputs must be a tuple of tensors, got "
                         f"{type(example_inputs).__name__}")
     return tuple(example_inputs)
+
+
+def _flat_outputs(model):
+    """`model` returning the leaves of its output pytree (dict, ModelOutput, ...),
+    in the order the program returns them."""
+    def run(*inputs):
+        return tuple(pytree.tree_leaves(model(*inputs)))
+    return run
 
 
 def _check_required(backends: dict[str, list[str]], required: Iterable[str]) -> None:
@@ -52,6 +69,28 @@ def _check_required(backends: dict[str, list[str]], required: Iterable[str]) -> 
             f"{', '.join(sorted(present)) or 'none'}). Nothing was written. A partitioner "
             "probably took nothing: check exclude_ops, the partitioner order, and what "
             "TensorRT's parser rejected (export_program(...).partitioner.reports).")
+
+
+def _method_reports(backends: dict[str, list[str]],
+                    reports: list[PartitionReport]) -> dict[str, PartitionReport]:
+    # ExecuTorch partitions methods in order, one partition() call each.
+    if len(reports) != len(backends):
+        return {}
+    return dict(zip(backends, reports))
+
+
+def _check_took_something(reports: dict[str, PartitionReport], allow: bool) -> None:
+    empty = {m: r for m, r in reports.items() if not r.partitions and r.ops_of}
+    if not empty or allow:
+        return
+    causes = "; ".join(f"method {m!r}: " + " | ".join(r.main_reasons())
+                       for m, r in empty.items())
+    raise ExportError(
+        f"TensorRT took nothing from {', '.join(repr(m) for m in empty)}, so the program "
+        f"would have no TensorRT delegate. Nothing was written. Why: {causes}. Fix the "
+        "cause (options, dtypes, exclude_ops), or pass allow_no_tensorrt=True to write the "
+        "program without TensorRT. The full report:\n"
+        + format_report({m: r for m, r in empty.items()}))
 
 
 def _warn_splits(backends: dict[str, list[str]], reports: list[PartitionReport]) -> None:
@@ -72,9 +111,9 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    example_inputs: Sequence[Any] | None, path: str | Path, *,
                    dynamic_shapes=None, partitioners: Sequence = (), exclude_ops=(),
                    require_backends: Iterable[str] = (), write_expected_file: bool = True,
-                   device_resident: bool = False,
+                   device_resident: bool = False, allow_no_tensorrt: bool = False,
                    progress: Progress | None = stderr_progress, **options) -> ExportResult:
-    """export() returning timings, backends and the partitioner's reports too.
+    """export() returning timings, backends and the partition reports too.
 
     `model` may also be a dict of method name -> ExportedProgram (several
     methods in one program, each partitioned on its own; example_inputs None).
@@ -103,7 +142,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         programs = {"forward": torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)}
         reference = (model, inputs)
     seconds["torch_export"] = time.perf_counter() - t0
-    trt_partitioner = TensorRTPartitioner(exclude_ops=exclude_ops, progress=progress, **options)
+    trt_partitioner = TensorRTPartitioner(exclude_ops=exclude_ops, progress=progress,
+                                          keep_whole=partitioners, **options)
     if device_resident:
         dr.place_on_device(trt_partitioner)
     t1 = time.perf_counter()
@@ -126,18 +166,26 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     if device_resident:
         dr.check_program(program.buffer)
     backends = {m.name: [d.backend for d in m.delegates] for m in methods}
+    reports = _method_reports(backends, trt_partitioner.reports)
+    _check_took_something(reports, allow_no_tensorrt)
     _check_required(backends, require_backends)
     _warn_splits(backends, trt_partitioner.reports)
+    if progress:
+        partial = {m: r for m, r in reports.items() if r.rejected and r.partitions}
+        if partial:
+            progress("TensorRT took part of the program:\n" + format_report(partial))
     try:
-        outputs = reference_outputs(*reference) if reference and write_expected_file else None
+        outputs = (reference_outputs(_flat_outputs(reference[0]), reference[1])
+                   if reference and write_expected_file else None)
     except ExpectedError as e:
         raise ExportError(f"{e}. Nothing was written.") from None
     path.write_bytes(program.buffer)
+    written_report = write_report(path, reports) if reports else None
     exp = write_expected(expected_path(path), outputs) if outputs is not None else None
     seconds["total"] = time.perf_counter() - t0
     if progress:
         progress(f"wrote {path} ({path.stat().st_size} bytes) in {seconds['total']:.1f} s")
-    return ExportResult(path, exp, seconds, trt_partitioner, backends)
+    return ExportResult(path, exp, seconds, trt_partitioner, backends, reports, written_report)
 
 
 def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | Path, *,
@@ -148,10 +196,16 @@ def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | Pa
     can of the rest (and of what `exclude_ops` kept off TensorRT); ExecuTorch's
     portable kernels run what remains. Fails before writing anything if an op
     would be left without a kernel in the installed runtime, or if a backend
-    named in `require_backends` got no delegate. Also writes `<path>.expected`
-    (eager outputs for inputs of 1.0). Options: TensorRTCompileSpec fields
-    (compute_capabilities, workspace_bytes, device_id, precision),
-    `require_backends`, `progress` (a callable, or None for silence),
+    named in `require_backends` got no delegate, or if TensorRT took nothing
+    from a method. Also writes `<path>.expected` (eager outputs for inputs of
+    1.0) and `<model>.report.json` (what TensorRT took per op and why it left
+    the rest: report.read_report / format_report). A model may return any
+    pytree of tensors torch.export accepts (tuples, dicts, ModelOutput); the
+    program returns its leaves in torch.utils._pytree flatten order.
+    Options: TensorRTCompileSpec fields (compute_capabilities,
+    workspace_bytes, device_id, precision), `require_backends`,
+    `allow_no_tensorrt=True` (write the program even when TensorRT takes
+    nothing from a method), `progress` (a callable, or None for silence),
     `device_resident=True` (method inputs and outputs stay in CUDA memory on
     device_id; fails naming any input or output that would need a copy; see
     docs/device-resident.md).
