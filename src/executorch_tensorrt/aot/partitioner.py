@@ -244,6 +244,10 @@ class TensorRTPartitioner(Partitioner):
         ops = list(dict.fromkeys(op for group, _ in groups for op in group))
         if not ops:
             return [], None
+        if all(check is None for _, check in groups):
+            # No check: ExecuTorch then keeps them with one decomposition pass
+            # instead of its two-pass EDGE_DO_NOT_DECOMP route.
+            return ops, None
 
         def keep(node: torch.fx.Node) -> bool:
             return any(node.target in group and (check is None or check(node))
