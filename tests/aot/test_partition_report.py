@@ -81,5 +81,10 @@ def test_read_report_rejects_what_is_not_a_report(tmp_path):
     (tmp_path / "m.report.json").write_text('{"format": "something else"}')
     with pytest.raises(ValueError, match="not a partition report"):
         read_report(tmp_path / "m.pte")
+    (tmp_path / "m.report.json").write_text(
+        '{"format": "executorch-tensorrt-report/1", "methods": {"forward": {"partitions": 1, '
+        '"nodes_on_tensorrt": 1, "nodes": 1, "ops": [{"op": "aten.add.Tensor"}]}}}')
+    with pytest.raises(ValueError, match="method 'forward' .* malformed"):
+        read_report(tmp_path / "m.pte")
     with pytest.raises(FileNotFoundError, match="has no partition report"):
         read_report(tmp_path / "other.pte")

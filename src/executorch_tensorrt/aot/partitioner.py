@@ -51,7 +51,8 @@ _PROTO_LIMIT = ("the partition's ONNX model is larger than protobuf's 2 GB limit
 
 def _export_reason(error: Exception) -> str:
     text = str(error)
-    if "Failed to serialize proto" in text or "2GB" in text or "2 GB" in text:
+    if any(m in text for m in ("Failed to serialize proto", "exceeds maximum protobuf size",
+                               "2GB", "2 GB")):
         return f"ONNX export failed: {_PROTO_LIMIT} ({text.splitlines()[0] if text else ''})"
     return f"ONNX export failed: {type(error).__name__}: {text}"
 

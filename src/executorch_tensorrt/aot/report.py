@@ -129,4 +129,30 @@ def read_report(pte_path: str | Path) -> dict:
     if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT \
             or not isinstance(data.get("methods"), dict):
         raise ValueError(f"{path} is not a partition report (format {REPORT_FORMAT} expected)")
+    for method, entry in data["methods"].items():
+        if problem := _malformed(entry):
+            raise ValueError(f"{path}: method {method!r} of the partition report is malformed: "
+                             f"{problem}")
     return data
+
+
+def _malformed(entry) -> str | None:
+    """Why a method entry of a report file cannot be formatted (files are untrusted)."""
+    if not isinstance(entry, dict):
+        return "not an object"
+    for key in ("partitions", "nodes_on_tensorrt", "nodes"):
+        if not isinstance(entry.get(key), int):
+            return f"{key!r} is not an integer"
+    if not isinstance(entry.get("ops"), list):
+        return "'ops' is not a list"
+    for row in entry["ops"]:
+        if not (isinstance(row, dict) and isinstance(row.get("op"), str)
+                and isinstance(row.get("on_tensorrt"), int)
+                and isinstance(row.get("elsewhere"), int)
+                and isinstance(row.get("reasons"), list)):
+            return f"op row {str(row)[:80]} lacks op/on_tensorrt/elsewhere/reasons"
+        for r in row["reasons"]:
+            if not (isinstance(r, dict) and isinstance(r.get("reason"), str)
+                    and isinstance(r.get("nodes"), int) and isinstance(r.get("examples"), list)):
+                return f"a reason of {row['op']} lacks reason/nodes/examples"
+    return None
