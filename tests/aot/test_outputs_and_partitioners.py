@@ -96,4 +96,4 @@ def test_without_keep_whole_linear_reaches_xnnpack_decomposed():
 
 def test_tensorrt_keeps_linear_whole_when_not_excluded():
     ops, keep = TensorRTPartitioner(progress=None).ops_to_not_decompose(None)
-    assert ops == [torch.ops.aten.linear.default] and keep is None
+    assert ops == [torch.ops.aten.linear.default] and keep is not None

@@ -88,3 +88,13 @@ def test_read_report_rejects_what_is_not_a_report(tmp_path):
         read_report(tmp_path / "m.pte")
     with pytest.raises(FileNotFoundError, match="has no partition report"):
         read_report(tmp_path / "other.pte")
+
+
+def test_splitting_is_what_keeps_the_relu_and_its_builds_are_capped(tmp_path):
+    """With one build allowed, the failing partition is not split: everything is
+    rejected with the builder's reason and the cap named, and export fails."""
+    with pytest.raises(ExportError) as info:
+        export_program(gemm(), (torch.randn(2, 16),), tmp_path / "m.pte", progress=None,
+                       compute_capabilities=("SM75", "SM120"), max_builds=1)
+    text = str(info.value)
+    assert "FP32 GEMM is not supported" in text and "splitting stopped: 1 builds tried" in text

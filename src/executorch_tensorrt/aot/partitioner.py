@@ -78,6 +78,14 @@ def normalize_op_names(names: Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+def _before_edge(node: torch.fx.Node) -> bool:
+    """Keep the ATen op whole; say nothing of the edge op. ExecuTorch asks the same
+    question after lowering and fails on any kept op still in the graph that the
+    check accepts; a node TensorRT then rejected runs on the portable kernel
+    (KEEP_WHOLE lists only ops that have one), so it must not count."""
+    return isinstance(node.target, torch._ops.OpOverload)
+
+
 class _Supported(OperatorSupportBase):
     def __init__(self, names: set[str]):
         self.names = names
@@ -238,17 +246,13 @@ class TensorRTPartitioner(Partitioner):
         groups: list[tuple[set, Callable | None]] = []
         own = [op for op in KEEP_WHOLE if op_name(op) not in self.exclude_ops]
         if own:
-            groups.append((set(own), None))
+            groups.append((set(own), _before_edge))
         for partitioner in self.keep_whole:
             their_ops, their_check = partitioner.ops_to_not_decompose(ep)
             groups.append((set(their_ops), their_check))
         ops = list(dict.fromkeys(op for group, _ in groups for op in group))
         if not ops:
             return [], None
-        if all(check is None for _, check in groups):
-            # No check: ExecuTorch then keeps them with one decomposition pass
-            # instead of its two-pass EDGE_DO_NOT_DECOMP route.
-            return ops, None
 
         def keep(node: torch.fx.Node) -> bool:
             return any(node.target in group and (check is None or check(node))
