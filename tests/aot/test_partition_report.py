@@ -91,10 +91,10 @@ def test_read_report_rejects_what_is_not_a_report(tmp_path):
 
 
 def test_splitting_is_what_keeps_the_relu_and_its_builds_are_capped(tmp_path):
-    """With one build allowed, the failing partition is not split: everything is
-    rejected with the builder's reason and the cap named, and export fails."""
+    """With no split allowed, the failing partition is rejected whole with the
+    builder's reason and the cap named, and export fails."""
     with pytest.raises(ExportError) as info:
         export_program(gemm(), (torch.randn(2, 16),), tmp_path / "m.pte", progress=None,
-                       compute_capabilities=("SM75", "SM120"), max_builds=1)
+                       compute_capabilities=("SM75", "SM120"), max_builds=0)
     text = str(info.value)
-    assert "FP32 GEMM is not supported" in text and "splitting stopped: 1 builds tried" in text
+    assert "FP32 GEMM is not supported" in text and "splitting stopped: 0 builds tried" in text

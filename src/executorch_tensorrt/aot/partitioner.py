@@ -43,7 +43,7 @@ _MAX_ROUNDS = 50
 # Ops TensorRT translates whole and the portable runtime has a kernel for (when
 # TensorRT leaves one, it must still run): kept out of to_edge's decompositions.
 KEEP_WHOLE = (torch.ops.aten.linear.default,)
-# Engine builds one partition() call may spend splitting partitions that fail.
+# Checks (export, parse, build) one method may spend splitting partitions that fail.
 DEFAULT_MAX_BUILDS = 64
 _PROTO_LIMIT = ("the partition's ONNX model is larger than protobuf's 2 GB limit, so it "
                 "cannot be serialized for TensorRT's parser")
@@ -142,7 +142,8 @@ class TensorRTPartitioner(Partitioner):
             raise TypeError("pass either compile_spec or keyword options, not both")
         self.compile_spec = compile_spec or TensorRTCompileSpec(**options)
         self.exclude_ops = normalize_op_names(exclude_ops)
-        self.max_builds = max_builds
+        self.max_builds = max_builds  # checks one method may spend splitting partitions
+        self._split_builds_left = max_builds
         # Partitioners after this one that ask ops to stay whole (ops_to_not_decompose).
         self.keep_whole = list(keep_whole)
         self.progress = progress
@@ -220,7 +221,7 @@ class TensorRTPartitioner(Partitioner):
         compute = [n for n in nodes if n.target is not operator.getitem]
         if len(compute) <= 1:
             return {n.name: result for n in compute}
-        if self.report.builds >= self.max_builds:
+        if self._split_builds_left <= 0:
             return {n.name: f"{result} (splitting stopped: {self.max_builds} builds tried)"
                     for n in compute}
         order = {n: i for i, n in enumerate(ep.graph.nodes)}
@@ -228,6 +229,7 @@ class TensorRTPartitioner(Partitioner):
         halves = [compute[:len(compute) // 2], compute[len(compute) // 2:]]
         out: dict[str, str] = {}
         for i, half in enumerate(halves):
+            self._split_builds_left -= 1
             members = set(half)
             half = half + [n for n in nodes if n.target is operator.getitem
                            and n.args[0] in members]
@@ -262,6 +264,7 @@ class TensorRTPartitioner(Partitioner):
     def partition(self, exported_program: torch.export.ExportedProgram) -> PartitionResult:
         ep = exported_program
         self.report = PartitionReport()
+        self._split_builds_left = self.max_builds  # per method
         with quiet():
             rejected = self._initial_rejections(ep)
         candidates = {n.name for n in ep.graph.nodes
