@@ -98,3 +98,18 @@ def test_splitting_is_what_keeps_the_relu_and_its_builds_are_capped(tmp_path):
                        compute_capabilities=("SM75", "SM120"), max_builds=0)
     text = str(info.value)
     assert "FP32 GEMM is not supported" in text and "splitting stopped: 0 builds tried" in text
+
+
+def test_each_method_gets_its_own_report_and_the_empty_one_is_named(tmp_path):
+    """Methods are partitioned in the order given ("zeta" before "alpha"): the
+    method TensorRT took nothing from is the one named."""
+    model64 = copy.deepcopy(gemm()).double()
+    programs = {"zeta": torch.export.export(gemm(), (torch.randn(2, 16),)),
+                "alpha": torch.export.export(model64, (torch.randn(2, 16, dtype=torch.float64),))}
+    with pytest.raises(ExportError, match=r"TensorRT took nothing from 'alpha',"):
+        export_program(programs, None, tmp_path / "m.pte", progress=None)
+    result = export_program(programs, None, tmp_path / "m.pte", progress=None,
+                            allow_no_tensorrt=True)
+    assert result.reports["zeta"].nodes_on_tensorrt and not result.reports["alpha"].partitions
+    methods = read_report(result.path)["methods"]
+    assert methods["zeta"]["nodes_on_tensorrt"] == 3 and methods["alpha"]["nodes_on_tensorrt"] == 0

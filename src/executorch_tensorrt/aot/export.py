@@ -71,12 +71,13 @@ def _check_required(backends: dict[str, list[str]], required: Iterable[str]) -> 
             "TensorRT's parser rejected (export_program(...).partitioner.reports).")
 
 
-def _method_reports(backends: dict[str, list[str]],
+def _method_reports(methods: list[str],
                     reports: list[PartitionReport]) -> dict[str, PartitionReport]:
-    # ExecuTorch partitions methods in order, one partition() call each.
-    if len(reports) != len(backends):
+    # ExecuTorch partitions the methods in the order it was given them, one
+    # partition() call each (the written program may order them otherwise).
+    if len(reports) != len(methods):
         return {}
-    return dict(zip(backends, reports))
+    return dict(zip(methods, reports))
 
 
 def _check_took_something(reports: dict[str, PartitionReport], allow: bool) -> None:
@@ -93,13 +94,12 @@ def _check_took_something(reports: dict[str, PartitionReport], allow: bool) -> N
         + format_report({m: r for m, r in empty.items()}))
 
 
-def _warn_splits(backends: dict[str, list[str]], reports: list[PartitionReport]) -> None:
-    names = list(backends)
-    for i, (method, ids) in enumerate(backends.items()):
+def _warn_splits(backends: dict[str, list[str]], reports: dict[str, PartitionReport]) -> None:
+    for method, ids in backends.items():
         count = ids.count(BACKEND_ID)
         if count <= 1:
             continue
-        report = reports[i] if len(reports) == len(names) else None
+        report = reports.get(method)
         ops = sorted({report.ops_of.get(n, n) for n in report.rejected}) if report else []
         warnings.warn(PartitionSplitWarning(
             f"method {method!r} runs in {count} TensorRT partitions, split by ops TensorRT did "
@@ -166,10 +166,10 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     if device_resident:
         dr.check_program(program.buffer)
     backends = {m.name: [d.backend for d in m.delegates] for m in methods}
-    reports = _method_reports(backends, trt_partitioner.reports)
+    reports = _method_reports(list(programs), trt_partitioner.reports)
     _check_took_something(reports, allow_no_tensorrt)
     _check_required(backends, require_backends)
-    _warn_splits(backends, trt_partitioner.reports)
+    _warn_splits(backends, reports)
     if progress:
         partial = {m: r for m, r in reports.items() if r.rejected and r.partitions}
         if partial:
