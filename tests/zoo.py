@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils import _pytree as pytree
 
 from executorch_tensorrt.tools.models import CosErfinvTanh
 
@@ -207,6 +208,7 @@ class ZooEntry:
     atol: float = 1e-4
     coverage_floor: float = 1.0
     note: str = ""
+    source: str = "torch"  # "transformers": a Hugging Face model class, used as is
 
     def build(self, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
         """The model in eval mode (weights seeded) and seeded example inputs."""
@@ -242,14 +244,91 @@ ZOO: list[ZooEntry] = [
     ZooEntry("cos_erfinv_tanh", CosErfinvTanh, _randn(4, 64)),
 ]
 
+
+# -- third-party models: transformers classes from tiny configs, random weights ----
+# No wrapper code: each model is the library's own class, called with its own
+# inputs, and returns its own ModelOutput (the program returns its tensor leaves
+# in torch.utils._pytree order). Nothing is downloaded. `initializer_range`
+# is raised where the default (0.02) makes the activations of a deep random
+# network vanish, which would make the comparison with eager meaningless.
+def _hf(name: str, config_name: str, **config):
+    def make():
+        import transformers
+
+        return getattr(transformers, name)(getattr(transformers, config_name)(**config))
+    return make
+
+
+def _ids(vocab: int, n: int = 16):
+    return lambda g: (torch.randint(0, vocab, (1, n), generator=g, dtype=torch.int64),)
+
+
+_TINY_TEXT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                  intermediate_size=64, max_position_embeddings=32)
+HF_ZOO: list[ZooEntry] = [
+    ZooEntry("hf_bert", _hf("BertModel", "BertConfig", **_TINY_TEXT), _ids(100),
+             atol=5e-6, source="transformers"),
+    ZooEntry("hf_gpt2", _hf("GPT2Model", "GPT2Config", vocab_size=100, n_embd=32, n_layer=1,
+                            n_head=2, n_positions=32, use_cache=False, bos_token_id=0,
+                            eos_token_id=0), _ids(100), atol=4e-6, source="transformers"),
+    ZooEntry("hf_llama", _hf("LlamaModel", "LlamaConfig", **_TINY_TEXT, num_key_value_heads=1,
+                             use_cache=False), _ids(100), atol=5e-6, source="transformers"),
+    ZooEntry("hf_wav2vec2", _hf("Wav2Vec2Model", "Wav2Vec2Config", hidden_size=32,
+                                num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
+                                num_feat_extract_layers=2, num_conv_pos_embeddings=16,
+                                num_conv_pos_embedding_groups=2),
+             _randn(1, 800), atol=2e-5, source="transformers"),
+    ZooEntry("hf_whisper_encoder", _hf("WhisperForAudioClassification", "WhisperConfig",
+                                       d_model=32, encoder_layers=1, encoder_attention_heads=2,
+                                       encoder_ffn_dim=64, num_mel_bins=16,
+                                       max_source_positions=30, num_labels=3,
+                                       init_std=0.5),
+             _randn(1, 16, 60), atol=1e-4, source="transformers"),
+    ZooEntry("hf_resnet", _hf("ResNetModel", "ResNetConfig", embedding_size=8,
+                              hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic"),
+             _randn(1, 3, 32, 32), atol=3e-5, source="transformers"),
+    ZooEntry("hf_convnext", _hf("ConvNextModel", "ConvNextConfig", hidden_sizes=[8, 16],
+                                depths=[1, 1], num_stages=2), _randn(1, 3, 32, 32),
+             atol=5e-6, source="transformers"),
+    # Swin fills its attention mask by assigning scalars to slices (aten.copy).
+    ZooEntry("hf_swin", _hf("SwinModel", "SwinConfig", image_size=32, patch_size=2, embed_dim=8,
+                            depths=[1, 1], num_heads=[1, 2], window_size=4),
+             _randn(1, 3, 32, 32), atol=1e-5, source="transformers"),
+    ZooEntry("hf_mobilenet_v2", _hf("MobileNetV2Model", "MobileNetV2Config", image_size=32,
+                                    depth_multiplier=0.25, initializer_range=0.3),
+             _randn(1, 3, 32, 32), atol=4e-4, source="transformers"),
+    ZooEntry("hf_regnet", _hf("RegNetModel", "RegNetConfig", embedding_size=8,
+                              hidden_sizes=[8, 16], depths=[1, 1], groups_width=8),
+             _randn(1, 3, 32, 32), atol=5e-6, source="transformers"),
+    ZooEntry("hf_segformer", _hf("SegformerForSemanticSegmentation", "SegformerConfig",
+                                 num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+                                 hidden_sizes=[8, 16], num_attention_heads=[1, 2],
+                                 decoder_hidden_size=16, num_labels=3, patch_sizes=[7, 3],
+                                 strides=[4, 2], mlp_ratios=[2, 2], initializer_range=0.5),
+             _randn(1, 3, 32, 32), atol=2e-4, source="transformers"),
+    ZooEntry("hf_detr", _hf("DetrForObjectDetection", "DetrConfig", use_timm_backbone=False,
+                            use_pretrained_backbone=False,
+                            backbone_config={"model_type": "resnet", "embedding_size": 8,
+                                             "hidden_sizes": [8, 16], "depths": [1, 1],
+                                             "layer_type": "basic",
+                                             "out_features": ["stage2"]},
+                            d_model=16, encoder_layers=1, decoder_layers=1,
+                            encoder_attention_heads=2, decoder_attention_heads=2,
+                            encoder_ffn_dim=32, decoder_ffn_dim=32, num_queries=5,
+                            num_labels=3),
+             _randn(1, 3, 64, 64), atol=2e-5, source="transformers"),
+]
+ZOO += HF_ZOO
+
 BY_NAME = {e.name: e for e in ZOO}
 
 
 # -- measurement helpers (shared by tests/test_zoo.py and tools/coverage_table.py) --
 def eager(model: nn.Module, inputs) -> tuple[torch.Tensor, ...]:
+    """The model's outputs as the program returns them: its pytree's tensor leaves."""
     with torch.no_grad():
-        out = model(*inputs)
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        return tuple(pytree.tree_leaves(model(*inputs)))
 
 
 def coverage(report) -> tuple[float, int, int]:

@@ -5,7 +5,9 @@
 For every zoo model: export it with executorch_tensorrt.export_program (real
 TensorRT-RTX engines), then record the share of compute ops TensorRT took, the
 number of TensorRT partitions, the ops left outside them (read back from the .pte),
-the export time, and the largest absolute difference from eager PyTorch of
+the export time, the per-op reasons of the partition report, run times against
+the same model lowered to XNNPACK alone (and, for --xnnpack-after models,
+with XNNPACK after TensorRT), and the largest absolute difference from eager PyTorch of
 (a) the delegate's embedded ONNX in onnxruntime (single-partition models only) and
 (b) the whole .pte through executorch.runtime with the onnxruntime fallback.
 Progress goes to stderr.
@@ -78,7 +80,36 @@ def onnx_vs_eager(blob, inputs, want) -> float:
     return zoo.max_abs_diff(paired, want)
 
 
-def measure(entry, out_dir: Path) -> dict:
+def run_ms(path: Path, inputs, repeat: int = 20) -> float:
+    """Median wall time of one execute, in ms, after two warm-up calls."""
+    from executorch.runtime import Runtime
+
+    method = Runtime.get().load_program(str(path)).load_method("forward")
+    args = list(inputs)
+    for _ in range(2):
+        method.execute(args)
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        method.execute(args)
+        times.append(time.perf_counter() - t)
+    return 1000 * sorted(times)[len(times) // 2]
+
+
+def xnnpack_alone(model, inputs, path: Path) -> float:
+    """Exports with ExecuTorch's XNNPACK partitioner alone; returns the seconds."""
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    t0 = time.perf_counter()
+    ep = torch.export.export(model, tuple(inputs))
+    program = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
+    path.write_bytes(program.buffer)
+    return time.perf_counter() - t0
+
+
+def measure(entry, out_dir: Path, xnnpack_after: bool = False) -> dict:
     import executorch_tensorrt
     from executorch.runtime import Runtime
     from executorch_tensorrt.tools.program_info import read_program
@@ -102,8 +133,21 @@ def measure(entry, out_dir: Path) -> dict:
     row["other_delegates"] = sorted({d.backend for d in method.delegates} - {"TensorRTBackend"})
     row["outside"] = sorted({op.removesuffix("_out").removesuffix(".out").replace("::", ".")
                              for op in method.operators})
-    row["rejected"] = sorted({report.ops_of.get(n, n) + ": " + r.split(";")[0][:80]
-                              for n, r in report.rejected.items()})
+    row["rejected"] = sorted({op["op"] + ": " + " ".join(r["reason"].split())[:160]
+                              for op in report.as_dict()["ops"] for r in op["reasons"]})
+    row["run_ms"] = run_ms(result.path, inputs)
+    try:
+        row["xnn_export_s"] = xnnpack_alone(model, inputs, out_dir / f"{entry.name}.xnn.pte")
+        row["xnn_run_ms"] = run_ms(out_dir / f"{entry.name}.xnn.pte", inputs)
+    except Exception as e:  # noqa: BLE001 - recorded in the table
+        row["xnn_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    if xnnpack_after:
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        both = executorch_tensorrt.export_program(
+            model, inputs, out_dir / f"{entry.name}.both.pte", progress=None,
+            partitioners=[XnnpackPartitioner()])
+        row["both_run_ms"] = run_ms(both.path, inputs)
     blobs = trt_blobs(result.path)
     if len(blobs) == 1 and not method.operators and not row["other_delegates"]:
         try:
@@ -133,21 +177,28 @@ def render(rows: list[dict], versions: dict[str, str], seconds: float) -> str:
         "`tests/zoo.py`; `tests/test_zoo.py` asserts the coverage floors and tolerances.",
         "",
         "| model | TensorRT ops / compute ops | TRT partitions | ops outside TensorRT | "
-        "export s | max abs diff, ONNX (onnxruntime) | max abs diff, .pte | atol | floor |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "export s (XNNPACK alone) | run ms (XNNPACK alone) | "
+        "max abs diff, ONNX (onnxruntime) | max abs diff, .pte | atol | floor |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['name']} | {r['error']} | | | | | | {r['atol']:g} | "
+            lines.append(f"| {r['name']} | {r['error']} | | | | | | | {r['atol']:g} | "
                          f"{r['floor']:g} |")
             continue
         outside = ", ".join(f"`{o}`" for o in r["outside"]) or "none"
         if r["other_delegates"]:
             outside += " (+ delegates: " + ", ".join(r["other_delegates"]) + ")"
+        xnn_s = f"{r['xnn_export_s']:.1f}" if "xnn_export_s" in r else r.get("xnn_error", "")
+        xnn_ms = f"{r['xnn_run_ms']:.2f}" if "xnn_run_ms" in r else "failed"
+        run = f"{r['run_ms']:.2f} ({xnn_ms})"
+        if "both_run_ms" in r:
+            run += f"; with XNNPACK after TensorRT {r['both_run_ms']:.2f}"
         lines.append(
             f"| {r['name']} | {r['taken']}/{r['total']} ({100 * r['share']:.1f}%) | "
-            f"{r['partitions']} | {outside} | {r['export_s']:.1f} | {_fmt_diff(r['onnx_diff'])} "
-            f"| {_fmt_diff(r['pte_diff'])} | {r['atol']:g} | {r['floor']:g} |")
+            f"{r['partitions']} | {outside} | {r['export_s']:.1f} ({xnn_s}) | {run} | "
+            f"{_fmt_diff(r['onnx_diff'])} | {_fmt_diff(r['pte_diff'])} | {r['atol']:g} | "
+            f"{r['floor']:g} |")
     rejected = {(r["name"], x) for r in rows for x in r.get("rejected", [])}
     lines += ["", "## Why ops stayed outside TensorRT", ""]
     if rejected:
@@ -182,6 +233,17 @@ def render(rows: list[dict], versions: dict[str, str], seconds: float) -> str:
         "- *.pte*: the program run through `executorch.runtime` with "
         "`EXECUTORCH_TENSORRT_FALLBACK=onnxruntime` (no machine here can run the engines), "
         "compared with eager over all outputs (integer outputs: argmax/topk indices).",
+        "- *Run ms*: median wall time of `Method.execute` through `executorch.runtime` "
+        "(20 calls after 2 warm-up calls). TensorRT partitions run in onnxruntime on the CPU "
+        "here (no GPU runs the engines), so this compares the CPU fallback, not TensorRT, "
+        "with the same model lowered by `XnnpackPartitioner` alone (in parentheses). For "
+        "models listed in `--xnnpack-after`, also the program exported with "
+        "`partitioners=[XnnpackPartitioner()]` after TensorRT.",
+        "- *Rejected*: each op's reasons from the partition report "
+        "(`ExportResult.report`, also written as `<model>.report.json`).",
+        "- Models named `hf_*` are transformers classes built from tiny configs with random "
+        "weights (no download, no wrapper); their outputs are the ModelOutput's tensor leaves "
+        "in `torch.utils._pytree` order.",
         "- fp32 throughout; tolerances are absolute.",
         "",
         "## Versions",
@@ -198,6 +260,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "coverage.md")
     ap.add_argument("--only", nargs="*", help="measure only these models (for debugging)")
+    ap.add_argument("--xnnpack-after", nargs="*", default=["hf_swin", "mlp"],
+                    help="models also exported with XNNPACK after TensorRT")
     args = ap.parse_args(argv)
 
     import executorch_tensorrt  # noqa: F401 - registers TensorRTBackend
@@ -205,7 +269,7 @@ def main(argv=None) -> int:
 
     entries = [e for e in zoo.ZOO if not args.only or e.name in args.only]
     versions = {d: _version(d) for d in ("torch", "executorch", "tensorrt-rtx-cu13",
-                                         "onnxruntime", "onnx", "onnxscript")}
+                                         "onnxruntime", "onnx", "onnxscript", "transformers")}
     versions["executorch-tensorrt"] = _version("executorch-tensorrt")
     rows, failed = [], False
     t0 = time.perf_counter()
@@ -213,7 +277,7 @@ def main(argv=None) -> int:
         for i, entry in enumerate(entries, 1):
             log(f"[{i}/{len(entries)}] {entry.name}: exporting...")
             try:
-                row = measure(entry, Path(tmp))
+                row = measure(entry, Path(tmp), entry.name in args.xnnpack_after)
             except Exception:  # noqa: BLE001
                 row = {"name": entry.name, "atol": entry.atol, "floor": entry.coverage_floor,
                        "error": "measurement failed: " + traceback.format_exc(limit=1).splitlines()[-1]}

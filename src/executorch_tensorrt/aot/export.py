@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import torch
+from torch.utils import _pytree as pytree
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
@@ -17,7 +18,8 @@ from ..tools.expected import reference_source, write_export_reference
 from ..tools.program_info import describe_program
 from . import device_resident as dr
 from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
-from .partitioner import BACKEND_ID, PartitionReport, TensorRTPartitioner
+from .partitioner import BACKEND_ID, TensorRTPartitioner
+from .report import PartitionReport, format_report, write_report
 from .runtime_kernels import check_runtime_kernels
 
 
@@ -32,6 +34,13 @@ class ExportResult:
     seconds: dict[str, float] = field(default_factory=dict)
     partitioner: TensorRTPartitioner | None = None
     backends: dict[str, list[str]] = field(default_factory=dict)  # method -> delegate ids
+    reports: dict[str, PartitionReport] = field(default_factory=dict)  # method -> report
+    report_path: Path | None = None
+
+    @property
+    def report(self) -> PartitionReport:
+        """The first (usually only) method's partition report."""
+        return next(iter(self.reports.values()))
 
 
 def _as_inputs(example_inputs) -> tuple:
@@ -55,13 +64,35 @@ def _check_required(backends: dict[str, list[str]], required: Iterable[str]) -> 
             "TensorRT's parser rejected (export_program(...).partitioner.reports).")
 
 
-def _warn_splits(backends: dict[str, list[str]], reports: list[PartitionReport]) -> None:
-    names = list(backends)
-    for i, (method, ids) in enumerate(backends.items()):
+def _method_reports(methods: list[str],
+                    reports: list[PartitionReport]) -> dict[str, PartitionReport]:
+    # ExecuTorch partitions the methods in the order it was given them, one
+    # partition() call each (the written program may order them otherwise).
+    if len(reports) != len(methods):
+        return {}
+    return dict(zip(methods, reports))
+
+
+def _check_took_something(reports: dict[str, PartitionReport], allow: bool) -> None:
+    empty = {m: r for m, r in reports.items() if not r.partitions and r.ops_of}
+    if not empty or allow:
+        return
+    causes = "; ".join(f"method {m!r}: " + " | ".join(r.main_reasons())
+                       for m, r in empty.items())
+    raise ExportError(
+        f"TensorRT took nothing from {', '.join(repr(m) for m in empty)}, so the program "
+        f"would have no TensorRT delegate. Nothing was written. Why: {causes}. Fix the "
+        "cause (options, dtypes, exclude_ops), or pass allow_no_tensorrt=True to write the "
+        "program without TensorRT. The full report:\n"
+        + format_report({m: r for m, r in empty.items()}))
+
+
+def _warn_splits(backends: dict[str, list[str]], reports: dict[str, PartitionReport]) -> None:
+    for method, ids in backends.items():
         count = ids.count(BACKEND_ID)
         if count <= 1:
             continue
-        report = reports[i] if len(reports) == len(names) else None
+        report = reports.get(method)
         ops = sorted({report.ops_of.get(n, n) for n in report.rejected}) if report else []
         warnings.warn(PartitionSplitWarning(
             f"method {method!r} runs in {count} TensorRT partitions, split by ops TensorRT did "
@@ -74,9 +105,9 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    dynamic_shapes=None, partitioners: Sequence = (), exclude_ops=(),
                    require_backends: Iterable[str] = (), write_expected_file: bool = True,
                    reference_inputs: Sequence[Any] | None = None,
-                   device_resident: bool = False,
+                   device_resident: bool = False, allow_no_tensorrt: bool = False,
                    progress: Progress | None = stderr_progress, **options) -> ExportResult:
-    """export() returning timings, backends and the partitioner's reports too.
+    """export() returning timings, backends and the partition reports too.
 
     `model` may also be a dict of method name -> ExportedProgram (several
     methods in one program, each partitioned on its own; example_inputs None).
@@ -105,7 +136,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         programs = {"forward": torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)}
         reference = (model, inputs)
     seconds["torch_export"] = time.perf_counter() - t0
-    trt_partitioner = TensorRTPartitioner(exclude_ops=exclude_ops, progress=progress, **options)
+    trt_partitioner = TensorRTPartitioner(exclude_ops=exclude_ops, progress=progress,
+                                          keep_whole=partitioners, **options)
     if device_resident:
         dr.place_on_device(trt_partitioner)
     t1 = time.perf_counter()
@@ -128,9 +160,16 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     if device_resident:
         dr.check_program(program.buffer)
     backends = {m.name: [d.backend for d in m.delegates] for m in methods}
+    reports = _method_reports(list(programs), trt_partitioner.reports)
+    _check_took_something(reports, allow_no_tensorrt)
     _check_required(backends, require_backends)
-    _warn_splits(backends, trt_partitioner.reports)
+    _warn_splits(backends, reports)
+    if progress:
+        partial = {m: r for m, r in reports.items() if r.rejected and r.partitions}
+        if partial:
+            progress("TensorRT took part of the program:\n" + format_report(partial))
     path.write_bytes(program.buffer)
+    written_report = write_report(path, reports) if reports else None
     # -- reference (tools/expected.py): written after the program, never blocks it --
     ref = reference_source(reference[0] if reference else programs,
                            reference[1] if reference else None, reference_inputs)
@@ -139,7 +178,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     seconds["total"] = time.perf_counter() - t0
     if progress:
         progress(f"wrote {path} ({path.stat().st_size} bytes) in {seconds['total']:.1f} s")
-    return ExportResult(path, exp, seconds, trt_partitioner, backends)
+    return ExportResult(path, exp, seconds, trt_partitioner, backends, reports, written_report)
 
 
 def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | Path, *,
@@ -150,13 +189,20 @@ def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | Pa
     can of the rest (and of what `exclude_ops` kept off TensorRT); ExecuTorch's
     portable kernels run what remains. Fails before writing anything if an op
     would be left without a kernel in the installed runtime, or if a backend
-    named in `require_backends` got no delegate. Also writes `<path>.expected`
-    and `<path>.expected.etensors`: the example inputs (or `reference_inputs`)
-    and the eager outputs for them, which runners replay and `verify` compares
-    with; when the eager run fails, export warns (ReferenceWarning) and writes
-    the program without them (`write_expected_file=False`: never). Options:
-    TensorRTCompileSpec fields (compute_capabilities, workspace_bytes, device_id, precision),
-    `require_backends`, `progress` (a callable, or None for silence),
+    named in `require_backends` got no delegate, or if TensorRT took nothing
+    from a method. Also writes `<path>.expected` and `<path>.expected.etensors`:
+    the example inputs (or `reference_inputs`) and the eager outputs for them,
+    which runners replay and `verify` compares with; when the eager run fails,
+    export warns (ReferenceWarning) and writes the program without them
+    (`write_expected_file=False`: never). And `<model>.report.json`: what
+    TensorRT took per op and why it left the rest (report.read_report /
+    format_report). A model may return any pytree of tensors torch.export
+    accepts (tuples, dicts, ModelOutput); the program returns its leaves in
+    torch.utils._pytree flatten order.
+    Options: TensorRTCompileSpec fields (compute_capabilities,
+    workspace_bytes, device_id, precision), `require_backends`,
+    `allow_no_tensorrt=True` (write the program even when TensorRT takes
+    nothing from a method), `progress` (a callable, or None for silence),
     `device_resident=True` (method inputs and outputs stay in CUDA memory on
     device_id; fails naming any input or output that would need a copy; see
     docs/device-resident.md).

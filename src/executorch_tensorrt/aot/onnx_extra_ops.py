@@ -47,8 +47,22 @@ def _erfinv(self):
     return op.CastLike(y, self)
 
 
+def _copy(self, src, non_blocking: bool = False):
+    """copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor: `src`
+    broadcast to self's shape, in self's dtype. torchlib's translation is
+    CastLike(src, self), which keeps src's shape: a scalar copied into a slice
+    (`m[:, 0:3] = 2.0`, as Swin fills its attention mask) becomes a 0-d value,
+    and the ScatterND after it makes TensorRT refuse the whole partition."""
+    return op.CastLike(op.Expand(src, op.Shape(self)), self)
+
+
+# Ops torchlib has no translation for.
 TRANSLATIONS = {
     torch.ops.aten.erfinv.default: onnxscript.TracedOnnxFunction(_OPSET, _erfinv),
+}
+# Ops whose torchlib translation is wrong: ours are registered ahead of it.
+OVERRIDES = {
+    torch.ops.aten.copy.default: onnxscript.TracedOnnxFunction(_OPSET, _copy),
 }
 
 
@@ -56,3 +70,6 @@ def register_extra_ops(registry: _registration.ONNXRegistry) -> None:
     for target, function in TRANSLATIONS.items():
         if not registry.is_registered(target):
             registry.register_op(target, function, is_complex=False)
+    for target, function in OVERRIDES.items():
+        # register_op puts a custom function ahead of torchlib's for dispatch.
+        registry.register_op(target, function, is_complex=False)

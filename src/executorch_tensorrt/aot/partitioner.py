@@ -14,8 +14,7 @@ answers and engine builds are cached per ONNX model within a process.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
@@ -29,7 +28,9 @@ from .compile_spec import TensorRTCompileSpec
 from ..tensorrt.engine_builder import Progress, build_engine, stderr_progress
 from ..tensorrt.onnx_parser import ParseFailure, unsupported_nodes
 from .onnx_export import export_onnx, quiet
+from .partition_checks import options_error, output_mismatch
 from .partition_program import extract_partition
+from .report import PartitionReport
 from .shapes import input_profiles
 from ..tensorrt.flavor import load_tensorrt
 from .translatable import aten_op, untranslatable_nodes
@@ -39,6 +40,21 @@ BACKEND_ID = "TensorRTBackend"
 UNSUPPORTED_DTYPES = {torch.float64, torch.complex64, torch.complex128, torch.complex32,
                       torch.int16, torch.uint16, torch.uint32, torch.uint64}
 _MAX_ROUNDS = 50
+# Ops TensorRT translates whole and the portable runtime has a kernel for (when
+# TensorRT leaves one, it must still run): kept out of to_edge's decompositions.
+KEEP_WHOLE = (torch.ops.aten.linear.default,)
+# Checks (export, parse, build) one method may spend splitting partitions that fail.
+DEFAULT_MAX_BUILDS = 64
+_PROTO_LIMIT = ("the partition's ONNX model is larger than protobuf's 2 GB limit, so it "
+                "cannot be serialized for TensorRT's parser")
+
+
+def _export_reason(error: Exception) -> str:
+    text = str(error)
+    if any(m in text for m in ("Failed to serialize proto", "exceeds maximum protobuf size",
+                               "2GB", "2 GB")):
+        return f"ONNX export failed: {_PROTO_LIMIT} ({text.splitlines()[0] if text else ''})"
+    return f"ONNX export failed: {type(error).__name__}: {text}"
 
 
 def op_name(target) -> str:
@@ -62,12 +78,12 @@ def normalize_op_names(names: Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
-@dataclass
-class PartitionReport:
-    """What the partitioner decided, for `export` and the CLI."""
-    partitions: list[list[str]] = field(default_factory=list)  # edge node names
-    rejected: dict[str, str] = field(default_factory=dict)     # node -> reason
-    ops_of: dict[str, str] = field(default_factory=dict)       # node -> op name
+def _before_edge(node: torch.fx.Node) -> bool:
+    """Keep the ATen op whole; say nothing of the edge op. ExecuTorch asks the same
+    question after lowering and fails on any kept op still in the graph that the
+    check accepts; a node TensorRT then rejected runs on the portable kernel
+    (KEEP_WHOLE lists only ops that have one), so it must not count."""
+    return isinstance(node.target, torch._ops.OpOverload)
 
 
 class _Supported(OperatorSupportBase):
@@ -121,11 +137,15 @@ class TensorRTPartitioner(Partitioner):
 
     def __init__(self, compile_spec: TensorRTCompileSpec | None = None, *,
                  exclude_ops: Iterable[str] = (), progress: Progress | None = stderr_progress,
-                 **options):
+                 max_builds: int = DEFAULT_MAX_BUILDS, keep_whole: Iterable = (), **options):
         if compile_spec is not None and options:
             raise TypeError("pass either compile_spec or keyword options, not both")
         self.compile_spec = compile_spec or TensorRTCompileSpec(**options)
         self.exclude_ops = normalize_op_names(exclude_ops)
+        self.max_builds = max_builds  # checks one method may spend splitting partitions
+        self._split_builds_left = max_builds
+        # Partitioners after this one that ask ops to stay whole (ops_to_not_decompose).
+        self.keep_whole = list(keep_whole)
         self.progress = progress
         self.delegation_spec = DelegationSpec(BACKEND_ID, self.compile_spec.to_compile_specs())
         self.report = PartitionReport()
@@ -164,15 +184,18 @@ class TensorRTPartitioner(Partitioner):
         return groups
 
     # -- checks with TensorRT -----------------------------------------------
-    def _check(self, ep, nodes: list[torch.fx.Node], label: str) -> dict[str, str]:
-        """Rejections for one partition; empty when its engine builds."""
+    def _check(self, ep, nodes: list[torch.fx.Node], label: str) -> dict[str, str] | str:
+        """Rejections for one partition: {} when its engine builds and its outputs
+        agree with the graph; node -> reason where TensorRT names the nodes; a
+        single reason (str) where the failure names no node (then it is split)."""
         names = {n.name for n in nodes}
         trt = load_tensorrt()
+        self.report.builds += 1
         try:
             sub_ep = extract_partition(ep, names)
             exported = export_onnx(sub_ep, self.compile_spec.precision)
         except Exception as e:  # noqa: BLE001 - the exporter raises many kinds
-            return self._export_failures(ep, nodes, e)
+            return _export_reason(e)
         mapped = lambda idx: {exported.edge_node_of[i] for i in idx if i in exported.edge_node_of}  # noqa: E731
         bad = mapped(unsupported_nodes(trt, exported.onnx_bytes)) & names
         if bad:
@@ -182,38 +205,77 @@ class TensorRTPartitioner(Partitioner):
                          profiles=input_profiles(sub_ep), progress=self.progress, trt=trt)
         except ParseFailure as e:
             bad = mapped(e.node_indices) & names
-            return {n: str(e) for n in (bad or names)}
+            return {n: str(e) for n in bad} if bad else str(e)
         except EngineBuildError as e:
-            return {n: f"engine build failed: {e}" for n in names}
-        return {}
+            # Without the partition's label, equal causes read (and group) the same.
+            return f"engine build failed: {str(e).replace(f' for {label}', '')}"
+        return output_mismatch(trt, sub_ep, exported.onnx_bytes) or {}
 
-    def _export_failures(self, ep, nodes, error) -> dict[str, str]:
-        if len(nodes) == 1:
-            return {nodes[0].name: f"ONNX export failed: {error}"}
-        # Find the nodes that fail alone (slow, only on this rare path).
-        out = {}
-        for node in nodes:
-            if node.target is operator.getitem:
-                continue
-            try:
-                export_onnx(extract_partition(ep, {node.name}), self.compile_spec.precision)
-            except Exception as e:  # noqa: BLE001
-                out[node.name] = f"ONNX export failed: {e}"
-        return out or {n.name: f"ONNX export failed: {error}" for n in nodes}
+    def _check_or_split(self, ep, nodes: list[torch.fx.Node], label: str) -> dict[str, str]:
+        """_check, and where the failure names no node, the partition split in two
+        halves by topological order, recursively: halves that build are kept, the
+        nodes that fail alone are rejected with the failure's reason."""
+        result = self._check(ep, nodes, label)
+        if isinstance(result, dict):
+            return result
+        compute = [n for n in nodes if n.target is not operator.getitem]
+        if len(compute) <= 1:
+            return {n.name: result for n in compute}
+        if self._split_builds_left <= 0:
+            return {n.name: f"{result} (splitting stopped: {self.max_builds} builds tried)"
+                    for n in compute}
+        order = {n: i for i, n in enumerate(ep.graph.nodes)}
+        compute.sort(key=order.__getitem__)
+        halves = [compute[:len(compute) // 2], compute[len(compute) // 2:]]
+        out: dict[str, str] = {}
+        for i, half in enumerate(halves):
+            self._split_builds_left -= 1
+            members = set(half)
+            half = half + [n for n in nodes if n.target is operator.getitem
+                           and n.args[0] in members]
+            out.update(self._check_or_split(ep, half, f"{label}/{i}"))
+        if not out:  # both halves build, the whole does not: keep the first
+            out = {n.name: f"{result} (its half of the partition builds alone)"
+                   for n in halves[1]}
+        return out
 
     # -- Partitioner API ----------------------------------------------------
+    def ops_to_not_decompose(self, ep) -> tuple[list, Callable[[torch.fx.Node], bool] | None]:
+        """Ops kept whole through to_edge: those TensorRT translates whole (unless
+        excluded), and those the partitioners after this one ask for. ExecuTorch
+        asks partitioners in order and decomposes what the first leaves out, so
+        without the second group `linear` would reach XNNPACK as permute + addmm."""
+        groups: list[tuple[set, Callable | None]] = []
+        own = [op for op in KEEP_WHOLE if op_name(op) not in self.exclude_ops]
+        if own:
+            groups.append((set(own), _before_edge))
+        for partitioner in self.keep_whole:
+            their_ops, their_check = partitioner.ops_to_not_decompose(ep)
+            groups.append((set(their_ops), their_check))
+        ops = list(dict.fromkeys(op for group, _ in groups for op in group))
+        if not ops:
+            return [], None
+
+        def keep(node: torch.fx.Node) -> bool:
+            return any(node.target in group and (check is None or check(node))
+                       for group, check in groups)
+        return ops, keep
+
     def partition(self, exported_program: torch.export.ExportedProgram) -> PartitionResult:
         ep = exported_program
         self.report = PartitionReport()
+        self._split_builds_left = self.max_builds  # per method
         with quiet():
             rejected = self._initial_rejections(ep)
         candidates = {n.name for n in ep.graph.nodes
                       if n.op == "call_function" and n.target is not operator.getitem}
+        if reason := options_error(self.compile_spec):
+            rejected.update({n: reason for n in candidates - set(rejected)})
         for _ in range(_MAX_ROUNDS):
             groups = self._propose(ep, candidates - set(rejected))
             new = _escaping_shape_values(groups)
             for i, nodes in enumerate([] if new else groups):
-                new.update(self._check(ep, nodes, f"partition {i} ({len(nodes)} nodes)"))
+                new.update(self._check_or_split(ep, nodes, f"partition {i} ({len(nodes)} nodes)"))
             if not new:
                 break
             rejected.update(new)

@@ -71,9 +71,12 @@ def reference_outputs(model, inputs) -> list:
     """Eager outputs of `model` on `inputs` (tensors; raises ExpectedError otherwise)."""
     import torch
 
+    from torch.utils import _pytree as pytree
+
     with torch.no_grad():
         out = model(*inputs)
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    # The program returns the leaves of the output pytree (dict, ModelOutput, ...).
+    outs = pytree.tree_leaves(out)
     for i, o in enumerate(outs):
         if not isinstance(o, torch.Tensor):
             raise ExpectedError(f"output {i} is a {type(o).__name__}, not a tensor")
