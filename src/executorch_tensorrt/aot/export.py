@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import torch
-from torch.utils import _pytree as pytree
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
