@@ -8,7 +8,7 @@ import pytest
 
 pytest_plugins = ["ci_guard"]
 
-FALLBACK_ENV = "EXECUTORCH_TENSORRT_FALLBACK"
+from executorch_tensorrt.runtime.executors import FALLBACK_ENV
 
 
 @pytest.fixture

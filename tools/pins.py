@@ -2,7 +2,7 @@
 
 ``pins.toml`` at the repository root is the single source of truth. Other files
 that name a pinned distribution ("pin sites") are listed in :data:`SITES` with
-the number of sites each must contain; ``tests/test_pins.py`` checks them and
+the number of sites each must contain; ``tests/tools/test_pins.py`` checks them and
 ``tools/update_pins.py`` rewrites them.
 
 Only the standard library and ``packaging`` are used, so this module can be
@@ -29,7 +29,7 @@ PINS_FILE = "pins.toml"
 # Every file that names a pinned version, relative to the repository root, and
 # how many pin sites (requirements or CMake version lines naming a distribution
 # from pins.toml[python]) it must contain. List only files that exist; a file
-# that names a pin but is missing here makes tests/test_pins.py fail
+# that names a pin but is missing here makes tests/tools/test_pins.py fail
 # ("unlisted pin site"). Keep the counts exact: they catch a deleted site.
 SITES: dict[str, int] = {
     # [build-system] requires: executorch (1); [project] dependencies:

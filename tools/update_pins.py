@@ -8,7 +8,7 @@ release (pre-releases only with --pre, yanked files ignored), downloads one whee
 of it, reads ``executorch/version.py`` out of the wheel (``__version__`` and
 ``git_version``), and rewrites ``pins.toml`` and every pin site listed in
 ``tools/pins.py`` (SITES). Nothing is written unless every file can be rewritten
-and the result passes the same checks as tests/test_pins.py.
+and the result passes the same checks as tests/tools/test_pins.py.
 
 Only the standard library and ``packaging`` are used.
 """

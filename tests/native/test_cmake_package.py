@@ -25,6 +25,7 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
 import adapter_build
+from helpers import child_env
 
 REPO = adapter_build.REPO
 ADAPTER = adapter_build.ADAPTER_FILENAME
@@ -93,14 +94,6 @@ def needed(binary: Path) -> list[str]:
         elf = ELFFile(f)
         dyn = next(s for s in elf.iter_sections() if isinstance(s, DynamicSection))
         return [t.needed for t in dyn.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
-
-
-def child_env(**extra: str) -> dict:
-    """Environment for a C++ consumer: none of the package's variables leak in."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("EXECUTORCH_TENSORRT_") and k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
-    env.update(extra)
-    return env
 
 
 # ---- the consumer project ---------------------------------------------------

@@ -23,9 +23,9 @@ import numpy as np
 from test_cmake_package import (ROUTES, REPO, child_env, cmake_for, configure_and_build,
                                 needed, prefix_path_args)
 from executorch_tensorrt.tools import tensor_file as tf
+from helpers import FALLBACK
 
 RUNNER_SRC = REPO / "examples" / "cpp_runner"
-FALLBACK = {"EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime"}
 
 _runners: dict = {}
 

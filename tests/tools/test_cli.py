@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from executorch_tensorrt.tools import tensor_file as tf
+from helpers import FALLBACK
 
-FALLBACK = {"EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime"}
 
 
 def cli(*args, env=None, cwd=None, python_options=()):

@@ -2,7 +2,7 @@
 
 The executor table is the C ABI between the native adapter
 (``libexecutorch_backend_tensorrt.so``) and the executors. Every layout here
-must match the header exactly; ``tests/test_abi.py`` compiles the real header
+must match the header exactly; ``tests/runtime/test_abi.py`` compiles the real header
 and compares sizes and offsets field by field.
 
 This module imports nothing but ctypes, so tooling can use it without loading

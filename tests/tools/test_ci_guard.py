@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 REASON = "needs an NVIDIA GPU that the installed TensorRT supports"
 
 

@@ -1,4 +1,4 @@
-"""Model zoo (tests/zoo.py): each model is exported once (real TensorRT-RTX engines),
+"""Model zoo (tests/aot/zoo.py): each model is exported once (real TensorRT-RTX engines),
 then (1) TensorRT must take at least the model's coverage floor of its compute ops and
 (2) the .pte run through executorch.runtime (TensorRT partitions on onnxruntime,
 fallback allowed) must match eager PyTorch within the model's tolerance.

@@ -14,7 +14,7 @@ import torch
 
 from executorch_tensorrt.tools.program_info import read_program
 
-H200_PROGRAM = Path(__file__).parent / "data" / "erfinv_cuda_h200.pte"
+H200_PROGRAM = Path(__file__).resolve().parents[1] / "data" / "erfinv_cuda_h200.pte"
 
 
 def check_tensorrt_and_cuda(path) -> None:
@@ -40,7 +40,7 @@ def test_export_with_cuda_partitioner_on_a_gpu(tmp_path):
     import sys
 
     out = tmp_path / "erfinv_cuda.pte"
-    tool = Path(__file__).parent.parent / "tools" / "h200_cuda_export.py"
+    tool = Path(__file__).resolve().parents[2] / "tools" / "h200_cuda_export.py"
     subprocess.run([sys.executable, str(tool), str(out)], check=True)
     check_tensorrt_and_cuda(out)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 import pins as pinslib  # noqa: E402
 

@@ -6,7 +6,7 @@ input maker, the absolute tolerance the .pte must meet against eager PyTorch
 nodes, getitem excluded) that TensorRT must take. Floors are what TensorRT-RTX's
 parser takes today (tools/coverage_table.py measures it; docs/coverage.md).
 
-Imported by tests/test_zoo.py and tools/coverage_table.py.
+Imported by tests/aot/test_zoo.py and tools/coverage_table.py.
 """
 from __future__ import annotations
 
@@ -324,7 +324,7 @@ ZOO += HF_ZOO
 BY_NAME = {e.name: e for e in ZOO}
 
 
-# -- measurement helpers (shared by tests/test_zoo.py and tools/coverage_table.py) --
+# -- measurement helpers (shared by tests/aot/test_zoo.py and tools/coverage_table.py) --
 def eager(model: nn.Module, inputs) -> tuple[torch.Tensor, ...]:
     """The model's outputs as the program returns them: its pytree's tensor leaves."""
     with torch.no_grad():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "native"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native"))
 import adapter_build  # noqa: E402
 
 

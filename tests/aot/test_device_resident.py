@@ -25,6 +25,7 @@ from executorch_tensorrt.aot.device_resident import target_device_spec
 from executorch_tensorrt.cli import main as cli_main
 from executorch_tensorrt.errors import ExportError
 from executorch_tensorrt.tools.program_info import read_program
+from helpers import child_env
 
 
 class TwoInTwoOut(torch.nn.Module):
@@ -198,10 +199,8 @@ def test_copies_inside_the_method_are_refused(tmp_path):
 # ---- the adapter's CUDA device allocator (no CUDA on this machine) ------------
 
 def _child(code: str, **env) -> subprocess.CompletedProcess:
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith("EXECUTORCH_TENSORRT_")}
-    child_env.update(env)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=child_env, timeout=300, check=False)
+                          text=True, env=child_env(**env), timeout=300, check=False)
 
 
 ALLOCATOR = """
@@ -246,10 +245,8 @@ print("LAST", executorch_tensorrt.last_error())
 
 
 def _load(path: Path, **env) -> subprocess.CompletedProcess:
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith("EXECUTORCH_TENSORRT_")}
-    child_env.update(env)
     return subprocess.run([sys.executable, "-c", LOAD, str(path)], capture_output=True,
-                          text=True, env=child_env, timeout=300, check=False)
+                          text=True, env=child_env(**env), timeout=300, check=False)
 
 
 def test_cuda_planned_program_fails_to_load_saying_no_cuda(programs):

@@ -1,0 +1,44 @@
+"""Helpers shared by the test suites: one definition each of the fallback
+environment, the repository paths, a program's TensorRT blobs and the CLI run
+in a child process."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from executorch_tensorrt.runtime.executors import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
+# What a test sets to let TensorRT partitions run on onnxruntime (no GPU here).
+FALLBACK = {FALLBACK_ENV: FALLBACK_ONNXRUNTIME}
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a child process: this one's without the package's
+    own variables (a test chooses those) or search paths, plus `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("EXECUTORCH_TENSORRT_") and k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+    env.update(extra)
+    return env
+
+
+def tensorrt_blobs(pte: Path | bytes) -> list[bytes]:
+    """The TensorRT blobs of a program, in delegate order over its methods."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    data = pte if isinstance(pte, bytes) else Path(pte).read_bytes()
+    program = deserialize_pte_binary(data).program
+    return [bytes(program.backend_delegate_data[d.processed.index].data)
+            for plan in program.execution_plan for d in plan.delegates
+            if d.id == "TensorRTBackend"]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
+            **kwargs) -> subprocess.CompletedProcess:
+    """`executorch-tensorrt ARGS` in a child process, as a user runs it."""
+    cli = Path(sys.executable).with_name("executorch-tensorrt")
+    return subprocess.run([str(cli), *args], capture_output=True, text=True, timeout=timeout,
+                          env=child_env() if env is None else env, **kwargs)
