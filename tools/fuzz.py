@@ -32,10 +32,7 @@ import json
 import os
 import random
 import re
-import select
-import signal
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,17 +40,25 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fuzz_runner import (  # noqa: E402
+    OUR_CODE_MARKERS,
+    OUTCOMES,
+    Case,
+    ForkServer,
+    crash_site,
+    locate_crash,
+    native_backtrace,
+    reference_outputs,
+    run_program,
+)
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread per child: 2 cores, many children
 os.environ["EXECUTORCH_TENSORRT_FALLBACK"] = "onnxruntime"
 
-OUTCOMES = ("clean_error", "same_output", "wrong_output", "crash", "hang")
 # Regions this project writes: a mutation there must end in a clean error or
 # the same output once digests exist.
 OUR_REGION_KINDS = ("header", "json", "engine", "onnx")
-# Frames of our code: the adapter library, or a Python file of the installed
-# package (its directory is added at start-up, see _import_everything).
-OUR_CODE_MARKERS = ["libexecutorch_backend_tensorrt"]
-EXECUTORCH_MARKERS = ("libexecutorch", "executorch/extension", "_portable_lib", "executorch::")
 INTERESTING = [0, 1, 15, 16, 31, 32, 33, 0x7F, 0x80, 0xFF, 0x7FFF, 0xFFFF, 2**31 - 1, 2**31,
                2**32 - 16, 2**32 - 1, 2**63 - 1, 2**63, 2**64 - 16, 2**64 - 1]
 JSON_BYTES = b'{}[]",:-0123456789.eEtfnu\\ \x00\x7f\xff'
@@ -66,19 +71,6 @@ class Region:
     kind: str  # header, json, engine, onnx, section, pte_header, flatbuffer, file
     start: int
     end: int
-
-
-@dataclass
-class Case:
-    index: int
-    region: str
-    kind: str
-    operator: str
-    outcome: str = ""
-    detail: str = ""
-    location: str = ""  # crashes: ours, executorch, unknown
-    site: str = ""  # crashes: the innermost native function that is not libc/unwinding
-    repro: str = ""
 
 
 def program_regions(pte: bytes) -> list[Region]:
@@ -148,188 +140,6 @@ def mutate(rng: random.Random, pte: bytes, region: Region) -> tuple[bytes, str]:
     return bytes(d), op
 
 
-# ------------------------------------------------------------------ child side
-
-
-def _run_program(data: bytes, inputs):
-    from executorch.runtime import Runtime, Verification
-
-    program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
-    return list(program.load_method("forward").execute(inputs))
-
-
-def _same(outputs, reference) -> bool:
-    import torch
-
-    if len(outputs) != len(reference):
-        return False
-    for o, r in zip(outputs, reference):
-        if not (isinstance(o, torch.Tensor) and o.dtype == r.dtype and o.shape == r.shape
-                and (torch.equal(o, r) or torch.allclose(o, r, rtol=0, atol=0, equal_nan=True))):
-            return False
-    return True
-
-
-def _child(data: bytes, inputs, reference, err_fd: int, out_fd: int) -> None:
-    """Runs in the forked child: never returns."""
-    import faulthandler
-
-    os.dup2(err_fd, 2)
-    os.dup2(err_fd, 1)
-    faulthandler.enable(file=sys.stderr, all_threads=True)
-    try:
-        outputs = _run_program(data, inputs)
-        result = {"outcome": "same_output" if _same(outputs, reference) else "wrong_output"}
-        if result["outcome"] == "wrong_output":
-            result["detail"] = repr([tuple(o.shape) for o in outputs])[:300]
-    except BaseException as e:  # noqa: BLE001 - any exception is a clean error
-        from executorch_tensorrt import last_error
-
-        cause = last_error()  # what our code refused, when it was ours
-        detail = f"{type(e).__name__}: {e}" + (f" [executorch_tensorrt: {cause}]" if cause else "")
-        result = {"outcome": "clean_error", "detail": detail[:300]}
-    os.write(out_fd, json.dumps(result).encode())
-    os._exit(0)
-
-
-@dataclass
-class _Running:
-    pid: int
-    case: Case
-    data: bytes
-    out_r: int
-    err_path: Path
-    deadline: float
-
-
-class ForkServer:
-    """Runs cases in children forked from this (fully imported) process, `jobs` at once."""
-
-    def __init__(self, inputs, reference, jobs: int, timeout: float, scratch: Path):
-        self.inputs, self.reference, self.jobs, self.timeout = inputs, reference, jobs, timeout
-        self.scratch = scratch
-        self.running: list[_Running] = []
-        self.finished: list[tuple[Case, bytes, str]] = []
-
-    def submit(self, case: Case, data: bytes) -> None:
-        while len(self.running) >= self.jobs:
-            self.finished += self.poll(block=True)
-        err_path = self.scratch / f"case{case.index}.err"
-        err_fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        out_r, out_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(out_r)
-            _child(data, self.inputs, self.reference, err_fd, out_w)
-        os.close(err_fd)
-        os.close(out_w)
-        self.running.append(_Running(pid, case, data, out_r, err_path,
-                                     time.monotonic() + self.timeout))
-
-    def poll(self, block: bool) -> list[tuple[Case, bytes, str]]:
-        """Reaps finished children; returns (case, data, stderr) for each."""
-        done = []
-        while True:
-            now = time.monotonic()
-            for r in list(self.running):
-                pid, status = os.waitpid(r.pid, os.WNOHANG)
-                if pid == 0 and now > r.deadline:
-                    os.kill(r.pid, signal.SIGKILL)
-                    os.waitpid(r.pid, 0)
-                    r.case.outcome, r.case.detail = "hang", f"no result after {self.timeout:.0f} s"
-                elif pid == 0:
-                    continue
-                else:
-                    self._classify(r, status)
-                os.close(r.out_r)
-                stderr = r.err_path.read_text(errors="replace")[-20000:]
-                r.err_path.unlink()
-                self.running.remove(r)
-                done.append((r.case, r.data, stderr))
-            if done or not block or not self.running:
-                return done
-            select.select([r.out_r for r in self.running], [], [], 0.005)
-
-    def _classify(self, r: _Running, status: int) -> None:
-        raw = b""
-        while chunk := _read_nonblocking(r.out_r):
-            raw += chunk
-        if os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-            r.case.outcome, r.case.detail = "crash", signal.Signals(sig).name
-        elif raw:
-            result = json.loads(raw)
-            r.case.outcome, r.case.detail = result["outcome"], result.get("detail", "")
-        else:
-            r.case.outcome = "crash"
-            r.case.detail = f"exit status {os.WEXITSTATUS(status)} without a result"
-
-    def take_finished(self, wait: bool = False) -> list[tuple[Case, bytes, str]]:
-        """Cases finished so far; with `wait`, after every running one finished."""
-        out, self.finished = self.finished, []
-        out += self.poll(block=False)
-        while wait and self.running:
-            out += self.poll(block=True)
-        return out
-
-
-def _read_nonblocking(fd: int) -> bytes:
-    ready, _, _ = select.select([fd], [], [], 0)
-    return os.read(fd, 65536) if ready else b""
-
-
-# ------------------------------------------------------------------ crash location
-
-
-def locate_crash(stderr: str, native: str) -> str:
-    text = stderr + "\n" + native
-    frames = [ln for ln in text.splitlines() if ln.strip().startswith(("File ", "#"))]
-    joined = "\n".join(frames)
-    if any(m in joined for m in OUR_CODE_MARKERS):
-        return "ours"
-    if any(m in joined for m in EXECUTORCH_MARKERS):
-        return "executorch"
-    return "unknown"
-
-
-_RUNTIME_NOISE = ("__pthread", "raise", "abort", "__GI_", "_Unwind", "__gxx", "std::terminate",
-                  "__cxa", "libstdc++", "libgcc_s", "libc.so")
-
-
-def crash_site(native: str) -> str:
-    """The innermost frames outside libc and C++ unwinding, up to the first
-    named function: 'function (library)' entries joined by ' <- '."""
-    entries: list[str] = []
-    for line in native.splitlines():
-        m = re.match(r"#\d+\s+(?:0x[0-9a-f]+ in )?([^\s(]+)", line)
-        if not m or any(n in line for n in _RUNTIME_NOISE):
-            continue
-        lib = re.search(r" from (\S+)\s*$", line)
-        name = Path(lib.group(1)).name if lib else ""
-        entry = f"{m.group(1)} ({name})" if name else m.group(1)
-        if not entries or entries[-1] != entry:
-            entries.append(entry)
-        if m.group(1) != "??":
-            break
-    return " <- ".join(entries)
-
-
-def native_backtrace(repro: Path, example: str, timeout: float = 120) -> str:
-    """The crash's native stack from a replay under gdb, or "" without gdb."""
-    import shutil
-
-    gdb = shutil.which("gdb")
-    if gdb is None:
-        return ""
-    cmd = [gdb, "-batch", "-nx", "-ex", "run", "-ex", "bt 40", "--args", sys.executable,
-           __file__, "--replay", str(repro), "--example", example]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return ""
-    return "\n".join(ln for ln in proc.stdout.splitlines() if ln.startswith("#"))
-
-
 # ------------------------------------------------------------------ driver
 
 
@@ -392,7 +202,7 @@ def fuzz(args) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="fuzz-", dir=out))
     # The reference outputs come from a child too: the parent never runs a
     # program, so it starts no thread pools before forking.
-    reference = _reference_outputs(pte, inputs, scratch)
+    reference = reference_outputs(pte, inputs, scratch)
     if reference is None:
         raise SystemExit("the unmutated program does not run (its error is above)")
     server = ForkServer(inputs, reference, args.jobs, args.timeout, scratch)
@@ -417,7 +227,8 @@ def fuzz(args) -> dict:
                 native = ""
                 if gdb_runs < args.max_gdb:
                     gdb_runs += 1
-                    native = native_backtrace(Path(case.repro), args.example)
+                    native = native_backtrace([sys.executable, __file__, "--replay", case.repro,
+                                               "--example", args.example])
                 case.location = locate_crash(stderr, native)
                 case.site = crash_site(native)
                 (Path(case.repro).with_suffix(".stack")).write_text(stderr + "\n" + native)
@@ -429,32 +240,20 @@ def fuzz(args) -> dict:
         data, op = mutate(rng, pte, region)
         server.submit(Case(i, region.name, region.kind, op), data)
         record(server.take_finished())
+        if i and i % args.report_every == 0:  # a long run that is stopped still leaves figures
+            write_summary(out, cases, time.monotonic() - start, args.seed, regions)
+            print(f"[fuzz] {i} cases, {time.monotonic() - start:.0f} s", file=sys.stderr)
     record(server.take_finished(wait=True))
-    cases.sort(key=lambda c: c.index)
-    summary = summarize(cases, time.monotonic() - start, args.seed, regions)
+    scratch.rmdir()
+    return write_summary(out, cases, time.monotonic() - start, args.seed, regions)
+
+
+def write_summary(out: Path, cases: list[Case], seconds: float, seed: int,
+                  regions: list[Region]) -> dict:
+    summary = summarize(sorted(cases, key=lambda c: c.index), seconds, seed, regions)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     (out / "summary.md").write_text(markdown(summary))
-    scratch.rmdir()
     return summary
-
-
-def _reference_outputs(pte: bytes, inputs, scratch: Path):
-    """Runs the program in a child and returns its outputs (through a file)."""
-    import torch
-
-    path = scratch / "reference.pt"
-    pid = os.fork()
-    if pid == 0:
-        try:
-            torch.save(_run_program(pte, inputs), path)
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    if not path.exists():
-        return None
-    outputs = torch.load(path)
-    path.unlink()
-    return outputs
 
 
 def _import_everything() -> None:
@@ -485,13 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=30, help="seconds before a case is a hang")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-gdb", type=int, default=10, help="crash replays under gdb")
+    p.add_argument("--report-every", type=int, default=1000, help="cases between summaries")
     p.add_argument("--replay", help="run one program (a reproducer) in this process")
     args = p.parse_args(argv)
     _import_everything()
 
     if args.replay:
         _, inputs = seed_program(args.example, Path(args.out), Path(args.replay))
-        print(_run_program(Path(args.replay).read_bytes(), inputs))
+        print(run_program(Path(args.replay).read_bytes(), inputs))
         return 0
     summary = fuzz(args)
     print(markdown(summary), end="")
