@@ -188,23 +188,23 @@ def _parse_layout(mv: memoryview) -> _Layout:
                    engine_digest, sections)
 
 
-def _verify(mv: memoryview, what: str, off: int, n: int, recorded: str) -> None:
-    actual = hashlib.sha256(mv[off:off + n]).hexdigest()
+def _verify(data: bytes | memoryview, what: str, off: int, recorded: str) -> None:
+    actual = hashlib.sha256(data).hexdigest()
     if actual != recorded:
-        raise BlobError(f"{what} (bytes {_region(off, n)} of the blob) is corrupt: its SHA-256 "
-                        f"is {actual[:16]}..., the blob records {recorded[:16]}... from export. "
-                        "The .pte was damaged or altered after export; re-export the program "
-                        "(or copy it again from its source)")
+        raise BlobError(f"{what} (bytes {_region(off, len(data))} of the blob) is corrupt: its "
+                        f"SHA-256 is {actual[:16]}..., the blob records {recorded[:16]}... from "
+                        "export. The .pte was damaged or altered after export; re-export the "
+                        "program (or copy it again from its source)")
 
 
 def parse(mv: memoryview, *, check_digests: bool = True) -> _Layout:
     """Validates the blob in `mv`; with check_digests, also every recorded digest."""
     layout = _parse_layout(mv)
     if check_digests and layout.engine_sha256 is not None:
-        _verify(mv, "the engine", layout.engine_offset, layout.engine_size,
-                layout.engine_sha256)
+        eo, es = layout.engine_offset, layout.engine_size
+        _verify(mv[eo:eo + es], "the engine", eo, layout.engine_sha256)
         for name, off, n, digest in layout.sections:
-            _verify(mv, f"section {name!r}", off, n, digest)
+            _verify(mv[off:off + n], f"section {name!r}", off, digest)
     return layout
 
 
@@ -225,15 +225,21 @@ def read_blob(data: bytes | bytearray | memoryview, *, check_digests: bool = Tru
             mv = mv.cast("B")
         except TypeError:
             raise BlobError("blob must be a contiguous byte buffer") from None
-    layout = parse(mv, check_digests=check_digests)
+    layout = parse(mv, check_digests=False)
+    # Copy first, then check the copies: the caller's buffer may change
+    # after the check, the returned bytes cannot.
+    eo, es = layout.engine_offset, layout.engine_size
+    engine = bytes(mv[eo:eo + es])
     sections = tuple(Section(name, off, n, bytes(mv[off:off + n]), digest)
                      for name, off, n, digest in layout.sections)
-    onnx = next((s.data for s in sections if s.name == SECTION_ONNX), None)
-    eo, es = layout.engine_offset, layout.engine_size
+    if check_digests and layout.engine_sha256 is not None:
+        _verify(engine, "the engine", eo, layout.engine_sha256)
+        for s in sections:
+            _verify(s.data, f"section {s.name!r}", s.offset, s.sha256)
     return Blob(
-        engine=bytes(mv[eo:eo + es]),
+        engine=engine,
         metadata=layout.metadata,
-        onnx=onnx,
+        onnx=next((s.data for s in sections if s.name == SECTION_ONNX), None),
         sections=sections,
         metadata_offset=layout.metadata_offset,
         metadata_size=layout.metadata_size,
