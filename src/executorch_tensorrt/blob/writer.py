@@ -124,8 +124,8 @@ def write_blob(
         raise BlobError(f"metadata must be a dict, got {type(metadata).__name__}")
     for k in _RESERVED_WRITE_KEYS:
         if k in metadata:
-            raise BlobError(f"metadata key {k!r} is written by write_blob itself; "
-                            "pass section data through the onnx/sections arguments")
+            raise BlobError(f"metadata key {k!r} is written by write_blob itself (sections "
+                            "come from the onnx/sections arguments, digests are computed)")
     _check_jsonable(metadata)
     meta = dict(metadata)
     check_metadata(meta, WRITE_DTYPES, None)
