@@ -160,8 +160,6 @@ def summarize(cases: list[Case], seconds: float, seed: int, regions: list[Region
     by_kind: dict[str, Counter] = {}
     for c in cases:
         by_kind.setdefault(c.kind, Counter())[c.outcome] += 1
-    crashes = Counter((c.kind, c.location, c.detail, c.site) for c in cases
-                      if c.outcome == "crash")
     errors: dict[str, Counter] = {}
     for c in cases:
         if c.outcome == "clean_error":  # the message without numbers: one line per kind of fault
@@ -171,12 +169,19 @@ def summarize(cases: list[Case], seconds: float, seed: int, regions: list[Region
         "cases": len(cases), "seconds": round(seconds, 1), "seed": seed,
         "outcomes": dict(Counter(c.outcome for c in cases)),
         "by_region_kind": {k: dict(v) for k, v in sorted(by_kind.items())},
-        "crashes": [{"region_kind": k, "location": loc, "signal": s, "site": site, "count": n}
-                    for (k, loc, s, site), n in crashes.most_common()],
+        "crashes": _crash_table(asdict(c) for c in cases),
         "regions": [asdict(r) for r in regions],
         "top_errors": {k: v.most_common(5) for k, v in sorted(errors.items())},
         "findings": [asdict(c) for c in cases if c.outcome in ("crash", "wrong_output", "hang")],
     }
+
+
+def _crash_table(cases) -> list[dict]:
+    """Crashes grouped by region kind, location, signal and site."""
+    crashes = Counter((c["kind"], c["location"], c["detail"], c["site"]) for c in cases
+                      if c["outcome"] == "crash")
+    return [{"region_kind": k, "location": loc, "signal": sig, "site": site, "count": n}
+            for (k, loc, sig, site), n in crashes.most_common()]
 
 
 def markdown(summary: dict) -> str:
@@ -227,8 +232,7 @@ def fuzz(args) -> dict:
                 native = ""
                 if gdb_runs < args.max_gdb:
                     gdb_runs += 1
-                    native = native_backtrace([sys.executable, __file__, "--replay", case.repro,
-                                               "--example", args.example])
+                    native = native_backtrace(_replay_command(case.repro, args.example))
                 case.location = locate_crash(stderr, native)
                 case.site = crash_site(native)
                 (Path(case.repro).with_suffix(".stack")).write_text(stderr + "\n" + native)
@@ -273,6 +277,27 @@ def _import_everything() -> None:
     OUR_CODE_MARKERS.append(f"{Path(executorch_tensorrt.__file__).parent}/")
 
 
+def _replay_command(repro: str, example: str) -> list[str]:
+    return [sys.executable, __file__, "--replay", repro, "--example", example]
+
+
+def locate_again(out: Path, example: str) -> dict:
+    """Replays the crashes a run left unlocated (gdb timed out, or --max-gdb ran out)
+    under gdb, without a time limit that a busy machine could hit."""
+    summary = json.loads((out / "summary.json").read_text())
+    for f in summary["findings"]:
+        if f["outcome"] == "crash" and f["location"] == "unknown":
+            native = native_backtrace(_replay_command(f["repro"], example), timeout=3600)
+            stack = Path(f["repro"]).with_suffix(".stack")
+            f["location"] = locate_crash(stack.read_text(), native)
+            f["site"] = crash_site(native)
+            stack.write_text(stack.read_text() + "\n" + native)
+    summary["crashes"] = _crash_table(summary["findings"])
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.md").write_text(markdown(summary))
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="fuzz-out", help="directory for summary and reproducers")
@@ -286,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-gdb", type=int, default=10, help="crash replays under gdb")
     p.add_argument("--report-every", type=int, default=1000, help="cases between summaries")
     p.add_argument("--replay", help="run one program (a reproducer) in this process")
+    p.add_argument("--locate", action="store_true",
+                   help="replay the unlocated crashes of the run in --out under gdb")
     args = p.parse_args(argv)
     _import_everything()
 
@@ -293,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         _, inputs = seed_program(args.example, Path(args.out), Path(args.replay))
         print(run_program(Path(args.replay).read_bytes(), inputs))
         return 0
-    summary = fuzz(args)
+    summary = locate_again(Path(args.out), args.example) if args.locate else fuzz(args)
     print(markdown(summary), end="")
     return 0
 

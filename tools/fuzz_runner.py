@@ -199,7 +199,7 @@ def crash_site(native: str) -> str:
     return " <- ".join(entries)
 
 
-def native_backtrace(replay: list[str], timeout: float = 120) -> str:
+def native_backtrace(replay: list[str], timeout: float = 300) -> str:
     """The native stack of the command `replay` (which crashes) under gdb, or "" without gdb."""
     import shutil
 
