@@ -172,6 +172,10 @@ def summarize(cases: list[Case], seconds: float, seed: int, regions: list[Region
         "crashes": _crash_table(asdict(c) for c in cases),
         "regions": [asdict(r) for r in regions],
         "top_errors": {k: v.most_common(5) for k, v in sorted(errors.items())},
+        # refusals that were not deliberate: our executors record a traceback
+        # for an exception that is not one of the errors they raise on purpose
+        "unexpected_errors": [asdict(c) for c in cases
+                              if c.outcome == "clean_error" and "Traceback" in c.detail][:20],
         "findings": [asdict(c) for c in cases if c.outcome in ("crash", "wrong_output", "hang")],
     }
 

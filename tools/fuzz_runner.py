@@ -72,7 +72,7 @@ def _child(data: bytes, inputs, reference, err_fd: int, out_fd: int) -> None:
 
         cause = last_error()  # what our code refused, when it was ours
         detail = f"{type(e).__name__}: {e}" + (f" [executorch_tensorrt: {cause}]" if cause else "")
-        result = {"outcome": "clean_error", "detail": detail[:300]}
+        result = {"outcome": "clean_error", "detail": detail[:400]}
     os.write(out_fd, json.dumps(result).encode())
     os._exit(0)
 

@@ -115,6 +115,8 @@ def test_fuzz_slice(seed_pte, tmp_path):
     assert outcomes.get("hang", 0) == 0, summary["findings"]
     # mutations reach both sides: refused, and harmless ones that still run
     assert outcomes.get("clean_error", 0) > 100 and outcomes.get("same_output", 0) > 0
+    # every refusal was deliberate (e.g. no KeyError from malformed profiles)
+    assert not summary["unexpected_errors"], summary["unexpected_errors"][:3]
     findings = summary["findings"]
     ours = [f for f in findings if f["outcome"] == "crash" and f["location"] == "ours"]
     assert not ours, ours
