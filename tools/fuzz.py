@@ -321,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     _import_everything()
 
     if args.replay:
+        import faulthandler
+
+        faulthandler.enable()  # Python frames for locate_crash, beside gdb's native ones
         _, inputs = seed_program(args.example, Path(args.out), Path(args.replay))
         print(run_program(Path(args.replay).read_bytes(), inputs))
         return 0

@@ -7,7 +7,9 @@ no wrong output from a mutation of a region this project writes (the blob's
 header, metadata, engine, ONNX section): digests and the metadata schema turn
 each into a clean error or leave the output unchanged. Crashes inside
 ExecuTorch's own flatbuffer handling are tolerated here and listed in
-docs/security.md.
+docs/security.md. A crash is located from the child's Python stack
+(faulthandler) and, where gdb is installed, the native stack of a replay:
+without gdb a crash inside the adapter's C++ reads as "unknown", not "ours".
 """
 from __future__ import annotations
 
