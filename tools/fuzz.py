@@ -222,24 +222,17 @@ def fuzz(args) -> dict:
     pool = [r for r in regions if r.end > r.start]
     cases: list[Case] = []
     start = time.monotonic()
-    gdb_runs = 0
 
     def record(done):
-        nonlocal gdb_runs
         for case, data, stderr in done:
             cases.append(case)
             if case.outcome in ("crash", "wrong_output", "hang"):
                 path = out / "repro" / f"{case.outcome}-{case.index:06d}-{case.region}.pte"
                 path.write_bytes(data)
                 case.repro = str(path)
-            if case.outcome == "crash":
-                native = ""
-                if gdb_runs < args.max_gdb:
-                    gdb_runs += 1
-                    native = native_backtrace(_replay_command(case.repro, args.example))
-                case.location = locate_crash(stderr, native)
-                case.site = crash_site(native)
-                (Path(case.repro).with_suffix(".stack")).write_text(stderr + "\n" + native)
+            if case.outcome == "crash":  # located from Python frames now, native ones at the end
+                case.location = locate_crash(stderr, "")
+                Path(case.repro).with_suffix(".stack").write_text(stderr)
 
     for i in range(args.cases):
         if time.monotonic() - start > args.time:
@@ -253,7 +246,9 @@ def fuzz(args) -> dict:
             print(f"[fuzz] {i} cases, {time.monotonic() - start:.0f} s", file=sys.stderr)
     record(server.take_finished(wait=True))
     scratch.rmdir()
-    return write_summary(out, cases, time.monotonic() - start, args.seed, regions)
+    write_summary(out, cases, time.monotonic() - start, args.seed, regions)
+    # gdb replays take tens of seconds each: after the run, not inside it
+    return locate_again(out, args.example, args.max_gdb, timeout=300)
 
 
 def write_summary(out: Path, cases: list[Case], seconds: float, seed: int,
@@ -285,17 +280,19 @@ def _replay_command(repro: str, example: str) -> list[str]:
     return [sys.executable, __file__, "--replay", repro, "--example", example]
 
 
-def locate_again(out: Path, example: str) -> dict:
-    """Replays the crashes a run left unlocated (gdb timed out, or --max-gdb ran out)
-    under gdb, without a time limit that a busy machine could hit."""
+def locate_again(out: Path, example: str, limit: int | None = None,
+                 timeout: float = 3600) -> dict:
+    """Replays up to `limit` (None: all) crashes of the run in `out` that are not
+    located yet under gdb, each for at most `timeout` seconds, and rewrites the summary."""
     summary = json.loads((out / "summary.json").read_text())
-    for f in summary["findings"]:
-        if f["outcome"] == "crash" and f["location"] == "unknown":
-            native = native_backtrace(_replay_command(f["repro"], example), timeout=3600)
-            stack = Path(f["repro"]).with_suffix(".stack")
-            f["location"] = locate_crash(stack.read_text(), native)
-            f["site"] = crash_site(native)
-            stack.write_text(stack.read_text() + "\n" + native)
+    unlocated = [f for f in summary["findings"]
+                 if f["outcome"] == "crash" and f["location"] == "unknown"]
+    for f in unlocated[:limit]:
+        native = native_backtrace(_replay_command(f["repro"], example), timeout)
+        stack = Path(f["repro"]).with_suffix(".stack")
+        f["location"] = locate_crash(stack.read_text(), native)
+        f["site"] = crash_site(native)
+        stack.write_text(stack.read_text() + "\n" + native)
     summary["crashes"] = _crash_table(summary["findings"])
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     (out / "summary.md").write_text(markdown(summary))
@@ -312,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="children at once")
     p.add_argument("--timeout", type=float, default=30, help="seconds before a case is a hang")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--max-gdb", type=int, default=10, help="crash replays under gdb")
+    p.add_argument("--max-gdb", type=int, default=10,
+                   help="crash replays under gdb at the end of the run")
     p.add_argument("--report-every", type=int, default=1000, help="cases between summaries")
     p.add_argument("--replay", help="run one program (a reproducer) in this process")
     p.add_argument("--locate", action="store_true",

@@ -107,7 +107,7 @@ def test_fuzz_slice(seed_pte, tmp_path):
     proc = subprocess.run(
         [sys.executable, str(FUZZ_PY), "--pte", str(seed_pte), "--example", "bitwise",
          "--out", str(out), "--cases", "300", "--seed", "7", "--jobs", "2", "--time", "170",
-         "--timeout", "30", "--max-gdb", "4"],
+         "--timeout", "30", "--max-gdb", "2"],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads((out / "summary.json").read_text())
