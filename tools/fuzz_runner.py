@@ -44,6 +44,7 @@ def run_program(data: bytes, inputs):
 
 
 def _same(outputs, reference) -> bool:
+    """Bit for bit the reference (NaN equal to NaN): onnxruntime on the CPU is deterministic."""
     import torch
 
     if len(outputs) != len(reference):
