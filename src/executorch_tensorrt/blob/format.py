@@ -1,0 +1,134 @@
+"""TR01 constants, the dtype table and the parsed-blob types.
+
+Every constant the C++ adapter shares (MAGIC, HEADER_FORMAT, HEADER_SIZE,
+ALIGNMENT, the dtype codes) is a plain literal at module level: the native
+build step reads them from this file with ``ast``, without importing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+MAGIC = b"TR01"
+HEADER_FORMAT = "<4sIIIQ8s"
+HEADER_SIZE = 32  # struct.calcsize(HEADER_FORMAT); a test checks they agree
+ALIGNMENT = 16
+SCHEMA_VERSION = 1
+SECTION_ONNX = "onnx"
+
+#: Metadata JSON may nest at most this many arrays/objects (the top-level
+#: object counts as one).
+MAX_JSON_DEPTH = 64
+#: The objects whose keys this format checks for repeats (the top-level
+#: object, each io_bindings entry, each sections entry) may hold at most
+#: this many keys.
+MAX_OBJECT_KEYS = 128
+
+#: Digest keys the writer adds: the engine's at the top level, each
+#: section's in its "sections" entry. Values are lowercase hex SHA-256.
+ENGINE_DIGEST_KEY = "engine_sha256"
+SECTION_DIGEST_KEY = "sha256"
+
+#: What the runtime reads besides io_bindings, with the values it understands.
+PRECISIONS = ("fp32", "fp16", "bf16")
+TRT_FLAVORS = ("tensorrt", "tensorrt_rtx")
+
+U32_MAX = 0xFFFFFFFF
+U64_MAX = 0xFFFFFFFFFFFFFFFF
+I64_MAX = 0x7FFFFFFFFFFFFFFF
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+
+#: The dtype strings of io_bindings entries, as ExecuTorch's upstream
+#: TensorRT delegate writes them (backends/nvidia/tensorrt/backend.py,
+#: ``_trt_dtype_to_string``), with the ExecuTorch ScalarType code each one
+#: corresponds to. "float8" is TensorRT's FP8, i.e. Float8_e4m3fn.
+DTYPE_TO_SCALAR_TYPE = {
+    "uint8": 0,  # Byte
+    "int8": 1,  # Char
+    "int32": 3,  # Int
+    "int64": 4,  # Long
+    "float16": 5,  # Half
+    "float32": 6,  # Float
+    "bool": 11,  # Bool
+    "bfloat16": 15,  # BFloat16
+    "float8": 24,  # Float8_e4m3fn
+}
+#: What write_blob accepts as a dtype: the names above, or "" for "not
+#: recorded" (Torch-TensorRT's ExecuTorch path writes "").
+WRITE_DTYPES = frozenset(DTYPE_TO_SCALAR_TYPE) | {""}
+# read_blob also accepts str(torch.dtype), which an earlier Torch-TensorRT
+# ExecuTorch helper wrote ("torch.float32").
+_TORCH_DTYPE_NAMES = ("uint8", "int8", "int16", "int32", "int64", "float16",
+                      "float32", "float64", "bool", "bfloat16",
+                      "float8_e4m3fn", "float8_e5m2")
+READ_DTYPES = WRITE_DTYPES | {"torch." + n for n in _TORCH_DTYPE_NAMES}
+
+
+class BlobError(ValueError):
+    """A blob (or the input to write_blob) is malformed; the message says how."""
+
+
+@dataclass(frozen=True)
+class Section:
+    """An extension section stored after the engine."""
+
+    name: str
+    offset: int
+    size: int
+    data: bytes = field(repr=False)
+    sha256: str | None = None  # as recorded at export; None in blobs without digests
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A parsed blob.
+
+    ``metadata`` is the JSON object without the writer's own keys ("sections",
+    "engine_sha256"), so ``read_blob(write_blob(e, m)).metadata == m``.
+    """
+
+    engine: bytes = field(repr=False)
+    metadata: dict
+    onnx: bytes | None = field(repr=False)
+    sections: tuple[Section, ...] = ()
+    metadata_offset: int = 0
+    metadata_size: int = 0
+    engine_offset: int = 0
+    engine_size: int = 0
+    reserved: bytes = b"\0" * 8
+    engine_sha256: str | None = None  # None: the blob records no digests (Torch-TensorRT's)
+
+    @property
+    def io_bindings(self) -> list:
+        return self.metadata["io_bindings"]
+
+    @property
+    def schema_version(self) -> int:
+        """Reserved byte 0 (1 for blobs written here and by Torch-TensorRT,
+        0 for ExecuTorch's upstream delegate)."""
+        return self.reserved[0]
+
+    @property
+    def has_digests(self) -> bool:
+        return self.engine_sha256 is not None
+
+    def section(self, name: str) -> bytes | None:
+        for s in self.sections:
+            if s.name == name:
+                return s.data
+        return None
+
+
+def align(n: int) -> int:
+    return (n + ALIGNMENT - 1) & ~(ALIGNMENT - 1)
+
+
+def is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def show(v: Any, limit: int = 40) -> str:
+    """A value for an error message, cut to `limit` characters."""
+    s = repr(v)
+    return s if len(s) <= limit else s[: limit - 3] + "..."

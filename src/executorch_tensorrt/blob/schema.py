@@ -1,0 +1,170 @@
+"""The metadata schema: every field the runtime reads, checked once here.
+
+Both write_blob and read_blob run these checks, so the executors receive
+metadata whose fields have the types and ranges they rely on; nothing in
+``runtime/`` re-validates them. ``key_info`` is the JSON parse hook's record of
+key counts and repeats (reading); writing passes None (a dict has no repeats).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .format import (
+    DTYPE_TO_SCALAR_TYPE,
+    I32_MAX,
+    I32_MIN,
+    I64_MAX,
+    MAX_OBJECT_KEYS,
+    PRECISIONS,
+    TRT_FLAVORS,
+    BlobError,
+    is_int,
+    show,
+)
+
+_BINDING_KEYS = ("name", "dtype", "shape", "is_input")
+_CAPABILITY = re.compile(r"SM[0-9]{2,4}")
+_VERSION = re.compile(r"[0-9A-Za-z._+-]{1,64}")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def check_object_keys(obj: dict, where: str, key_info: dict | None) -> None:
+    if key_info is not None:
+        count, dup = key_info.get(id(obj), (len(obj), None))
+    else:
+        count, dup = len(obj), None
+    if dup is not None:
+        raise BlobError(f"duplicate key {show(dup)} in {where}")
+    if count > MAX_OBJECT_KEYS:
+        raise BlobError(f"{where} has more than {MAX_OBJECT_KEYS} keys ({count})")
+
+
+def check_digest(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not _DIGEST.fullmatch(value):
+        raise BlobError(f"{where} must be a SHA-256 digest (64 lowercase hex digits), got "
+                        f"{show(value)}: the blob's metadata is corrupt; re-export the program")
+    return value
+
+
+def _check_bindings(bindings: Any, dtypes: frozenset, key_info: dict | None) -> None:
+    if not isinstance(bindings, (list, tuple)):
+        raise BlobError(f"'io_bindings' must be an array, got {type(bindings).__name__}")
+    seen: dict[str, int] = {}
+    for i, b in enumerate(bindings):
+        where = f"io_bindings[{i}]"
+        if not isinstance(b, dict):
+            raise BlobError(f"{where} must be an object, got {type(b).__name__}")
+        check_object_keys(b, where, key_info)
+        for k in _BINDING_KEYS:
+            if k not in b:
+                raise BlobError(f"{where} lacks {k!r} (every binding needs "
+                                "name, dtype, shape and is_input)")
+        name = b["name"]
+        if not isinstance(name, str) or not name:
+            raise BlobError(f"{where}.name must be a non-empty string, got {show(name)}")
+        if any(ord(c) < 0x20 for c in name):
+            raise BlobError(f"{where}.name {show(name)} contains a control character")
+        dtype = b["dtype"]
+        if not isinstance(dtype, str) or dtype not in dtypes:
+            raise BlobError(f"{where}.dtype {show(dtype)} is not a known dtype "
+                            f"(one of {sorted(DTYPE_TO_SCALAR_TYPE)}, or \"\")")
+        shape = b["shape"]
+        if not isinstance(shape, (list, tuple)) or not all(
+            is_int(d) and -1 <= d <= I64_MAX for d in shape
+        ):
+            raise BlobError(f"{where}.shape must be an array of integers >= -1 "
+                            f"(-1 for a dynamic dimension), got {show(shape)}")
+        if not isinstance(b["is_input"], bool):
+            raise BlobError(f"{where}.is_input must be true or false, got {show(b['is_input'])}")
+        if name in seen:
+            raise BlobError(f"duplicate binding name {show(name)} "
+                            f"(io_bindings[{seen[name]}] and {where})")
+        seen[name] = i
+
+
+def _check_profiles(profiles: Any, bindings: list) -> None:
+    """One optimization profile per dynamic input: min <= opt <= max per
+    dimension, each of the input's rank, static dimensions fixed."""
+    if not isinstance(profiles, (list, tuple)):
+        raise BlobError(f"'profiles' must be an array, got {type(profiles).__name__}")
+    inputs = {b["name"]: b for b in bindings if b["is_input"]}
+    seen: set[str] = set()
+    for i, p in enumerate(profiles):
+        where = f"profiles[{i}]"
+        if not isinstance(p, dict):
+            raise BlobError(f"{where} must be an object with name, min, opt and max, "
+                            f"got {type(p).__name__}")
+        name = p.get("name")
+        if not isinstance(name, str) or name not in inputs:
+            raise BlobError(f"{where}.name {show(name)} names no input binding "
+                            f"(inputs: {show(sorted(inputs), 80)})")
+        if name in seen:
+            raise BlobError(f"{where}: a second profile for input {name!r}")
+        seen.add(name)
+        shape = inputs[name]["shape"]
+        dims = {}
+        for key in ("min", "opt", "max"):
+            v = p.get(key)
+            if not isinstance(v, (list, tuple)) or len(v) != len(shape) or not all(
+                    is_int(d) and 0 <= d <= I64_MAX for d in v):
+                raise BlobError(f"{where}.{key} must be an array of {len(shape)} non-negative "
+                                f"integers (the rank of input {name!r}), got {show(v)}")
+            dims[key] = v
+        for d, (s, lo, opt, hi) in enumerate(zip(shape, dims["min"], dims["opt"], dims["max"])):
+            if not lo <= opt <= hi:
+                raise BlobError(f"{where} (input {name!r}) dimension {d}: min {lo}, opt {opt}, "
+                                f"max {hi} are not ordered min <= opt <= max")
+            if s >= 0 and not lo == hi == s:
+                raise BlobError(f"{where} (input {name!r}) dimension {d} is static ({s}) but "
+                                f"the profile gives min {lo}, max {hi}")
+
+
+def _check_runtime_fields(meta: dict) -> None:
+    """Fields the executors read (precision, flavour, version, capabilities)."""
+    if "precision" in meta and meta["precision"] not in PRECISIONS:
+        raise BlobError(f"'precision' must be one of {list(PRECISIONS)}, "
+                        f"got {show(meta['precision'])}")
+    if "trt_flavor" in meta and meta["trt_flavor"] not in TRT_FLAVORS:
+        raise BlobError(f"'trt_flavor' must be one of {list(TRT_FLAVORS)}, "
+                        f"got {show(meta['trt_flavor'])}")
+    if "trt_version" in meta:
+        v = meta["trt_version"]
+        if not isinstance(v, str) or not _VERSION.fullmatch(v):
+            raise BlobError("'trt_version' must be a version string (1-64 characters of "
+                            f"letters, digits, '.', '_', '+', '-'), got {show(v)}")
+    if "compute_capabilities" in meta:
+        cc = meta["compute_capabilities"]
+        if cc != "all" and not (isinstance(cc, (list, tuple)) and all(
+                isinstance(c, str) and _CAPABILITY.fullmatch(c) for c in cc)):
+            raise BlobError("'compute_capabilities' must be \"all\" or an array of strings "
+                            f"such as \"SM89\", got {show(cc)}")
+
+
+def check_metadata(meta: dict, dtypes: frozenset, key_info: dict | None) -> None:
+    """The top-level object, excluding the writer's own keys ("sections" and
+    the engine digest), which the reader checks with the regions."""
+    # aliased_io, hardware_compatible and device_id are read by key by
+    # Torch-TensorRT's parser, which refuses a blob where they have other types.
+    check_object_keys(meta, "the metadata object", key_info)
+    if "io_bindings" not in meta:
+        raise BlobError("metadata has no 'io_bindings' key")
+    _check_bindings(meta["io_bindings"], dtypes, key_info)
+    if "aliased_io" in meta:
+        a = meta["aliased_io"]
+        if not isinstance(a, list):
+            raise BlobError(f"'aliased_io' must be an array, got {type(a).__name__}")
+        if a:
+            raise BlobError("aliased_io entries (Torch-TensorRT in-place output "
+                            "aliasing) are not supported by this delegate")
+    if "hardware_compatible" in meta and not isinstance(meta["hardware_compatible"], bool):
+        raise BlobError("'hardware_compatible' must be true or false, got "
+                        f"{show(meta['hardware_compatible'])}")
+    if "device_id" in meta:
+        d = meta["device_id"]
+        if not is_int(d) or not I32_MIN <= d <= I32_MAX:
+            raise BlobError(f"'device_id' must be a 32-bit integer, got {show(d)}")
+    if "profiles" in meta:
+        _check_profiles(meta["profiles"], meta["io_bindings"])
+    _check_runtime_fields(meta)
