@@ -2,8 +2,8 @@
 
     python gen_blob_constants.py SOURCE OUT_HEADER
 
-SOURCE is the Python module that defines the blob format (blob.py), or a
-package directory (blob/) whose modules are all read. Only literal
+SOURCE is the Python module that defines the blob format
+(src/executorch_tensorrt/blob/format.py). Only literal
 module-level assignments are read, with `ast` (nothing is imported or run):
 MAGIC, HEADER_FORMAT, ALIGNMENT, and HEADER_SIZE when it is a literal
 (otherwise it is struct.calcsize(HEADER_FORMAT)). The header field offsets
@@ -27,33 +27,24 @@ FIELDS = (("MAGIC", "s"), ("METADATA_OFFSET", "I"), ("METADATA_SIZE", "I"),
 
 
 def read_constants(source: Path) -> dict:
-    files = sorted(source.glob("*.py")) if source.is_dir() else [source]
-    if not files:
-        raise SystemExit(f"gen_blob_constants: no Python file at {source}")
-    found: dict = {}
-    for path in files:
-        for node in ast.parse(path.read_text(), str(path)).body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                target, value = node.targets[0], node.value
-            elif isinstance(node, ast.AnnAssign) and node.value is not None:
-                target, value = node.target, node.value
-            else:
-                continue
-            if not isinstance(target, ast.Name) or target.id not in NAMES:
-                continue
-            try:
-                constant = ast.literal_eval(value)
-            except ValueError:
-                continue  # e.g. HEADER_SIZE = struct.calcsize(HEADER_FORMAT)
-            if target.id in found and found[target.id][0] != constant:
-                raise SystemExit(f"gen_blob_constants: {target.id} is {found[target.id][0]!r} in "
-                                 f"{found[target.id][1]} but {constant!r} in {path}")
-            found[target.id] = (constant, path)
-    values = {k: v for k, (v, _) in found.items()}
+    values: dict = {}
+    for node in ast.parse(source.read_text(), str(source)).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if not isinstance(target, ast.Name) or target.id not in NAMES:
+            continue
+        try:
+            values[target.id] = ast.literal_eval(value)
+        except ValueError:
+            continue  # e.g. HEADER_SIZE = struct.calcsize(HEADER_FORMAT)
     missing = [n for n in ("MAGIC", "HEADER_FORMAT", "ALIGNMENT") if n not in values]
     if missing:
         raise SystemExit(f"gen_blob_constants: {', '.join(missing)} not defined as literals in "
-                         f"{', '.join(map(str, files))}")
+                         f"{source}")
     return values
 
 

@@ -20,25 +20,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-BLOB_DIR = REPO / "src" / "executorch_tensorrt" / "blob"
 VALIDATOR_CPP = REPO / "native" / "src" / "blob_header.cpp"
 DRIVER_CPP = REPO / "tests" / "native" / "blob_validate_main.cpp"
 INCLUDES = ["-I", str(REPO / "native" / "include"), "-I", str(REPO / "native" / "src")]
+GENERATOR = REPO / "native" / "cmake" / "gen_blob_constants.py"
+FORMAT_PY = REPO / "src" / "executorch_tensorrt" / "blob" / "format.py"
 
 
-def _load_blob_package():
-    name = "_etrt_blob_under_test"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, BLOB_DIR / "__init__.py", submodule_search_locations=[str(BLOB_DIR)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-blob = _load_blob_package()
+import executorch_tensorrt.blob as blob  # noqa: E402 - the installed package, like every suite
 BlobError = blob.BlobError
 FMT = blob.HEADER_FORMAT
 
@@ -62,11 +51,22 @@ def _compile(args: list[str]) -> None:
 
 
 @pytest.fixture(scope="session")
-def cpp_check(tmp_path_factory):
+def generated_includes(tmp_path_factory) -> list[str]:
+    """The include flags for blob_header.cpp, with the constants header the
+    native build generates from the format module."""
+    out = tmp_path_factory.mktemp("blob_gen")
+    subprocess.run([sys.executable, str(GENERATOR), str(FORMAT_PY),
+                    str(out / "etrt_blob_constants.h")], check=True, capture_output=True)
+    return [*INCLUDES, "-I", str(out)]
+
+
+@pytest.fixture(scope="session")
+def cpp_check(tmp_path_factory, generated_includes):
     """etrt_validate_blob through ctypes: returns None if valid, else the reason."""
     out = tmp_path_factory.mktemp("blob_cpp") / "libetrt_blob_validate.so"
     _compile([_compiler(), "-std=c++17", "-O1", "-g", "-shared", "-fPIC", "-Wall", "-Wextra",
-              "-Werror", "-fvisibility=hidden", *INCLUDES, "-o", str(out), str(VALIDATOR_CPP)])
+              "-Werror", *generated_includes, "-o", str(out),
+              str(VALIDATOR_CPP)])
     lib = ctypes.CDLL(str(out))
     fn = lib.etrt_validate_blob
     fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint64]
@@ -88,13 +88,13 @@ def cpp_check(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def sanitized_driver(tmp_path_factory):
+def sanitized_driver(tmp_path_factory, generated_includes):
     """tests/native/blob_validate_main.cpp built with ASan+UBSan: runs many
     blobs in one process and returns None/reason for each."""
     out = tmp_path_factory.mktemp("blob_asan") / "blob_validate_main"
     _compile([_compiler(), "-std=c++17", "-O1", "-g", "-fno-omit-frame-pointer",
               "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-Wall", "-Wextra",
-              "-Werror", *INCLUDES, "-o", str(out), str(DRIVER_CPP), str(VALIDATOR_CPP)])
+              "-Werror", *generated_includes, "-o", str(out), str(DRIVER_CPP), str(VALIDATOR_CPP)])
 
     def run(blobs: list[bytes]) -> list[str | None]:
         stdin = b"".join(struct.pack("<Q", len(b)) + b for b in blobs)

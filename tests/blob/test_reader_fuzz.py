@@ -13,6 +13,7 @@ import random
 import struct
 
 from blob_cases import (  # noqa: F401 (fixtures)
+    generated_includes,
     FMT,
     GOOD,
     HEADER_MALFORMED,

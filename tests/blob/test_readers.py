@@ -14,6 +14,7 @@ import struct
 
 import pytest
 from blob_cases import (  # noqa: F401 (fixtures)
+    generated_includes,
     ENGINE,
     GOOD,
     HEADER_MALFORMED,

@@ -8,7 +8,7 @@ import random
 import struct
 
 import pytest
-from blob_cases import GOOD_META, BlobError, binding, blob, cpp_check  # noqa: F401 (fixture)
+from blob_cases import GOOD_META, BlobError, binding, blob, cpp_check, generated_includes  # noqa: F401
 
 
 # ----------------------------------------------------------------- round trips

@@ -2,10 +2,10 @@
 
 The adapter checks only the fixed TR01 header and that the metadata and
 engine regions lie inside the blob; the Python reader (read_blob, tested in
-tests/test_blob.py) validates the metadata where it is used. Here:
+tests/blob/) validates the metadata where it is used. Here:
 
 - the constants come from the Python format module through
-  native/cmake/gen_blob_constants.py, for both layouts (blob.py, blob/);
+  native/cmake/gen_blob_constants.py;
 - each header fault is rejected with a message naming it, and blobs with a
   sound header pass whatever their metadata holds;
 - the C++ check never accepts what read_blob's header checks reject, and
@@ -34,8 +34,8 @@ GENERATOR = NATIVE / "cmake" / "gen_blob_constants.py"
 CHECK_CPP = NATIVE / "src" / "blob_header.cpp"
 DRIVER_CPP = Path(__file__).resolve().parent / "blob_validate_main.cpp"
 PACKAGE_SRC = REPO / "src" / "executorch_tensorrt"
-# The CMake default: the package directory blob/ if there is one, else blob.py.
-FORMAT_SOURCE = PACKAGE_SRC / "blob" if (PACKAGE_SRC / "blob").is_dir() else PACKAGE_SRC / "blob.py"
+# What CMake reads the constants from.
+FORMAT_SOURCE = PACKAGE_SRC / "blob" / "format.py"
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 FMT = blob.HEADER_FORMAT
 
@@ -218,23 +218,6 @@ def test_generated_constants_are_the_python_ones(includes, tmp_path):
     offsets = [struct.calcsize(p) for p in ("<4s", "<4sI", "<4sII", "<4sIII")]
     assert out == [blob.MAGIC.decode(), str(blob.HEADER_SIZE), str(blob.ALIGNMENT),
                    *map(str, offsets)]
-
-
-def test_generator_reads_a_package_directory(tmp_path):
-    """The format may move to src/executorch_tensorrt/blob/format.py: the same header results."""
-    from_file, from_dir = tmp_path / "file", tmp_path / "dir"
-    pkg = tmp_path / "blob"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("from .format import MAGIC, ALIGNMENT  # re-export\n")
-    (pkg / "format.py").write_text(
-        'import struct\nMAGIC = b"TR01"\nHEADER_FORMAT: str = "<4sIIIQ8s"\n'
-        "HEADER_SIZE = struct.calcsize(HEADER_FORMAT)\nALIGNMENT = 16\n")
-    for source, out in ((FORMAT_SOURCE, from_file), (pkg, from_dir)):
-        out.mkdir()
-        proc = _generate(source, out)
-        assert proc.returncode == 0, proc.stderr
-    strip = lambda p: (p / "etrt_blob_constants.h").read_text().split("\n", 1)[1]  # noqa: E731
-    assert strip(from_file) == strip(from_dir)
 
 
 @pytest.mark.parametrize("text,message", [

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import InvalidProgramError
+
 MAGIC = b"TR01"
 HEADER_FORMAT = "<4sIIIQ8s"
 HEADER_SIZE = 32  # struct.calcsize(HEADER_FORMAT); a test checks they agree
@@ -65,7 +67,7 @@ _TORCH_DTYPE_NAMES = ("uint8", "int8", "int16", "int32", "int64", "float16",
 READ_DTYPES = WRITE_DTYPES | {"torch." + n for n in _TORCH_DTYPE_NAMES}
 
 
-class BlobError(ValueError):
+class BlobError(InvalidProgramError):
     """A blob (or the input to write_blob) is malformed; the message says how."""
 
 
