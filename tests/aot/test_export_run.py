@@ -11,6 +11,7 @@ from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from executorch_tensorrt.errors import ExportError
 from executorch_tensorrt.tools.models import example
 from executorch_tensorrt.tools.program_info import read_program
+from helpers import tensorrt_blobs
 
 
 def run(path, inputs):
@@ -51,11 +52,8 @@ def test_engine_is_real_tensorrt_plan(exported):
     TensorRT's runtime recognises (deserializing needs a GPU; the builder
     rebuilt from the embedded ONNX produces a plan of the same kind)."""
     from executorch_tensorrt.blob import read_blob
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
     _, _, path = exported("cnn")
-    program = deserialize_pte_binary(path.read_bytes()).program
-    blob = read_blob(bytes(program.backend_delegate_data[0].data))
+    blob = read_blob(tensorrt_blobs(path)[0])
     from executorch_tensorrt.aot.compile_spec import TensorRTCompileSpec
     from executorch_tensorrt.tensorrt.engine_builder import build_engine
 

@@ -16,6 +16,7 @@ from executorch_tensorrt.aot.export import PartitionSplitWarning, export_program
 from executorch_tensorrt.errors import ExportError
 from executorch_tensorrt.tools.models import example
 from executorch_tensorrt.tools.program_info import read_program
+from helpers import tensorrt_blobs
 
 
 def load(path, method="forward"):
@@ -35,15 +36,9 @@ def test_tensorrt_plus_xnnpack_with_convolutions_excluded(tmp_path, allow_fallba
     import onnx
 
     from executorch_tensorrt.blob import read_blob
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
-    program = deserialize_pte_binary(result.path.read_bytes()).program
-    for plan in program.execution_plan:
-        for d in plan.delegates:
-            if d.id == "TensorRTBackend":
-                blob = read_blob(bytes(program.backend_delegate_data[d.processed.index].data))
-                ops = {n.op_type for n in onnx.load_model_from_string(blob.onnx).graph.node}
-                assert "Conv" not in ops
+    for data in tensorrt_blobs(result.path):
+        ops = {n.op_type for n in onnx.load_model_from_string(read_blob(data).onnx).graph.node}
+        assert "Conv" not in ops
     # It runs, and matches its .expected file within 1e-3 through the runner.
     run = subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", "run",
                           str(result.path)], capture_output=True, text=True)
@@ -150,14 +145,11 @@ def test_reduced_precision_engines(name, precision, atol, tmp_path, allow_fallba
     import onnx
 
     from executorch_tensorrt.blob import read_blob
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
     model, inputs = example(name)
     path = executorch_tensorrt.export(model, inputs, tmp_path / "m.pte", progress=None,
                                       precision=precision)
-    program = deserialize_pte_binary(path.read_bytes()).program
-    (data,) = program.backend_delegate_data
-    blob = read_blob(bytes(data.data))
+    (data,) = tensorrt_blobs(path)
+    blob = read_blob(data)
     assert blob.metadata["precision"] == precision
     kinds = {t.data_type for t in onnx.load_model_from_string(blob.onnx).graph.initializer}
     want = onnx.TensorProto.FLOAT16 if precision == "fp16" else onnx.TensorProto.BFLOAT16

@@ -17,6 +17,7 @@ from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.errors import ArgumentError
 from executorch_tensorrt.runtime import executor_table as abi
 from executorch_tensorrt.runtime.onnxruntime_executor import OnnxRuntimeExecutor
+from helpers import tensorrt_blobs
 
 FLOAT32, UINT8, INT32 = 6, 0, 3
 CANARY = 0xAB
@@ -25,14 +26,12 @@ CANARY = 0xAB
 @pytest.fixture(scope="module")
 def add_blob(tmp_path_factory):
     import executorch_tensorrt
-    from executorch.exir._serialize._program import deserialize_pte_binary
     from executorch_tensorrt.tools.models import example
 
     model, inputs = example("add")
     path = executorch_tensorrt.export(model, inputs, tmp_path_factory.mktemp("a") / "add.pte",
                                       progress=None)
-    program = deserialize_pte_binary(path.read_bytes()).program
-    return read_blob(bytes(program.backend_delegate_data[0].data))
+    return read_blob(tensorrt_blobs(path)[0])
 
 
 @pytest.fixture(params=["zero-copy", "staged"])

@@ -10,6 +10,7 @@ from executorch_tensorrt.errors import EngineUnavailable, RebuildImpossible
 from executorch_tensorrt.runtime.engine_portability import built_here, rebuilt_engine
 from executorch_tensorrt.runtime.executors import create_executor, fallback_requested
 from executorch_tensorrt.runtime.tensorrt_executor import TensorRTExecutor
+from helpers import tensorrt_blobs
 
 BINDINGS = [{"name": "x", "dtype": "float32", "shape": [2, 3], "is_input": True},
             {"name": "y", "dtype": "float32", "shape": [2, 3], "is_input": False}]
@@ -37,11 +38,9 @@ def test_engine_from_another_tensorrt_is_not_used_as_is():
 
 
 def test_rebuild_from_embedded_onnx_is_cached_on_disk(exported, tmp_path, monkeypatch):
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
     monkeypatch.setenv("EXECUTORCH_TENSORRT_CACHE_DIR", str(tmp_path / "cache"))
     _, _, path = exported("add")
-    data = bytes(deserialize_pte_binary(path.read_bytes()).program.backend_delegate_data[0].data)
+    data = tensorrt_blobs(path)[0]
     old = read_blob(data)
     stale = read_blob(write_blob(old.engine, dict(old.metadata, trt_version="0.1.2"),
                                  onnx=old.onnx))

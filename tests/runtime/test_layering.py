@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from helpers import tensorrt_blobs
 
 CHILD = textwrap.dedent(r'''
     import importlib, json, os, sys
@@ -92,12 +93,9 @@ RUNTIME_MODULES = [
 
 
 def test_runtime_imports_neither_aot_nor_exir(exported, tmp_path):
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
     _, _, pte = exported("add")
-    program = deserialize_pte_binary(pte.read_bytes()).program
     blob_path = tmp_path / "delegate.blob"
-    blob_path.write_bytes(bytes(program.backend_delegate_data[0].data))
+    blob_path.write_bytes(tensorrt_blobs(pte)[0])
     env = dict(os.environ, EXECUTORCH_TENSORRT_FALLBACK="onnxruntime",
                EXECUTORCH_TENSORRT_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("EXECUTORCH_TENSORRT_SKIP_REGISTRATION", None)
