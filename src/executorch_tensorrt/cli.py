@@ -45,6 +45,14 @@ def cmd_inspect(args) -> int:
 
     methods = read_program(path)
     print(format_program(methods))
+    if args.report:
+        from .aot.report import format_report, read_report
+
+        try:
+            report = read_report(path)
+        except (OSError, ValueError) as e:
+            raise _Fail(EXIT_USAGE, f"no partition report: {e}") from None
+        print("\n" + format_report(report))
     if not args.device_resident:
         return EXIT_OK
     problems = device_resident_problems(methods)
@@ -279,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device-resident", action="store_true",
                    help="exit 1 unless every method input and output is recorded as a CUDA "
                         "tensor and no et_copy (host<->device copy) op is left")
+    p.add_argument("--report", action="store_true",
+                   help="also print the partition report export wrote (model.report.json): "
+                        "per ATen op, nodes on TensorRT and elsewhere, and why")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser(

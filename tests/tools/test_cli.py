@@ -220,3 +220,21 @@ def test_demo_labels_fallback_timings_and_passes(tmp_path, allow_fallback, capsy
     assert "output.0: OK, 6 elements" in out and out.rstrip().endswith("PASS")
     if cuda_unavailable_reason() is not None:  # no GPU: the partition ran on onnxruntime
         assert "timings: the CPU FALLBACK" in out and "ExecuTorch run (CPU fallback)" in out
+
+
+def test_inspect_report_shows_what_tensorrt_took_and_why(exported, tmp_path):
+    """`inspect --report` prints the report export wrote beside the program:
+    the bitwise example leaves bitwise_and to ExecuTorch, with the parser's reason."""
+    import shutil
+
+    _, _, path = exported("bitwise")
+    r = cli("inspect", "--report", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "TensorRT took 11 of 12 nodes in 2 partition(s)" in r.stdout, r.stdout
+    line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("aten.bitwise_and"))
+    assert line.split()[1:] == ["0", "1"], line
+    assert "parser does not support it" in r.stdout
+    alone = tmp_path / "alone.pte"
+    shutil.copy(path, alone)
+    r = cli("inspect", "--report", str(alone))
+    assert r.returncode == 2 and "alone.report.json does not exist" in r.stderr, r.stderr
