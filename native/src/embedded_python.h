@@ -27,8 +27,8 @@ enum class EmbeddedStart {
 EmbeddedStart start_embedded_python(const std::string& adapter_path,
                                     std::string* error);
 
-/* Environment variables (documented in docs/cpp.md). */
-constexpr const char* kPythonEnv = "EXECUTORCH_TENSORRT_PYTHON";
+/* Set to 0/off/false/no: never start the interpreter (documented in
+ * docs/cpp.md; which Python it runs: kPythonEnv in python_location.h). */
 constexpr const char* kEmbeddedEnv = "EXECUTORCH_TENSORRT_EMBEDDED_PYTHON";
 
 } // namespace etrt
