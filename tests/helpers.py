@@ -42,3 +42,19 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
     cli = Path(sys.executable).with_name("executorch-tensorrt")
     return subprocess.run([str(cli), *args], capture_output=True, text=True, timeout=timeout,
                           env=child_env() if env is None else env, **kwargs)
+
+
+def identity_blob() -> bytes:
+    """A TR01 blob (placeholder engine) whose embedded ONNX is y = x, float32 [2, 3]."""
+    from onnx import TensorProto, helper
+
+    from executorch_tensorrt.blob import write_blob
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])],
+                                                "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    meta = {"io_bindings": [{"name": "x", "dtype": "float32", "shape": [2, 3], "is_input": True},
+                            {"name": "y", "dtype": "float32", "shape": [2, 3], "is_input": False}]}
+    return write_blob(b"\0" * 64, meta, onnx=model.SerializeToString())

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from onnx import TensorProto, helper
 
 import executorch_tensorrt
 from executorch_tensorrt.aot.compile_spec import TensorRTCompileSpec
 from executorch_tensorrt.aot.device_resident import target_device_spec
+from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.cli import main as cli_main
 from executorch_tensorrt.errors import ExportError
 from executorch_tensorrt.tools.program_info import read_program
-from helpers import child_env
+from helpers import child_env, identity_blob
 
 
 class TwoInTwoOut(torch.nn.Module):
@@ -277,19 +277,6 @@ def test_resident_program_on_the_fallback_says_no_cuda(programs):
 
 # ---- the onnxruntime executor's staging, with synthetic arguments ---------------
 
-def _identity_blob():
-    from executorch_tensorrt.blob import read_blob, write_blob
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
-    model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])],
-                                                "g", [x], [y]),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    meta = {"io_bindings": [{"name": "x", "dtype": "float32", "shape": [2, 3], "is_input": True},
-                            {"name": "y", "dtype": "float32", "shape": [2, 3], "is_input": False}]}
-    return read_blob(write_blob(b"\0" * 64, meta, onnx=model.SerializeToString()))
-
-
 def _arg(is_input: bool, device: int, data: int | None, sizes, keep: list):
     from executorch_tensorrt.runtime import executor_table as abi
 
@@ -310,7 +297,7 @@ def test_staging_refuses_clearly_without_cuda():
     from executorch_tensorrt.runtime.arguments import ArgumentError
     from executorch_tensorrt.runtime.onnxruntime_executor import OnnxRuntimeExecutor
 
-    ex = OnnxRuntimeExecutor(_identity_blob())
+    ex = OnnxRuntimeExecutor(read_blob(identity_blob()))
     keep: list = []
     host_in, host_out = torch.arange(6, dtype=torch.float32), torch.zeros(6)
     # Host arguments still run (and prove the blob itself is fine).

@@ -6,7 +6,6 @@ import ctypes
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
 
 import executorch_tensorrt
 from executorch_tensorrt import errors
@@ -15,17 +14,7 @@ from executorch_tensorrt.runtime import executor_table as abi
 from executorch_tensorrt.runtime.backend_callbacks import PythonExecutors
 from executorch_tensorrt.runtime.executors import Executor, executor_factories
 from executorch_tensorrt.tools.expected import ExpectedError
-
-
-def identity_blob() -> bytes:
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
-    model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])],
-                                                "g", [x], [y]),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    meta = {"io_bindings": [{"name": "x", "dtype": "float32", "shape": [2, 3], "is_input": True},
-                            {"name": "y", "dtype": "float32", "shape": [2, 3], "is_input": False}]}
-    return write_blob(b"\0" * 64, meta, onnx=model.SerializeToString())
+from helpers import identity_blob
 
 
 def init(executors: PythonExecutors, blob: bytes, fallback: bytes | None = b"onnxruntime"):
