@@ -37,10 +37,13 @@ STRUCTS = {
     "etrt_compile_spec": abi.EtrtCompileSpec,
     "etrt_init_args": abi.EtrtInitArgs,
     "etrt_executor_table": abi.EtrtExecutorTable,
+    "etrt_arg_signature": abi.EtrtArgSignature,
+    "etrt_native_plan": abi.EtrtNativePlan,
 }
 CONSTANTS = [
     "ETRT_EXECUTOR_ABI_VERSION", "ETRT_ARG_TENSOR", "ETRT_ARG_INT", "ETRT_ARG_DOUBLE",
     "ETRT_ARG_BOOL", "ETRT_ARG_NONE", "ETRT_DEVICE_CPU", "ETRT_DEVICE_CUDA",
+    "ETRT_PLAN_ORT_RUN",
 ]
 
 
