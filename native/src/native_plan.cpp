@@ -32,7 +32,8 @@ bool NativePlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
     args_.reserve(num_args);
     for (uint64_t i = 0; i < num_args; ++i) {
       const etrt_arg_signature& s = plan->signature[i];
-      if (s.struct_size < sizeof(etrt_arg_signature) || s.ndim < 0 ||
+      // Tensors only: a scalar's value is not part of the signature.
+      if (s.struct_size < sizeof(etrt_arg_signature) || s.kind != ETRT_ARG_TENSOR || s.ndim < 0 ||
           (s.ndim > 0 && (s.sizes == nullptr || s.dim_order == nullptr))) {
         clear();
         return false;

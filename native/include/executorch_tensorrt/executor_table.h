@@ -109,7 +109,9 @@ enum etrt_plan_kind {
   ETRT_PLAN_ORT_RUN = 1, /* call onnxruntime's OrtApi::Run with bound OrtValues */
 };
 
-/* One argument as the plan was bound for it. */
+/* One argument as the plan was bound for it. Plans cover calls whose
+ * arguments are all tensors (a scalar's value is not in the signature): the
+ * adapter refuses a plan with another kind. */
 typedef struct etrt_arg_signature {
   uint32_t struct_size;   /* sizeof(etrt_arg_signature) */
   int32_t kind;           /* etrt_arg_kind */
