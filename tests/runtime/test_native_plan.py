@@ -159,6 +159,8 @@ def test_the_plan_signature_is_the_checked_call_and_a_bad_call_withdraws_it(add_
             (arg.kind, arg.dtype, arg.ndim, arg.data, arg.nbytes, arg.device_type)
         assert list(sig.sizes[:2]) == [2, 3] and list(sig.dim_order[:2]) == [0, 1]
     assert plan.num_inputs == 1 and plan.num_outputs == 1 and plan.session and plan.ort_run
+    executor.execute(args, 2)  # the same arguments again: the plan is reused, not rebuilt
+    assert ctypes.addressof(executor.native_plan()) == ctypes.addressof(plan)
     # A wrong dtype after a good call: the Python check refuses it, and no plan is left.
     xi = np.ones((2, 3), np.int32)
     bad = (abi.EtrtArg * 2)(_arg(keep, xi, True, dtype=3), _arg(keep, y, False))

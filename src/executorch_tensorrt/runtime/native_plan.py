@@ -19,7 +19,7 @@ from typing import Sequence
 
 from . import executor_table as abi
 
-__all__ = ["OrtRunPlan"]
+__all__ = ["OrtRunPlan", "signature_key"]
 
 # Withdrawn plans that a delegate may still point to (only at interpreter
 # exit, when executors close outside the adapter's destroy): kept readable.
@@ -31,11 +31,28 @@ def _address(fn) -> int:
     return ctypes.cast(fn, ctypes.c_void_p).value or 0
 
 
-class OrtRunPlan:
-    """One etrt_native_plan of kind ETRT_PLAN_ORT_RUN, and the memory it points to."""
+def signature_key(args: Sequence[abi.EtrtArg], num_args: int) -> tuple:
+    """Every field of the arguments that a plan's signature holds, as one value."""
+    key = []
+    for k in range(num_args):
+        a = args[k]
+        ndim = a.ndim
+        key.append((a.kind, a.dtype, ndim, a.device_type, a.device_index, a.data, a.nbytes,
+                    tuple(a.sizes[:ndim]) if ndim > 0 else (),
+                    tuple(a.dim_order[:ndim]) if ndim > 0 else ()))
+    return tuple(key)
 
-    def __init__(self, session, bound, args: Sequence[abi.EtrtArg], num_args: int):
+
+class OrtRunPlan:
+    """One etrt_native_plan of kind ETRT_PLAN_ORT_RUN, and the memory it points to.
+    `key` is signature_key() of the arguments it was built for: a caller whose
+    every call misses the adapter's plan (new addresses each call, alternating
+    shapes) reuses plans instead of building one per call."""
+
+    def __init__(self, session, bound, args: Sequence[abi.EtrtArg], num_args: int,
+                 key: tuple):
         api = session.api
+        self.key = key
         self._keep = (session, bound)  # names and OrtValues the struct points into
         self._signature = (abi.EtrtArgSignature * num_args)()
         self._shapes = []

@@ -20,7 +20,7 @@ from . import executor_table as abi
 from .arguments import SCALAR_TYPE_TO_TORCH, check_args, checked_nbytes, resize_output, split_bindings
 from .cuda_probe import cuda_unavailable_reason
 from .executors import Executor, native_plans_enabled
-from .native_plan import OrtRunPlan
+from .native_plan import OrtRunPlan, signature_key
 from .onnx_safety import self_contained_onnx
 from .onnx_upcast import upcast_to_fp32
 from .ort_capi import ELEMENT_TYPE_NAMES, OrtSession
@@ -109,8 +109,10 @@ class _BoundValues:
 
     def __init__(self, api, inputs: ctypes.Array, outputs: ctypes.Array, owned: list):
         self.api, self.inputs, self.outputs, self.owned = api, inputs, outputs, owned
+        self.plan: OrtRunPlan | None = None  # the last native plan over these values
 
     def release(self) -> None:
+        self.plan = None
         for value in self.owned:
             self.api.ReleaseValue(value)
         self.owned = []
@@ -192,6 +194,12 @@ class OnnxRuntimeExecutor(Executor):
                                                OrtSession.values(outputs), owned)
         return bound
 
+    def _plan_for(self, bound: "_BoundValues", args, n: int) -> OrtRunPlan:
+        key = signature_key(args, n)
+        if bound.plan is None or bound.plan.key != key:
+            bound.plan = OrtRunPlan(self.session, bound, args, n, key)
+        return bound.plan
+
     def _release_bound(self) -> None:
         for bound in self.bound.values():
             bound.release()
@@ -210,7 +218,7 @@ class OnnxRuntimeExecutor(Executor):
             if self.fixed_outputs:
                 self.session.run(bound.inputs, bound.outputs)
                 if self.publish_plans:
-                    self.plan = OrtRunPlan(self.session, bound, args, n)
+                    self.plan = self._plan_for(bound, args, n)
                 return
             self._run_and_copy_out(args, bound.inputs)
             return
