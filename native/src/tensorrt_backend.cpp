@@ -12,6 +12,7 @@
 #include "blob_header.h"
 #include "embedded_start.h"
 #include "last_error.h"
+#include "native_plan.h"
 
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
 
@@ -56,6 +57,9 @@ struct DelegateState {
   // handle, and how many are inside it now.
   std::atomic<uint64_t> entered{0};
   std::atomic<uint32_t> in_flight{0};
+  // The executor's plan for the arguments of its last successful call
+  // (native_plan.h); used only inside the guard above.
+  NativePlan plan;
 };
 
 /* A method's planned memory and `args` above are shared by all its calls: two
@@ -185,6 +189,7 @@ class TensorRTBackend final : public et::BackendInterface {
     if (state == nullptr) {
       return;
     }
+    state->plan.clear(); // the executor frees the plan's memory in destroy
     state->table->destroy(state->handle);
     delete[] state->args;
     delete state;
@@ -211,13 +216,39 @@ class TensorRTBackend final : public et::BackendInterface {
     for (size_t i = 0; i < args.size(); ++i) {
       fill_arg(state->args[i], *args[i], i < state->num_inputs);
     }
-    const int32_t code = state->table->execute(state->handle, state->args, expected);
+    int32_t code = 0;
+    if (state->plan.matches(state->args, expected)) {
+      code = state->plan.run(); // the steady state: no executor (no Python) at all
+    } else {
+      code = call_executor(state, expected);
+    }
     const bool overlapped = state->entered.load() != ticket;
     state->in_flight.fetch_sub(1);
     if (overlapped) {
       return fail(Error::InvalidState, "%s", kConcurrentCall);
     }
     return code == 0 ? Error::Ok : Error(executor_failed("execute", code));
+  }
+
+  /* The executor checks and binds this call, then may hand back a plan for
+   * the next identical one. Its previous plan is forgotten first: the
+   * executor may free it during execute (executor_table.h, "Lifetime"). */
+  static int32_t call_executor(DelegateState* state, uint64_t num_args) {
+    state->plan.clear();
+    const int32_t code = state->table->execute(state->handle, state->args, num_args);
+    if (code != 0 || !has_native_plan(state->table)) {
+      return code;
+    }
+    const etrt_native_plan* plan = nullptr;
+    if (state->table->native_plan(state->handle, &plan) == 0 && plan != nullptr) {
+      state->plan.adopt(plan, num_args); // an unusable plan leaves none
+    }
+    clear_last_error(); // the call succeeded, whatever native_plan recorded
+    return 0;
+  }
+
+  static bool has_native_plan(const etrt_executor_table* table) {
+    return table->native_plan != nullptr;
   }
 
   static Result<DelegateHandle*> init_impl(BackendInitContext& context,

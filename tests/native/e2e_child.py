@@ -24,7 +24,7 @@ import traceback
 # Load the adapter ourselves, without the package's own executors.
 os.environ["EXECUTORCH_TENSORRT_SKIP_REGISTRATION"] = "1"
 from executorch_tensorrt import blob as blob_format  # noqa: E402
-from executorch_tensorrt.runtime import _native, abi  # noqa: E402
+from executorch_tensorrt.runtime import _native, executor_table as abi  # noqa: E402
 
 del os.environ["EXECUTORCH_TENSORRT_SKIP_REGISTRATION"]
 lib = _native.load_adapter()
@@ -203,6 +203,20 @@ def scenario_install_rejects_bad_tables():
             assert needle in str(e), e
         else:
             raise AssertionError(f"a table with {field}={value} was installed")
+    # A table written before native_plan was appended (struct_size ends at
+    # destroy) is still accepted: the slot is optional.
+    old = abi.make_table(ex._is_available, ex._init, ex._execute, ex._destroy)
+    old.struct_size = abi.EtrtExecutorTable.native_plan.offset
+    _native.install_executor_table(old)
+    _native.install_executor_table(None)
+    bad = abi.make_table(ex._is_available, ex._init, ex._execute, ex._destroy)
+    bad.struct_size = abi.EtrtExecutorTable.native_plan.offset - 1
+    try:
+        _native.install_executor_table(bad)
+    except RuntimeError as e:
+        assert "struct_size" in str(e), e
+    else:
+        raise AssertionError("a table ending inside destroy was installed")
     bad = abi.make_table(ex._is_available, ex._init, ex._execute, ex._destroy)
     bad.execute = abi.ExecuteFn()  # NULL
     try:
@@ -420,9 +434,9 @@ def scenario_real_runtime_last_error():
     execute, and a failure ExecuTorch raises itself, leave no stale cause."""
     from executorch.runtime import Runtime
 
-    from executorch_tensorrt.runtime import executor_table
+    from executorch_tensorrt.runtime import backend_callbacks
 
-    executor_table.install()
+    backend_callbacks.install()
     runtime, pte = Runtime.get(), os.environ["ETRT_TEST_PTE"]
     os.environ["EXECUTORCH_TENSORRT_FALLBACK"] = "onnxruntime"
     method = runtime.load_program(pte).load_method("forward")

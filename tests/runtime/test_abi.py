@@ -37,10 +37,13 @@ STRUCTS = {
     "etrt_compile_spec": abi.EtrtCompileSpec,
     "etrt_init_args": abi.EtrtInitArgs,
     "etrt_executor_table": abi.EtrtExecutorTable,
+    "etrt_arg_signature": abi.EtrtArgSignature,
+    "etrt_native_plan": abi.EtrtNativePlan,
 }
 CONSTANTS = [
     "ETRT_EXECUTOR_ABI_VERSION", "ETRT_ARG_TENSOR", "ETRT_ARG_INT", "ETRT_ARG_DOUBLE",
     "ETRT_ARG_BOOL", "ETRT_ARG_NONE", "ETRT_DEVICE_CPU", "ETRT_DEVICE_CUDA",
+    "ETRT_PLAN_ORT_RUN",
 ]
 
 
@@ -133,4 +136,14 @@ def test_make_table_keeps_callbacks():
     assert table.struct_size == ctypes.sizeof(abi.EtrtExecutorTable)
     assert table.abi_version == abi.ETRT_EXECUTOR_ABI_VERSION
     assert table.is_available() == 1  # callable through the struct
-    assert len(table._callbacks) == 4
+    assert len(table._callbacks) == 5
+    assert not table.native_plan  # optional: NULL when not given
+
+
+def test_native_plan_slot_is_appended_last():
+    """native_plan was appended without an abi_version change: a table built
+    before it (struct_size ending at destroy) must stay a valid prefix."""
+    assert abi.EtrtExecutorTable.native_plan.offset == ctypes.sizeof(abi.EtrtExecutorTable) - 8
+    assert abi.EtrtExecutorTable._fields_[-1][0] == "native_plan"
+    assert abi.NativePlanFn._argtypes_ == (
+        ctypes.c_uint64, ctypes.POINTER(ctypes.POINTER(abi.EtrtNativePlan)))

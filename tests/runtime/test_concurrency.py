@@ -1,12 +1,14 @@
-"""One loaded method shared by several Python threads: no caller may get
-another call's output (issue #9).
+"""One loaded method shared by several Python threads gets exactly the
+single-thread results (issue #9).
 
 ExecuTorch's binding holds the GIL for the whole Method.execute, which keeps a
-second thread out of the method's planned memory. The onnxruntime fallback
-runs with the GIL held (ort_capi.py), but its Python code can still be
-preempted by the interpreter (a thread that waited 5 ms for the GIL forces a
-switch), and then another thread enters the same method. The adapter detects
-that overlap and fails both calls (docs/concurrency.md)."""
+second thread out of the method's planned memory as long as nothing inside
+the call runs Python bytecode: the interpreter may switch threads between any
+two bytecodes. After the first call the adapter runs identical calls from the
+executor's native plan (native_plan.cpp, runtime/native_plan.py) without
+entering Python, so there is nothing to switch in. The first call of a method
+(or one with new arguments) still runs Python; the adapter detects an overlap
+there and fails both calls (docs/concurrency.md)."""
 from __future__ import annotations
 
 import json
@@ -52,9 +54,12 @@ _CHILD = textwrap.dedent("""
     from executorch.runtime import Runtime
 
     path, threads, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    sys.setswitchinterval(float(sys.argv[4]))  # small: the interpreter switches often
     method = Runtime.get().load_program(path).load_method("forward")
     torch.manual_seed(1)
     inputs = [torch.randn(4, 64) for _ in range(threads * 4)]
+    # Single-threaded, before any worker starts: the first call builds the
+    # native plan; every later call has the same planned addresses.
     expected = [method.execute([x])[0].clone() for x in inputs]
     wrong, failed = [0] * threads, [0] * threads
     start = threading.Barrier(threads)
@@ -79,24 +84,41 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def run_threads(path, env_extra=None) -> dict:
+def run_threads(path, env_extra=None, switch_interval: float = 1e-5,
+                may_die: bool = False) -> dict:
     import os
 
     env = dict(os.environ, EXECUTORCH_TENSORRT_FALLBACK="onnxruntime", **(env_extra or {}))
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(THREADS), str(CALLS)],
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(THREADS), str(CALLS),
+                           str(switch_interval)],
                           capture_output=True, text=True, env=env, timeout=300)
+    if may_die and done.returncode < 0:
+        return {"died": done.returncode}
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_threads_sharing_one_method_never_get_another_calls_output(mlp_program):
-    """8 threads x 100 calls, distinct inputs, each output compared with the
-    single-thread result for its input. With onnxruntime's Python API (GIL
-    released in run) 42-44 of 1,600 outputs were wrong; with the GIL held and
-    the adapter's guard none is. Calls whose overlap the guard caught fail
-    (rare when the machine is idle, frequent under load: docs/concurrency.md)."""
+def test_threads_sharing_one_method_get_exactly_the_single_thread_results(mlp_program):
+    """8 threads x 100 calls on one method after one single-threaded warm-up,
+    distinct inputs, each output compared with the single-thread result for
+    its input, with a 10 us switch interval so the interpreter switches
+    threads as often as it can: no output is wrong and no call fails, as
+    without our delegate. (With onnxruntime's Python API 42-44 of 1,600
+    outputs were wrong; with the Python executor on every call, hundreds of
+    calls overlap and fail: the next test.)"""
     result = run_threads(mlp_program)
-    assert result["wrong"] == 0, result
+    assert result == {"wrong": 0, "failed": 0}, result
+
+
+def test_without_the_native_plan_threads_overlap_and_the_guard_fails_them(mlp_program):
+    """The same run with EXECUTORCH_TENSORRT_NATIVE_PLAN=0 (every call runs the
+    Python executor): the interpreter switches threads inside the callback,
+    calls overlap, and the adapter's guard fails them (never a wrong output),
+    or the process dies: an overlap also interleaves ExecuTorch's per-call
+    stream redirects, leaving std::cerr on a freed buffer (SIGSEGV at the next
+    log line; docs/concurrency.md). This is what the native plan removes."""
+    result = run_threads(mlp_program, {"EXECUTORCH_TENSORRT_NATIVE_PLAN": "0"}, may_die=True)
+    assert "died" in result or (result["wrong"] == 0 and result["failed"] > 0), result
 
 
 def test_a_call_that_enters_a_running_method_fails_both_calls(mlp_program, allow_fallback,

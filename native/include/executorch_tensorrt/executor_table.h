@@ -7,6 +7,10 @@
  * Versioning: every struct starts with struct_size; the table carries
  * abi_version. The adapter refuses a table whose abi_version differs from
  * ETRT_EXECUTOR_ABI_VERSION or whose struct_size is smaller than it needs.
+ * Fields appended to the end of a struct are optional: a reader uses one only
+ * when the writer's struct_size covers it, so appending does not change
+ * abi_version (native_plan below was appended this way). Changing or
+ * reordering an existing field does.
  *
  * Return codes of the table's functions are ExecuTorch Error values
  * (0 = Ok). Before returning non-zero an executor records the cause with
@@ -16,6 +20,7 @@
 #ifndef EXECUTORCH_TENSORRT_EXECUTOR_TABLE_H
 #define EXECUTORCH_TENSORRT_EXECUTOR_TABLE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -77,6 +82,83 @@ typedef struct etrt_init_args {
   const char* fallback;     /* load-time backend option "fallback", or NULL */
 } etrt_init_args;
 
+/* ---- Native plans: the steady-state path without the executor ----
+ *
+ * After a successful execute an executor may hand the adapter a plan: how to
+ * run the same call again without calling the executor (no Python), and the
+ * argument signature it was checked and bound for. The adapter runs a later
+ * call itself only when every argument equals the signature, field by field
+ * (kind, dtype, data pointer, nbytes, ndim, sizes, dim order, device type and
+ * index: everything the executor's checks read); any difference sends the
+ * call to the executor's execute, which checks and binds it again.
+ *
+ * Lifetime: the plan and every array it points to belong to the executor.
+ * The adapter copies the signature when it receives the plan and keeps the
+ * pointer to the plan. The plan stays valid until the adapter next calls the
+ * executor's execute or destroy for that handle: the adapter forgets the plan
+ * before either call (so an executor replaces or frees a plan only inside
+ * them), and asks for a new one only after an execute that returned 0. Calls
+ * into one handle never overlap (the adapter fails an overlapping call), so
+ * no plan is read while execute or destroy runs. An executor that must stop
+ * honouring a plan outside execute/destroy (interpreter exit) sets
+ * `withdrawn` to non-zero, keeps the plan's memory readable, and releases the
+ * rest; the adapter reads `withdrawn` before every run. */
+
+/* Kinds of plan. */
+enum etrt_plan_kind {
+  ETRT_PLAN_ORT_RUN = 1, /* call onnxruntime's OrtApi::Run with bound OrtValues */
+};
+
+/* One argument as the plan was bound for it. Plans cover calls whose
+ * arguments are all tensors (a scalar's value is not in the signature): the
+ * adapter refuses a plan with another kind. */
+typedef struct etrt_arg_signature {
+  uint32_t struct_size;   /* sizeof(etrt_arg_signature) */
+  int32_t kind;           /* etrt_arg_kind */
+  int32_t dtype;
+  int32_t ndim;
+  int32_t device_type;
+  int32_t device_index;
+  void* data;
+  uint64_t nbytes;
+  const int32_t* sizes;   /* ndim entries (copied by the adapter) */
+  const uint8_t* dim_order; /* ndim entries (copied by the adapter) */
+} etrt_arg_signature;
+
+/* OrtApi::Run, ReleaseStatus and GetErrorMessage, with onnxruntime's
+ * opaque types as void (OrtStatus*, OrtSession*, OrtRunOptions*, OrtValue*). */
+typedef void* (*etrt_ort_run_fn)(void* session, const void* run_options,
+                                 const char* const* input_names,
+                                 const void* const* inputs, size_t num_inputs,
+                                 const char* const* output_names,
+                                 size_t num_outputs, void** outputs);
+typedef void (*etrt_ort_release_status_fn)(void* status);
+typedef const char* (*etrt_ort_error_message_fn)(const void* status);
+
+typedef struct etrt_native_plan {
+  uint32_t struct_size;   /* sizeof(etrt_native_plan) */
+  int32_t kind;           /* etrt_plan_kind; the adapter ignores a kind it does not know */
+  volatile int32_t withdrawn; /* non-zero: do not run (see Lifetime above) */
+  int32_t reserved0;
+  uint64_t num_args;      /* must equal the delegate's inputs + outputs */
+  const etrt_arg_signature* signature; /* num_args entries */
+  /* ETRT_PLAN_ORT_RUN: run(session, run_options, input_names, inputs,
+   * num_inputs, output_names, num_outputs, outputs); a non-NULL status is a
+   * failure: its message is error_message(status), then release_status(status).
+   * outputs are pre-bound OrtValues over the arguments' memory (fixed shapes). */
+  etrt_ort_run_fn ort_run;
+  etrt_ort_release_status_fn ort_release_status;
+  etrt_ort_error_message_fn ort_error_message;
+  void* session;
+  const void* run_options; /* may be NULL */
+  const char* const* input_names;
+  const void* const* inputs;
+  uint64_t num_inputs;
+  const char* const* output_names;
+  void** outputs;
+  uint64_t num_outputs;
+} etrt_native_plan;
+
 typedef struct etrt_executor_table {
   uint32_t struct_size;   /* sizeof(etrt_executor_table) */
   uint32_t abi_version;   /* ETRT_EXECUTOR_ABI_VERSION */
@@ -91,6 +173,12 @@ typedef struct etrt_executor_table {
   int32_t (*execute)(uint64_t handle, etrt_arg* args, uint64_t num_args);
   /* Releases the handle. */
   void (*destroy)(uint64_t handle);
+  /* Optional (appended; NULL, or beyond struct_size: no plans). Called right
+   * after an execute of `handle` returned 0, on the same thread: stores the
+   * executor's plan for the call just made in *plan, or NULL for none
+   * (dynamic output shapes, staged device memory, an executor without
+   * plans). Returns 0, or an Error code (the adapter then uses no plan). */
+  int32_t (*native_plan)(uint64_t handle, const etrt_native_plan** plan);
 } etrt_executor_table;
 
 /* ---- Exported by the adapter ---- */

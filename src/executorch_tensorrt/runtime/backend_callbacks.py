@@ -1,7 +1,10 @@
 """The backend's callbacks, installed into the adapter's executor table on import.
 
 init reads the blob and takes the first executor that can run it
-(executors.create_executor); execute and destroy forward to it. Every callback
+(executors.create_executor); execute and destroy forward to it; native_plan
+hands the adapter the executor's plan for the call just made, so identical
+later calls run in C++ without entering Python (executor_table.h, "Native
+plans"). Every callback
 catches everything: an exception in a ctypes callback never reaches ExecuTorch,
 so the cause is recorded (last_error) and the ExecuTorch Error code the
 exception's class carries (errors.error_code) is returned.
@@ -19,6 +22,7 @@ stream synchronization).
 from __future__ import annotations
 
 import atexit
+import ctypes
 import itertools
 import threading
 import traceback
@@ -55,7 +59,7 @@ class PythonExecutors:
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
         self.table = executor_table.make_table(self._is_available, self._init, self._execute,
-                                               self._destroy)
+                                               self._destroy, self._native_plan)
 
     def _is_available(self) -> int:
         return 1
@@ -86,6 +90,15 @@ class PythonExecutors:
         except BaseException as e:  # noqa: BLE001
             return _record("TensorRTBackend execute", e)
 
+    def _native_plan(self, handle: int, plan_ptr) -> int:
+        try:
+            executor = self.handles.get(handle)
+            plan = executor.native_plan() if executor is not None else None
+            plan_ptr[0] = ctypes.pointer(plan) if plan is not None else None
+            return 0
+        except BaseException as e:  # noqa: BLE001
+            return _record("TensorRTBackend native_plan", e)
+
     def _destroy(self, handle: int) -> None:
         try:
             with self.lock:
@@ -102,6 +115,7 @@ class PythonExecutors:
             executors, self.handles = list(self.handles.values()), {}
         for executor in executors:
             try:
+                executor.withdraw_native_plan()  # outside destroy: the adapter may still hold it
                 executor.close()
             except BaseException:  # noqa: BLE001 - exiting anyway
                 pass

@@ -26,6 +26,10 @@ __all__ = [
     "EtrtCompileSpec",
     "EtrtInitArgs",
     "EtrtExecutorTable",
+    "ETRT_PLAN_ORT_RUN",
+    "EtrtArgSignature",
+    "EtrtNativePlan",
+    "NativePlanFn",
     "IsAvailableFn",
     "InitFn",
     "ExecuteFn",
@@ -45,6 +49,9 @@ ETRT_ARG_NONE = 4
 # enum etrt_device_type
 ETRT_DEVICE_CPU = 0
 ETRT_DEVICE_CUDA = 1
+
+# enum etrt_plan_kind
+ETRT_PLAN_ORT_RUN = 1
 
 
 class EtrtArg(ctypes.Structure):
@@ -112,6 +119,49 @@ class EtrtInitArgs(ctypes.Structure):
         }
 
 
+class EtrtArgSignature(ctypes.Structure):
+    """``etrt_arg_signature``: one argument as a native plan was bound for it."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("kind", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("device_type", ctypes.c_int32),
+        ("device_index", ctypes.c_int32),
+        ("data", ctypes.c_void_p),
+        ("nbytes", ctypes.c_uint64),
+        ("sizes", ctypes.POINTER(ctypes.c_int32)),
+        ("dim_order", ctypes.POINTER(ctypes.c_uint8)),
+    ]
+
+
+class EtrtNativePlan(ctypes.Structure):
+    """``etrt_native_plan``: how the adapter runs an identical call without
+    the executor. Its memory (and every array it points to) is the
+    executor's; the header's "Lifetime" rule says until when it must stay."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("kind", ctypes.c_int32),  # etrt_plan_kind
+        ("withdrawn", ctypes.c_int32),
+        ("reserved0", ctypes.c_int32),
+        ("num_args", ctypes.c_uint64),
+        ("signature", ctypes.POINTER(EtrtArgSignature)),
+        ("ort_run", ctypes.c_void_p),
+        ("ort_release_status", ctypes.c_void_p),
+        ("ort_error_message", ctypes.c_void_p),
+        ("session", ctypes.c_void_p),
+        ("run_options", ctypes.c_void_p),
+        ("input_names", ctypes.POINTER(ctypes.c_char_p)),
+        ("inputs", ctypes.POINTER(ctypes.c_void_p)),
+        ("num_inputs", ctypes.c_uint64),
+        ("output_names", ctypes.POINTER(ctypes.c_char_p)),
+        ("outputs", ctypes.POINTER(ctypes.c_void_p)),
+        ("num_outputs", ctypes.c_uint64),
+    ]
+
+
 # Function pointer types of the table. CFUNCTYPE (not PYFUNCTYPE): the
 # callbacks are entered from C, and ctypes takes the GIL itself on entry,
 # whichever thread ExecuTorch calls from.
@@ -127,6 +177,9 @@ ExecuteFn = ctypes.CFUNCTYPE(
     ctypes.c_int32, ctypes.c_uint64, ctypes.POINTER(EtrtArg), ctypes.c_uint64
 )
 DestroyFn = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
+NativePlanFn = ctypes.CFUNCTYPE(
+    ctypes.c_int32, ctypes.c_uint64, ctypes.POINTER(ctypes.POINTER(EtrtNativePlan))
+)
 
 
 class EtrtExecutorTable(ctypes.Structure):
@@ -141,12 +194,13 @@ class EtrtExecutorTable(ctypes.Structure):
         ("init", InitFn),
         ("execute", ExecuteFn),
         ("destroy", DestroyFn),
+        ("native_plan", NativePlanFn),  # optional (appended): NULL means no plans
     ]
 
 
-def make_table(is_available, init, execute, destroy) -> EtrtExecutorTable:
-    """Builds a table from four Python callables (wrapped in the CFUNCTYPEs
-    above). The returned struct keeps references to the wrappers in
+def make_table(is_available, init, execute, destroy, native_plan=None) -> EtrtExecutorTable:
+    """Builds a table from four or five Python callables (wrapped in the
+    CFUNCTYPEs above; native_plan None leaves the slot NULL). The returned struct keeps references to the wrappers in
     ``_callbacks`` so they live exactly as long as the struct does.
 
     The callables must never raise: an exception in a ctypes callback is
@@ -158,6 +212,7 @@ def make_table(is_available, init, execute, destroy) -> EtrtExecutorTable:
         InitFn(init),
         ExecuteFn(execute),
         DestroyFn(destroy),
+        NativePlanFn(native_plan) if native_plan is not None else NativePlanFn(),
     )
     table = EtrtExecutorTable(
         ctypes.sizeof(EtrtExecutorTable), ETRT_EXECUTOR_ABI_VERSION, *callbacks

@@ -40,6 +40,25 @@ class Executor(abc.ABC):
     def close(self) -> None:
         """Releases what the executor holds; further execute calls raise."""
 
+    def native_plan(self) -> "abi.EtrtNativePlan | None":
+        """The plan for the call execute just made (executor_table.h, "Native
+        plans"), or None: every call then comes to execute. A returned plan and
+        what it points to must stay alive until the next execute or close."""
+        return None
+
+    def withdraw_native_plan(self) -> None:
+        """Stops the adapter from running a plan handed out earlier, outside
+        execute/destroy (interpreter exit); keeps the plan's memory readable."""
+
+
+NATIVE_PLAN_ENV = "EXECUTORCH_TENSORRT_NATIVE_PLAN"
+
+
+def native_plans_enabled() -> bool:
+    """False when EXECUTORCH_TENSORRT_NATIVE_PLAN=0: every call then runs the
+    Python executor (for debugging an executor, or comparing both paths)."""
+    return os.environ.get(NATIVE_PLAN_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+
 
 ExecutorFactory = Callable[[Blob], Executor]
 

@@ -19,7 +19,8 @@ from ..errors import ArgumentError, InvalidProgramError
 from . import executor_table as abi
 from .arguments import SCALAR_TYPE_TO_TORCH, check_args, checked_nbytes, resize_output, split_bindings
 from .cuda_probe import cuda_unavailable_reason
-from .executors import Executor
+from .executors import Executor, native_plans_enabled
+from .native_plan import OrtRunPlan, signature_key
 from .onnx_safety import self_contained_onnx
 from .onnx_upcast import upcast_to_fp32
 from .ort_capi import ELEMENT_TYPE_NAMES, OrtSession
@@ -108,8 +109,10 @@ class _BoundValues:
 
     def __init__(self, api, inputs: ctypes.Array, outputs: ctypes.Array, owned: list):
         self.api, self.inputs, self.outputs, self.owned = api, inputs, outputs, owned
+        self.plan: OrtRunPlan | None = None  # the last native plan over these values
 
     def release(self) -> None:
+        self.plan = None
         for value in self.owned:
             self.api.ReleaseValue(value)
         self.owned = []
@@ -145,6 +148,10 @@ class OnnxRuntimeExecutor(Executor):
         # ExecuTorch's memory; others are allocated by onnxruntime and copied.
         self.fixed_outputs = all(b.shape is not None and -1 not in b.shape for b in self.outputs)
         self.bound: dict[tuple, _BoundValues] = {}
+        # The plan for the last call (fixed outputs on the host only); the
+        # adapter runs identical calls with it, without Python (native_plan.py).
+        self.publish_plans = native_plans_enabled()
+        self.plan: OrtRunPlan | None = None
 
     def _element_type(self, arg: abi.EtrtArg, expected: int, what: str) -> int:
         dtype = SCALAR_TYPE_TO_TORCH.get(arg.dtype)
@@ -187,12 +194,19 @@ class OnnxRuntimeExecutor(Executor):
                                                OrtSession.values(outputs), owned)
         return bound
 
+    def _plan_for(self, bound: "_BoundValues", args, n: int) -> OrtRunPlan:
+        key = signature_key(args, n)
+        if bound.plan is None or bound.plan.key != key:
+            bound.plan = OrtRunPlan(self.session, bound, args, n, key)
+        return bound.plan
+
     def _release_bound(self) -> None:
         for bound in self.bound.values():
             bound.release()
         self.bound.clear()
 
     def execute(self, args, num_args: int | None = None) -> None:
+        self.plan = None  # the adapter forgot it before calling; bound values may go below
         if self.session is None:
             raise ArgumentError("this executor was closed (the delegate was destroyed)")
         shapes = check_args(args, len(args) if num_args is None else num_args,
@@ -203,6 +217,8 @@ class OnnxRuntimeExecutor(Executor):
             bound = self.bound.get(key) or self._bind(args, shapes, key)
             if self.fixed_outputs:
                 self.session.run(bound.inputs, bound.outputs)
+                if self.publish_plans:
+                    self.plan = self._plan_for(bound, args, n)
                 return
             self._run_and_copy_out(args, bound.inputs)
             return
@@ -255,7 +271,16 @@ class OnnxRuntimeExecutor(Executor):
             _memmove(host.data_ptr(), data, host.nbytes)
         CudaStaging.get().to_device(arg, host)
 
+    def native_plan(self) -> abi.EtrtNativePlan | None:
+        return self.plan.struct if self.plan is not None else None
+
+    def withdraw_native_plan(self) -> None:
+        if self.plan is not None:
+            self.plan.withdraw()
+            self.plan = None
+
     def close(self) -> None:
+        self.plan = None  # from destroy: the adapter forgot it first (else withdrawn)
         if self.session is not None:
             self._release_bound()
             self.session.close()

@@ -136,6 +136,14 @@ class TensorRTExecutor(Executor):
             raise ArgumentError("this executor was closed (the delegate was destroyed)")
         self.bound.execute(args, len(args) if num_args is None else num_args)
 
+    # No native plan yet (Executor.native_plan returns None), so every call
+    # runs this Python code and can be preempted (docs/concurrency.md). Its
+    # plan would be a CUDA graph captured here around the copies and
+    # enqueueV3 for one set of argument addresses and shapes, replayed by the
+    # adapter with cuGraphLaunch + cuStreamSynchronize through the driver API
+    # (a new etrt_plan_kind carrying the graph exec, the stream and the
+    # driver's function pointers): the next issue.
+
     def close(self) -> None:
         """Drops the context before the engine and the engine before the runtime
         (TensorRT's required order), while CUDA is still up."""
