@@ -188,13 +188,32 @@ def test_argument_count(executor, num_args):
         executor.execute(args, num_args)
 
 
-def test_dim_order(executor):
+def test_permuted_input_is_read_in_its_dim_order(executor):
+    """ExecuTorch may pass an input whose memory is in another dim order (a
+    transposed or channels-last tensor): it is read as such, not as if it were
+    contiguous (the add example computes x + 1 on [2, 3])."""
     a = Args()
-    args = a.array(a.tensor(np.ones(6, np.float32), is_input=True, dim_order=(1, 0)),
-                   a.tensor(np.zeros(6, np.float32), is_input=False))
-    with pytest.raises(ArgumentError, match=r"input 0 \('arg_0'\) has dim order \[1, 0\], the "
-                       "partition reads and writes contiguous tensors only"):
-        executor.execute(args, 2)
+    logical = np.arange(6, dtype=np.float32).reshape(2, 3)
+    memory = np.ascontiguousarray(logical.T)  # dim order [1, 0]: dimension 1 outermost
+    out = np.zeros(6, np.float32)
+    executor.execute(a.array(a.tensor(memory, is_input=True, dim_order=(1, 0)),
+                             a.tensor(out, is_input=False)), 2)
+    assert np.array_equal(out.reshape(2, 3), logical + 1)
+
+
+@pytest.mark.parametrize("is_input, order, message", [
+    (False, (1, 0), r"output 0 \('add'\) has dim order \[1, 0\], the partition writes "
+                    "contiguous tensors only"),
+    (True, (0, 0), r"input 0 \('arg_0'\) has dim order \[0, 0\], the partition reads "
+                   "contiguous tensors only"),
+])
+def test_dim_order_refused(executor, is_input, order, message):
+    a = Args()
+    x = a.tensor(np.ones(6, np.float32), is_input=True, dim_order=order if is_input else None)
+    out = a.tensor(np.zeros(6, np.float32), is_input=False,
+                   dim_order=None if is_input else order)
+    with pytest.raises(ArgumentError, match=message):
+        executor.execute(a.array(x, out), 2)
 
 
 def test_null_data(executor):

@@ -63,7 +63,7 @@ def test_init_execute_destroy_close(monkeypatch):
     assert closed == [handle] and handle not in executors.handles
 
 
-def test_failures_map_to_codes_and_record_the_cause():
+def test_failures_map_to_codes_and_record_the_cause(no_fallback):
     executors = PythonExecutors()
     code, _, _ = init(executors, b"TR01 not a blob")
     assert code == 0x23 and "TensorRTBackend init" in executorch_tensorrt.last_error()

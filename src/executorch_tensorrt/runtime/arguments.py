@@ -71,7 +71,20 @@ def split_bindings(metadata: dict) -> tuple[list[Binding], list[Binding]]:
     return [b for b in bindings if b.is_input], [b for b in bindings if not b.is_input]
 
 
-def _check_one(arg: abi.EtrtArg, binding: Binding, what: str) -> tuple[int, ...]:
+def dim_order(arg: abi.EtrtArg) -> tuple[int, ...] | None:
+    """The argument's dim order (memory order of its dimensions), None if absent."""
+    if not arg.ndim:
+        return ()
+    return tuple(arg.dim_order[i] for i in range(arg.ndim)) if arg.dim_order else None
+
+
+def is_permuted(arg: abi.EtrtArg) -> bool:
+    """Whether a (checked) argument's memory is not in contiguous order."""
+    return dim_order(arg) != tuple(range(arg.ndim))
+
+
+def _check_one(arg: abi.EtrtArg, binding: Binding, what: str,
+               permuted_inputs: bool) -> tuple[int, ...]:
     """Checks one argument against its binding; returns its shape. `what` names it."""
     if arg.kind != abi.ETRT_ARG_TENSOR:
         raise ArgumentError(f"{what} is a {_KINDS.get(arg.kind, f'kind {arg.kind}')}, "
@@ -96,12 +109,17 @@ def _check_one(arg: abi.EtrtArg, binding: Binding, what: str) -> tuple[int, ...]
                                 f"{list(expected)} (-1: any size)")
     elif any(s < 0 for s in shape):
         raise ArgumentError(f"{what} has a negative size: {list(shape)}")
-    if arg.ndim and (not arg.dim_order or
-                     any(arg.dim_order[i] != i for i in range(arg.ndim))):
-        order = [arg.dim_order[i] for i in range(arg.ndim)] if arg.dim_order else None
-        raise ArgumentError(f"{what} has dim order {order}, the partition reads and writes "
-                            f"contiguous tensors only (dim order {list(range(arg.ndim))}); "
-                            "export the program with contiguous delegate inputs and outputs")
+    order = dim_order(arg)
+    if order != tuple(range(arg.ndim)):
+        # A permuted input is copied into a contiguous one by executors that
+        # can (permuted_inputs); an output is always written contiguous.
+        if order is None or sorted(order) != list(range(arg.ndim)) or not (
+                binding.is_input and permuted_inputs):
+            raise ArgumentError(
+                f"{what} has dim order {list(order) if order is not None else None}, the "
+                f"partition {'reads' if binding.is_input else 'writes'} contiguous tensors only "
+                f"(dim order {list(range(arg.ndim))}); export the program with contiguous "
+                "delegate inputs and outputs")
     lo, hi = binding.min_shape, binding.max_shape
     if binding.is_input and lo is not None and hi is not None and not (
             len(lo) == len(shape) == len(hi) and all(a <= s <= b for s, a, b in zip(shape, lo, hi))):
@@ -142,10 +160,12 @@ _passed: dict[tuple, tuple[Binding, tuple[int, ...]]] = {}
 
 
 def check_args(args: Sequence[abi.EtrtArg], num_args: int, inputs: list[Binding],
-               outputs: list[Binding]) -> list[tuple[int, ...]]:
+               outputs: list[Binding], *, permuted_inputs: bool = False) -> list[tuple[int, ...]]:
     """Checks every argument of one call (count, kind, direction, dtype, rank,
     shape, dim order, byte capacity, memory) against the partition's bindings
-    before anything touches their memory. Returns the inputs' shapes."""
+    before anything touches their memory. Returns the inputs' shapes.
+    `permuted_inputs`: the executor copies inputs of another dim order into
+    contiguous memory (see permuted_to_contiguous), so they pass."""
     n_in = len(inputs)
     if num_args != n_in + len(outputs):
         raise ArgumentError(f"the delegate call passes {num_args} arguments, the partition has "
@@ -153,19 +173,37 @@ def check_args(args: Sequence[abi.EtrtArg], num_args: int, inputs: list[Binding]
     shapes = []
     for k, binding in enumerate(inputs + outputs):
         arg = args[k]
-        key = (id(binding), _signature(arg))
+        key = (id(binding), permuted_inputs, _signature(arg))
         hit = _passed.get(key)
         if hit is not None and hit[0] is binding:
             shape = hit[1]
         else:
             what = f"input {k}" if k < n_in else f"output {k - n_in}"
-            shape = _check_one(arg, binding, f"{what} ({binding.name!r})")
+            shape = _check_one(arg, binding, f"{what} ({binding.name!r})", permuted_inputs)
             if len(_passed) > 256:
                 _passed.clear()
             _passed[key] = (binding, shape)
         if k < n_in:
             shapes.append(shape)
     return shapes
+
+
+def permuted_to_contiguous(arg: abi.EtrtArg, shape: tuple[int, ...],
+                           memory: torch.Tensor | None = None) -> torch.Tensor:
+    """A contiguous copy of an input whose memory is in another dim order
+    (e.g. [1, 0] or channels-last [0, 2, 3, 1]), read from the argument's host
+    memory or from `memory` (its bytes copied from the device); checked by
+    check_args first."""
+    order = dim_order(arg)
+    physical = tuple(shape[d] for d in order)
+    dtype = SCALAR_TYPE_TO_TORCH[arg.dtype]
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    if memory is None:
+        memory = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(arg.data), dtype=dtype)
+    inverse = sorted(range(len(order)), key=order.__getitem__)
+    return memory.reshape(physical).permute(inverse).contiguous()
 
 
 def resize_output(arg: abi.EtrtArg, shape: tuple[int, ...], binding: Binding) -> None:

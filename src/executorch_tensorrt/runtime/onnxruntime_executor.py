@@ -17,7 +17,8 @@ import torch
 from ..blob import Blob
 from ..errors import ArgumentError, InvalidProgramError
 from . import executor_table as abi
-from .arguments import SCALAR_TYPE_TO_TORCH, check_args, checked_nbytes, resize_output, split_bindings
+from .arguments import (SCALAR_TYPE_TO_TORCH, check_args, checked_nbytes, is_permuted,
+                        permuted_to_contiguous, resize_output, split_bindings)
 from .cuda_probe import cuda_unavailable_reason
 from .executors import Executor, native_plans_enabled
 from .native_plan import OrtRunPlan, signature_key
@@ -210,9 +211,10 @@ class OnnxRuntimeExecutor(Executor):
         if self.session is None:
             raise ArgumentError("this executor was closed (the delegate was destroyed)")
         shapes = check_args(args, len(args) if num_args is None else num_args,
-                            self.inputs, self.outputs)
+                            self.inputs, self.outputs, permuted_inputs=True)
         n = len(self.inputs) + len(self.outputs)
-        if all(args[k].device_type == abi.ETRT_DEVICE_CPU for k in range(n)):
+        if all(args[k].device_type == abi.ETRT_DEVICE_CPU for k in range(n)) and not any(
+                is_permuted(args[i]) for i in range(len(self.inputs))):
             key = (tuple(args[k].data for k in range(n)), tuple(shapes))
             bound = self.bound.get(key) or self._bind(args, shapes, key)
             if self.fixed_outputs:
@@ -222,15 +224,19 @@ class OnnxRuntimeExecutor(Executor):
                 return
             self._run_and_copy_out(args, bound.inputs)
             return
-        staged: list = []  # device-resident arguments: host copies for this call
+        staged: list = []  # device-resident or permuted inputs: contiguous host copies
         owned: list = []
         try:
             inputs = []
             for i, shape in enumerate(shapes):
                 arg = args[i]
-                if arg.device_type != abi.ETRT_DEVICE_CPU:
-                    checked_nbytes(arg, shape, "CUDA ")
-                    host = CudaStaging.get().to_host(arg, shape)
+                if arg.device_type != abi.ETRT_DEVICE_CPU or is_permuted(arg):
+                    host = None
+                    if arg.device_type != abi.ETRT_DEVICE_CPU:
+                        checked_nbytes(arg, shape, "CUDA ")
+                        host = CudaStaging.get().to_host(arg, shape)  # bytes as they lie
+                    if is_permuted(arg):
+                        host = permuted_to_contiguous(arg, shape, host)
                     staged.append(host)
                     element = self._element_type(arg, self.input_types[i], f"input {i}")
                     inputs.append(self.api.tensor(host.data_ptr() or ctypes.addressof(_EMPTY),
