@@ -12,6 +12,7 @@
 #include "blob_header.h"
 #include "embedded_start.h"
 #include "last_error.h"
+#include "profiling.h" // profiling: ETDump delegate events
 
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
 
@@ -168,9 +169,10 @@ class TensorRTBackend final : public et::BackendInterface {
     return result;
   }
 
-  Error execute(BackendExecutionContext& /*context*/, DelegateHandle* handle,
+  Error execute(BackendExecutionContext& context, DelegateHandle* handle,
                 Span<EValue*> args) const override {
     clear_last_error();
+    ProfilingScope profiling(context.event_tracer()); // profiling: etrt_log_event's tracer
     const Error err = execute_impl(static_cast<DelegateState*>(handle), args);
     if (err == Error::Ok) {
       clear_last_error();
