@@ -22,7 +22,9 @@ from .cuda_probe import cuda_unavailable_reason
 from .executors import Executor
 from .onnx_safety import self_contained_onnx
 from .onnx_upcast import upcast_to_fp32
+from . import profiling
 from .ort_capi import ELEMENT_TYPE_NAMES, OrtSession
+from .ort_node_profile import OrtNodeProfiler
 
 
 class CudaStaging:
@@ -131,7 +133,9 @@ class OnnxRuntimeExecutor(Executor):
         self.inputs, self.outputs = split_bindings(blob.metadata)
         if blob.metadata.get("precision", "fp32") != "fp32":
             model = upcast_to_fp32(model)  # see onnx_upcast.py: the CPU lacks fp16 kernels
-        self.session = OrtSession(model)
+        # Per-node times only when asked (EXECUTORCH_TENSORRT_PROFILE_NODES=1).
+        self.node_profiler = OrtNodeProfiler(model) if profiling.nodes_requested() else None
+        self.session = self.node_profiler.new_session() if self.node_profiler else OrtSession(model)
         self.api = self.session.api
         if len(self.session.inputs) != len(self.inputs) or \
                 len(self.session.outputs) != len(self.outputs):
@@ -195,16 +199,25 @@ class OnnxRuntimeExecutor(Executor):
     def execute(self, args, num_args: int | None = None) -> None:
         if self.session is None:
             raise ArgumentError("this executor was closed (the delegate was destroyed)")
+        recorder = profiling.begin_call()  # None unless ETDump is on
+        t0 = profiling.now() if recorder else 0
         shapes = check_args(args, len(args) if num_args is None else num_args,
                             self.inputs, self.outputs)
         n = len(self.inputs) + len(self.outputs)
         if all(args[k].device_type == abi.ETRT_DEVICE_CPU for k in range(n)):
             key = (tuple(args[k].data for k in range(n)), tuple(shapes))
             bound = self.bound.get(key) or self._bind(args, shapes, key)
+            if recorder:
+                recorder.event("check+bind", t0, profiling.now())
             if self.fixed_outputs:
+                t1 = profiling.now() if recorder else 0
                 self.session.run(bound.inputs, bound.outputs)
+                if recorder:
+                    recorder.event("run", t1, profiling.now())
+                    recorder.event("copy out", profiling.now(), profiling.now())
+                    self._node_events(recorder, t1)
                 return
-            self._run_and_copy_out(args, bound.inputs)
+            self._run_and_copy_out(args, bound.inputs, recorder)
             return
         staged: list = []  # device-resident arguments: host copies for this call
         owned: list = []
@@ -223,21 +236,38 @@ class OnnxRuntimeExecutor(Executor):
                 else:
                     inputs.append(self._value(arg, shape, self.input_types[i], f"input {i}",
                                               owned))
-            self._run_and_copy_out(args, OrtSession.values(inputs))
+            if recorder:
+                recorder.event("check+bind", t0, profiling.now())
+            self._run_and_copy_out(args, OrtSession.values(inputs), recorder)
         finally:
             for value in owned:
                 self.api.ReleaseValue(value)
 
-    def _run_and_copy_out(self, args, inputs: ctypes.Array) -> None:
+    def _run_and_copy_out(self, args, inputs: ctypes.Array, recorder=None) -> None:
         outputs = OrtSession.values([None] * len(self.outputs))
         try:
+            t0 = profiling.now() if recorder else 0
             self.session.run(inputs, outputs)
+            t1 = profiling.now() if recorder else 0
             for j, value in enumerate(outputs):
                 self._copy_out(args[len(self.inputs) + j], j, value)
+            if recorder:
+                recorder.event("run", t0, t1)
+                recorder.event("copy out", t1, profiling.now())
+                self._node_events(recorder, t0)
         finally:
             for value in outputs:
                 if value:
                     self.api.ReleaseValue(value)
+
+    def _node_events(self, recorder: profiling.CallRecorder, run_start_ns: int) -> None:
+        """Sends the last run's per-node times, then starts a new profile."""
+        if self.node_profiler is None:
+            return
+        for name, start, end in self.node_profiler.last_run_nodes(self.session, run_start_ns):
+            recorder.event(name, start, end)
+        old, self.session = self.session, self.node_profiler.new_session()
+        old.close()
 
     def _copy_out(self, arg: abi.EtrtArg, j: int, value) -> None:
         shape, element = self.api.shape_of(value)
@@ -260,6 +290,8 @@ class OnnxRuntimeExecutor(Executor):
             self._release_bound()
             self.session.close()
             self.session = None
+        if self.node_profiler is not None:
+            self.node_profiler.close()
 
     def __del__(self) -> None:
         try:

@@ -1,0 +1,74 @@
+"""Stage and node timings of one execute call, sent to ETDump (docs/profiling.md).
+
+The adapter attaches ExecuTorch's event tracer to the thread that runs an
+executor's execute (native/include/executorch_tensorrt/profiling.h); when the
+caller did not enable ETDump there is none and `begin_call()` returns None, so
+an unprofiled call pays one foreign call. Event names are the keys of the
+delegate's debug_handle_map (aot/debug_handles.py), which is how Inspector
+maps them back to the exported graph's nodes.
+
+Timestamps are ExecuTorch ticks: on Linux the PAL reads CLOCK_MONOTONIC in
+nanoseconds, which is time.monotonic_ns().
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from typing import Optional
+
+PROFILE_NODES_ENV = "EXECUTORCH_TENSORRT_PROFILE_NODES"
+_STAGES = 1  # ETRT_PROFILE_STAGES
+
+now = time.monotonic_ns
+
+# Stage names per executor: also the debug_handle_map keys written at export.
+ONNXRUNTIME_STAGES = ("check+bind", "run", "copy out")
+TENSORRT_STAGES = ("bind", "enqueue", "copies", "wait")
+STAGE_NAMES = ONNXRUNTIME_STAGES + TENSORRT_STAGES
+
+_functions: Optional[tuple] = None
+
+
+def _adapter_functions() -> tuple:
+    """(etrt_profiling_flags, etrt_log_event), called through PyDLL: the GIL
+    stays held (backend_callbacks.py says why executors must keep it)."""
+    global _functions
+    if _functions is None:
+        from ._native import adapter_path, load_adapter
+
+        load_adapter()
+        lib = ctypes.PyDLL(str(adapter_path()))  # the library already loaded
+        flags = lib.etrt_profiling_flags
+        flags.restype, flags.argtypes = ctypes.c_uint32, []
+        log = lib.etrt_log_event
+        log.restype = ctypes.c_int32
+        log.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64]
+        _functions = (flags, log)
+    return _functions
+
+
+def nodes_requested() -> bool:
+    """Per-node profiling costs time (onnxruntime re-creates its session after
+    every profiled call); it is on only when asked, at executor creation."""
+    return os.environ.get(PROFILE_NODES_ENV, "") == "1"
+
+
+class CallRecorder:
+    """Sends one call's events to the tracer the adapter attached."""
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log) -> None:
+        self._log = log
+
+    def event(self, name: str, start_ns: int, end_ns: int) -> None:
+        self._log(name.encode("utf-8", errors="replace"), start_ns, max(end_ns, start_ns))
+
+
+def begin_call() -> Optional[CallRecorder]:
+    """A recorder if this execute call is traced (ETDump on), else None."""
+    flags, log = _adapter_functions()
+    if not flags() & _STAGES:
+        return None
+    return CallRecorder(log)
