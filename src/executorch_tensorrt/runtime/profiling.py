@@ -7,8 +7,11 @@ an unprofiled call pays one foreign call. Event names are the keys of the
 delegate's debug_handle_map (aot/debug_handles.py), which is how Inspector
 maps them back to the exported graph's nodes.
 
-Timestamps are ExecuTorch ticks: on Linux the PAL reads CLOCK_MONOTONIC in
-nanoseconds, which is time.monotonic_ns().
+Timestamps are ExecuTorch ticks. On Linux the PAL's ticks are nanoseconds of
+std::chrono::steady_clock (CLOCK_MONOTONIC, Python's time.monotonic_ns())
+counted from the PAL's first use, so executors time with time.monotonic_ns()
+and the recorder adds the constant offset to ticks, measured once through
+etrt_current_ticks (the PAL of the libexecutorch.so the tracer uses).
 """
 from __future__ import annotations
 
@@ -44,7 +47,12 @@ def _adapter_functions() -> tuple:
         log = lib.etrt_log_event
         log.restype = ctypes.c_int32
         log.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64]
-        _functions = (flags, log)
+        ticks = lib.etrt_current_ticks
+        ticks.restype, ticks.argtypes = ctypes.c_uint64, []
+        before = now()
+        tick = ticks()
+        offset = tick - (before + now()) // 2  # ticks = monotonic ns + offset
+        _functions = (flags, log, offset)
     return _functions
 
 
@@ -57,18 +65,22 @@ def nodes_requested() -> bool:
 class CallRecorder:
     """Sends one call's events to the tracer the adapter attached."""
 
-    __slots__ = ("_log",)
+    __slots__ = ("_log", "_offset")
 
-    def __init__(self, log) -> None:
+    def __init__(self, log, offset: int) -> None:
         self._log = log
+        self._offset = offset
 
     def event(self, name: str, start_ns: int, end_ns: int) -> None:
-        self._log(name.encode("utf-8", errors="replace"), start_ns, max(end_ns, start_ns))
+        """An event timed with now() (time.monotonic_ns)."""
+        start = max(start_ns + self._offset, 0)
+        self._log(name.encode("utf-8", errors="replace"), start,
+                  max(end_ns + self._offset, start))
 
 
 def begin_call() -> Optional[CallRecorder]:
     """A recorder if this execute call is traced (ETDump on), else None."""
-    flags, log = _adapter_functions()
+    flags, log, offset = _adapter_functions()
     if not flags() & _STAGES:
         return None
-    return CallRecorder(log)
+    return CallRecorder(log, offset)
