@@ -34,14 +34,19 @@ _functions: Optional[tuple] = None
 
 
 def _adapter_functions() -> tuple:
-    """(etrt_profiling_flags, etrt_log_event), called through PyDLL: the GIL
-    stays held (backend_callbacks.py says why executors must keep it)."""
+    """(etrt_profiling_flags, etrt_log_event, tick offset), called through
+    PyDLL: the GIL stays held (backend_callbacks.py says why executors must
+    keep it). Without the adapter (executors used directly), profiling is off."""
     global _functions
     if _functions is None:
-        from ._native import adapter_path, load_adapter
+        from ._native import load_adapter
 
-        load_adapter()
-        lib = ctypes.PyDLL(str(adapter_path()))  # the library already loaded
+        try:
+            loaded = load_adapter()
+        except ImportError:  # executors used without the adapter: nobody traces
+            _functions = (lambda: 0, None, 0)
+            return _functions
+        lib = ctypes.PyDLL(loaded._name)  # the same library, calls keep the GIL
         flags = lib.etrt_profiling_flags
         flags.restype, flags.argtypes = ctypes.c_uint32, []
         log = lib.etrt_log_event
