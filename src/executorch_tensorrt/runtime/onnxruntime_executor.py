@@ -17,12 +17,12 @@ import torch
 from ..blob import Blob
 from ..errors import ArgumentError, InvalidProgramError
 from . import executor_table as abi
+from . import profiling
 from .arguments import SCALAR_TYPE_TO_TORCH, check_args, checked_nbytes, resize_output, split_bindings
 from .cuda_probe import cuda_unavailable_reason
 from .executors import Executor
 from .onnx_safety import self_contained_onnx
 from .onnx_upcast import upcast_to_fp32
-from . import profiling
 from .ort_capi import ELEMENT_TYPE_NAMES, OrtSession
 from .ort_node_profile import OrtNodeProfiler
 

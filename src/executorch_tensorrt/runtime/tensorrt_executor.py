@@ -19,13 +19,13 @@ from ..errors import (
     TensorRTNotInstalledError)
 from ..tensorrt.flavor import collecting_logger, load_tensorrt
 from . import executor_table as abi
+from . import profiling
 from .arguments import (
     SCALAR_TYPE_TO_TORCH, Binding, HostViews, check_args, checked_nbytes, resize_output,
     split_bindings)
 from .cuda_probe import cuda_unavailable_reason
 from .engine_portability import built_here, rebuilt_engine
 from .executors import Executor
-from . import profiling
 from .tensorrt_profiling import attach_layer_profiler
 
 __all__ = ["BoundContext", "EngineUnavailable", "TensorRTExecutor"]
