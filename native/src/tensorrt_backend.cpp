@@ -13,6 +13,7 @@
 #include "embedded_start.h"
 #include "last_error.h"
 #include "native_plan.h"
+#include "profiling.h" // profiling: ETDump delegate events
 
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
 
@@ -172,10 +173,13 @@ class TensorRTBackend final : public et::BackendInterface {
     return result;
   }
 
-  Error execute(BackendExecutionContext& /*context*/, DelegateHandle* handle,
+  Error execute(BackendExecutionContext& context, DelegateHandle* handle,
                 Span<EValue*> args) const override {
     clear_last_error();
-    const Error err = execute_impl(static_cast<DelegateState*>(handle), args);
+    ProfilingScope profiling(context.event_tracer()); // profiling: etrt_log_event's tracer
+    // A traced call goes through the executor, which records its stages.
+    const bool traced = context.event_tracer() != nullptr;
+    const Error err = execute_impl(static_cast<DelegateState*>(handle), args, traced);
     if (err == Error::Ok) {
       clear_last_error();
     } else {
@@ -196,7 +200,7 @@ class TensorRTBackend final : public et::BackendInterface {
   }
 
  private:
-  static Error execute_impl(DelegateState* state, Span<EValue*> args) {
+  static Error execute_impl(DelegateState* state, Span<EValue*> args, bool traced) {
     if (state == nullptr) {
       return fail(Error::DelegateInvalidHandle, "called with a null delegate handle");
     }
@@ -217,7 +221,7 @@ class TensorRTBackend final : public et::BackendInterface {
       fill_arg(state->args[i], *args[i], i < state->num_inputs);
     }
     int32_t code = 0;
-    if (state->plan.matches(state->args, expected)) {
+    if (!traced && state->plan.matches(state->args, expected)) {
       code = state->plan.run(); // the steady state: no executor (no Python) at all
     } else {
       code = call_executor(state, expected);

@@ -95,6 +95,8 @@ def cmd_export(args) -> int:
                                 "file.py:callable) or --example NAME")
     dims = [parse_dynamic(d) for d in args.dynamic]
     options = _export_options(args)
+    if args.etrecord:  # for `profile`: Inspector maps events to ATen ops with it
+        options["etrecord_path"] = out.with_suffix(".etrecord")
     reference_inputs = None
     if args.reference_inputs:
         from .tools import tensor_file as tf
@@ -149,6 +151,18 @@ def cmd_run(args) -> int:
     if args.outputs:
         tf.write_tensors(args.outputs, outputs)
         print(f"note: wrote the full outputs to {args.outputs}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_profile(args) -> int:
+    from .tools.profile import profile
+    from .tools.runner import check_program_file
+
+    path = check_program_file(args.model)
+    _refuse_device_resident(path, args.method)
+    print(profile(path, calls=args.calls, nodes=args.nodes, etrecord=args.etrecord,
+                  etdump=args.etdump, method=args.method,
+                  inputs_file=Path(args.inputs) if args.inputs else None))
     return EXIT_OK
 
 
@@ -262,6 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a tensor file whose input.* make the reference instead of the "
                         "example inputs")
     p.add_argument("--no-reference", action="store_true", help="write no .expected reference")
+    p.add_argument("--etrecord", action="store_true",
+                   help="also write OUTPUT's ETRecord (.etrecord), for `profile`")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
@@ -304,6 +320,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ignore stored inputs: fill with the pattern, or with 1")
     p.add_argument("--outputs", metavar="FILE", help="write the full outputs to a tensor file")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "profile", formatter_class=fmt, epilog=EXIT_CODES,
+        help="run a .pte with ETDump and print where its TensorRT partitions spend time",
+        description="Runs CALLS calls with ExecuTorch's ETDump on and prints, per TensorRT "
+                    "partition, the time of each stage of the call and (--nodes) of each ONNX "
+                    "node (onnxruntime fallback) or TensorRT layer, read back with "
+                    "executorch.devtools.Inspector. The ATen ops of each event come from an "
+                    "ETRecord (default: MODEL with the suffix .etrecord, if present). See "
+                    "docs/profiling.md.")
+    p.add_argument("model")
+    p.add_argument("--calls", type=int, default=10, help="calls to run (default 10)")
+    p.add_argument("--nodes", action="store_true",
+                   help="also time each node/layer (slower calls; "
+                        "same as EXECUTORCH_TENSORRT_PROFILE_NODES=1)")
+    p.add_argument("--method", default="forward")
+    p.add_argument("--inputs", metavar="FILE", help="tensor file with input.0, input.1, ...")
+    p.add_argument("--etrecord", metavar="FILE", help="the ETRecord written at export")
+    p.add_argument("--etdump", metavar="FILE", help="also keep the ETDump there")
+    p.set_defaults(func=cmd_profile)
     return parser
 
 

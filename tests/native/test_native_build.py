@@ -115,7 +115,9 @@ def test_links_only_libexecutorch(route_build):
 
 
 def test_exports_exactly_the_c_api(route_build):
-    code = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    # executor_table.h and profiling.h (the separately versioned profiling ABI)
+    text = "".join(h.read_text() for h in sorted(HEADER.parent.glob("*.h")))
+    code = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     declared = set(re.findall(r"\b(etrt_\w+)\s*\(", code))
     assert declared, "no functions found in the header"
     _, built = route_build
@@ -142,6 +144,9 @@ def test_install_layout_resolves_libexecutorch(tmp_path):
     assert installed.is_file()
     assert (prefix / "include" / "executorch_tensorrt" / "executor_table.h").read_bytes() == \
         HEADER.read_bytes()
+    profiling_header = HEADER.parent / "profiling.h"
+    assert (prefix / "include" / "executorch_tensorrt" / "profiling.h").read_bytes() == \
+        profiling_header.read_bytes()
     assert wheel_checks.check_runpath(wheel_checks.read_elf(installed)) == []
     (site / "executorch").symlink_to(_libexecutorch().parents[1], target_is_directory=True)
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}

@@ -9,6 +9,7 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 from .. import blob
 from .compile_spec import TensorRTCompileSpec
 from ..tensorrt.engine_builder import build_engine, current_progress
+from .debug_handles import debug_handle_map, onnx_node_sources
 from .onnx_export import export_onnx
 from .shapes import input_profiles
 
@@ -64,5 +65,9 @@ class TensorRTBackend(BackendDetails):
                                if o.domain in ("", "ai.onnx")),
                               default=None),
         }
+        sources = onnx_node_sources(model, exported.edge_node_of)
+        if sources:
+            metadata["onnx_node_sources"] = sources
         return PreprocessResult(processed_bytes=blob.write_blob(built.engine, metadata,
-                                                                onnx=exported.onnx_bytes))
+                                                                onnx=exported.onnx_bytes),
+                                debug_handle_map=debug_handle_map(edge_program, sources))

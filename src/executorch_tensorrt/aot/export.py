@@ -105,11 +105,14 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    require_backends: Iterable[str] = (), write_expected_file: bool = True,
                    reference_inputs: Sequence[Any] | None = None,
                    device_resident: bool = False, allow_no_tensorrt: bool = False,
-                   progress: Progress | None = stderr_progress, **options) -> ExportResult:
+                   progress: Progress | None = stderr_progress,
+                   etrecord_path: str | Path | None = None, **options) -> ExportResult:
     """export() returning timings, backends and the partition reports too.
 
     `model` may also be a dict of method name -> ExportedProgram (several
     methods in one program, each partitioned on its own; example_inputs None).
+    `etrecord_path`: also write ExecuTorch's ETRecord there, which Inspector
+    needs to map profiling events to nodes (docs/profiling.md).
     """
     path = Path(path)
     if path.suffix != ".pte":
@@ -149,7 +152,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         edge = to_edge_transform_and_lower(
             programs, partitioner=[trt_partitioner, *partitioners],
             # Non-core ATen ops (erfinv, ...) must get through to be reported below.
-            compile_config=EdgeCompileConfig(_check_ir_validity=False))
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
+            generate_etrecord=etrecord_path is not None)
         if device_resident:
             dr.check_device_io(edge)
         program = edge.to_executorch(*([dr.backend_config()] if device_resident else []))
@@ -168,6 +172,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         if partial:
             progress("TensorRT took part of the program:\n" + format_report(partial))
     path.write_bytes(program.buffer)
+    if etrecord_path is not None:
+        program.get_etrecord().save(str(etrecord_path))
     written_report = write_report(path, reports) if reports else None
     # -- reference (tools/expected.py): written after the program, never blocks it --
     ref = reference_source(reference[0] if reference else programs,

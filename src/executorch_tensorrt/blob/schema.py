@@ -167,4 +167,31 @@ def check_metadata(meta: dict, dtypes: frozenset, key_info: dict | None) -> None
             raise BlobError(f"'device_id' must be a 32-bit integer, got {show(d)}")
     if "profiles" in meta:
         _check_profiles(meta["profiles"], meta["io_bindings"])
+    if "onnx_node_sources" in meta:
+        _check_node_sources(meta["onnx_node_sources"], key_info)
     _check_runtime_fields(meta)
+
+
+def _check_name(v: Any, where: str) -> None:
+    if not isinstance(v, str) or not v or any(ord(c) < 0x20 for c in v):
+        raise BlobError(f"{where} must be a non-empty string without control characters, "
+                        f"got {show(v)}")
+
+
+def _check_node_sources(sources: Any, key_info: dict | None) -> None:
+    """Profiling's map (docs/profiling.md): [{"node": ONNX node name,
+    "edge_nodes": [edge node names it came from]}, ...]."""
+    if not isinstance(sources, (list, tuple)):
+        raise BlobError(f"'onnx_node_sources' must be an array, got {type(sources).__name__}")
+    for i, entry in enumerate(sources):
+        where = f"onnx_node_sources[{i}]"
+        if not isinstance(entry, dict) or set(entry) != {"node", "edge_nodes"}:
+            raise BlobError(f"{where} must be an object with exactly 'node' and 'edge_nodes', "
+                            f"got {show(entry)}")
+        check_object_keys(entry, where, key_info)
+        _check_name(entry["node"], f"{where}.node")
+        edges = entry["edge_nodes"]
+        if not isinstance(edges, (list, tuple)):
+            raise BlobError(f"{where}.edge_nodes must be an array, got {show(edges)}")
+        for j, e in enumerate(edges):
+            _check_name(e, f"{where}.edge_nodes[{j}]")

@@ -17,6 +17,7 @@ import torch
 from ..blob import Blob
 from ..errors import ArgumentError, InvalidProgramError
 from . import executor_table as abi
+from . import profiling
 from .arguments import (SCALAR_TYPE_TO_TORCH, check_args, checked_nbytes, is_permuted,
                         permuted_to_contiguous, resize_output, split_bindings)
 from .cuda_probe import cuda_unavailable_reason
@@ -25,6 +26,7 @@ from .native_plan import OrtRunPlan, signature_key
 from .onnx_safety import self_contained_onnx
 from .onnx_upcast import upcast_to_fp32
 from .ort_capi import ELEMENT_TYPE_NAMES, OrtSession
+from .ort_node_profile import OrtNodeProfiler
 
 
 class CudaStaging:
@@ -135,7 +137,9 @@ class OnnxRuntimeExecutor(Executor):
         self.inputs, self.outputs = split_bindings(blob.metadata)
         if blob.metadata.get("precision", "fp32") != "fp32":
             model = upcast_to_fp32(model)  # see onnx_upcast.py: the CPU lacks fp16 kernels
-        self.session = OrtSession(model)
+        # Per-node times only when asked (EXECUTORCH_TENSORRT_PROFILE_NODES=1).
+        self.node_profiler = OrtNodeProfiler(model) if profiling.nodes_requested() else None
+        self.session = self.node_profiler.new_session() if self.node_profiler else OrtSession(model)
         self.api = self.session.api
         if len(self.session.inputs) != len(self.inputs) or \
                 len(self.session.outputs) != len(self.outputs):
@@ -210,6 +214,8 @@ class OnnxRuntimeExecutor(Executor):
         self.plan = None  # the adapter forgot it before calling; bound values may go below
         if self.session is None:
             raise ArgumentError("this executor was closed (the delegate was destroyed)")
+        recorder = profiling.begin_call()  # None unless ETDump is on
+        t0 = profiling.now() if recorder else 0
         shapes = check_args(args, len(args) if num_args is None else num_args,
                             self.inputs, self.outputs, permuted_inputs=True)
         n = len(self.inputs) + len(self.outputs)
@@ -217,12 +223,19 @@ class OnnxRuntimeExecutor(Executor):
                 is_permuted(args[i]) for i in range(len(self.inputs))):
             key = (tuple(args[k].data for k in range(n)), tuple(shapes))
             bound = self.bound.get(key) or self._bind(args, shapes, key)
+            if recorder:
+                recorder.event("check+bind", t0, profiling.now())
             if self.fixed_outputs:
+                t1 = profiling.now() if recorder else 0
                 self.session.run(bound.inputs, bound.outputs)
-                if self.publish_plans:
+                if recorder:
+                    recorder.event("run", t1, profiling.now())
+                    recorder.event("copy out", profiling.now(), profiling.now())
+                    self._node_events(recorder, t1)
+                elif self.publish_plans:  # a traced call records its stages in Python
                     self.plan = self._plan_for(bound, args, n)
                 return
-            self._run_and_copy_out(args, bound.inputs)
+            self._run_and_copy_out(args, bound.inputs, recorder)
             return
         staged: list = []  # device-resident or permuted inputs: contiguous host copies
         owned: list = []
@@ -245,21 +258,38 @@ class OnnxRuntimeExecutor(Executor):
                 else:
                     inputs.append(self._value(arg, shape, self.input_types[i], f"input {i}",
                                               owned))
-            self._run_and_copy_out(args, OrtSession.values(inputs))
+            if recorder:
+                recorder.event("check+bind", t0, profiling.now())
+            self._run_and_copy_out(args, OrtSession.values(inputs), recorder)
         finally:
             for value in owned:
                 self.api.ReleaseValue(value)
 
-    def _run_and_copy_out(self, args, inputs: ctypes.Array) -> None:
+    def _run_and_copy_out(self, args, inputs: ctypes.Array, recorder=None) -> None:
         outputs = OrtSession.values([None] * len(self.outputs))
         try:
+            t0 = profiling.now() if recorder else 0
             self.session.run(inputs, outputs)
+            t1 = profiling.now() if recorder else 0
             for j, value in enumerate(outputs):
                 self._copy_out(args[len(self.inputs) + j], j, value)
+            if recorder:
+                recorder.event("run", t0, t1)
+                recorder.event("copy out", t1, profiling.now())
+                self._node_events(recorder, t0)
         finally:
             for value in outputs:
                 if value:
                     self.api.ReleaseValue(value)
+
+    def _node_events(self, recorder: profiling.CallRecorder, run_start_ns: int) -> None:
+        """Sends the last run's per-node times, then starts a new profile."""
+        if self.node_profiler is None:
+            return
+        for name, start, end in self.node_profiler.last_run_nodes(self.session, run_start_ns):
+            recorder.event(name, start, end)
+        old, self.session = self.session, self.node_profiler.new_session()
+        old.close()
 
     def _copy_out(self, arg: abi.EtrtArg, j: int, value) -> None:
         shape, element = self.api.shape_of(value)
@@ -291,6 +321,8 @@ class OnnxRuntimeExecutor(Executor):
             self._release_bound()
             self.session.close()
             self.session = None
+        if self.node_profiler is not None:
+            self.node_profiler.close()
 
     def __del__(self) -> None:
         try:

@@ -40,6 +40,7 @@ _SLOTS: dict[str, tuple[int, object, tuple]] = {
     "Run": (9, _Status, (c_void_p, c_void_p, POINTER(c_char_p), POINTER(c_void_p), c_size_t,
                          POINTER(c_char_p), c_size_t, POINTER(c_void_p))),
     "CreateSessionOptions": (10, _Status, (POINTER(c_void_p),)),
+    "EnableProfiling": (14, _Status, (c_void_p, c_char_p)),  # profiling: per-node times
     "SetSessionLogSeverityLevel": (22, _Status, (c_void_p, c_int)),
     "SetIntraOpNumThreads": (24, _Status, (c_void_p, c_int)),
     "SessionGetInputCount": (30, _Status, (c_void_p, POINTER(c_size_t))),
@@ -68,6 +69,7 @@ _SLOTS: dict[str, tuple[int, object, tuple]] = {
     "ReleaseTypeInfo": (98, None, (c_void_p,)),
     "ReleaseTensorTypeAndShapeInfo": (99, None, (c_void_p,)),
     "ReleaseSessionOptions": (100, None, (c_void_p,)),
+    "SessionEndProfiling": (110, _Status, (c_void_p, c_void_p, POINTER(c_void_p))),  # profiling
 }
 
 # ONNXTensorElementDataType codes (the ONNX TensorProto codes).
@@ -203,11 +205,14 @@ class OrtApi:
 class OrtSession:
     """One onnxruntime session over a model held in memory; run() keeps the GIL."""
 
-    def __init__(self, model: bytes, intra_op_threads: int = 0):
+    def __init__(self, model: bytes, intra_op_threads: int = 0,
+                 profile_prefix: str | None = None):
         self.api = api = OrtApi.get()
         self.session = None
         options = api._out(api.CreateSessionOptions, "CreateSessionOptions")
         try:
+            if profile_prefix is not None:  # per-node times: a JSON file at end_profiling()
+                api.check(api.EnableProfiling(options, profile_prefix.encode()), "EnableProfiling")
             api.check(api.SetSessionLogSeverityLevel(options, _ORT_LOGGING_LEVEL_ERROR),
                       "SetSessionLogSeverityLevel")
             api.check(api.SetIntraOpNumThreads(options, intra_op_threads), "SetIntraOpNumThreads")
@@ -264,6 +269,16 @@ class OrtSession:
                            f"has {len(self.inputs)} and {len(self.outputs)}")
         self.api.check(self.api.Run(self.session, None, self._input_names, inputs, len(inputs),
                                     self._output_names, len(outputs), outputs), "Run")
+
+    def end_profiling(self) -> str:
+        """Stops profiling (a session profiles once) and returns the path of the
+        JSON trace onnxruntime wrote."""
+        raw = self.api._out(self.api.SessionEndProfiling, "SessionEndProfiling", self.session,
+                            self.api.allocator)
+        try:
+            return ctypes.string_at(raw).decode()
+        finally:
+            self.api.check(self.api.AllocatorFree(self.api.allocator, raw), "AllocatorFree")
 
     def close(self) -> None:
         if self.session is not None:

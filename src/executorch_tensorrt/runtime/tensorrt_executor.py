@@ -19,12 +19,14 @@ from ..errors import (
     TensorRTNotInstalledError)
 from ..tensorrt.flavor import collecting_logger, load_tensorrt
 from . import executor_table as abi
+from . import profiling
 from .arguments import (
     SCALAR_TYPE_TO_TORCH, Binding, HostViews, check_args, checked_nbytes, resize_output,
     split_bindings)
 from .cuda_probe import cuda_unavailable_reason
 from .engine_portability import built_here, rebuilt_engine
 from .executors import Executor
+from .tensorrt_profiling import attach_layer_profiler
 
 __all__ = ["BoundContext", "EngineUnavailable", "TensorRTExecutor"]
 
@@ -130,6 +132,8 @@ class TensorRTExecutor(Executor):
         self.outputs = [engine_binding(self.trt, self.engine, b) for b in self.outputs]
         self.bound = BoundContext(self.engine.create_execution_context(), self.inputs,
                                   self.outputs, device)
+        if profiling.nodes_requested():  # GPU-only, unverified (tensorrt_profiling.py)
+            self.bound.layer_profiler = attach_layer_profiler(self.trt, self.bound.context)
 
     def execute(self, args, num_args: int | None = None) -> None:
         if self.bound is None:
@@ -165,6 +169,7 @@ class BoundContext:
         self.stream = torch.cuda.Stream(device)
         self.views = HostViews()
         self.staging: dict[str, torch.Tensor] = {}  # device buffers for host arguments
+        self.layer_profiler = None  # set when per-layer profiling was asked for
 
     def _device_buffer(self, name: str, shape, dtype) -> torch.Tensor:
         buf = self.staging.get(name)
@@ -175,6 +180,11 @@ class BoundContext:
         return buf[:numel].view(shape)
 
     def execute(self, args, num_args: int | None = None) -> None:
+        # Stage events (ETDump on) are host timestamps: "bind" includes queueing
+        # the input copies, "copies" queueing the output copies, and "wait" the
+        # GPU work still running (GPU-only, unverified).
+        recorder = profiling.begin_call()
+        t0 = profiling.now() if recorder else 0
         shapes = check_args(args, len(args) if num_args is None else num_args,
                             self.inputs, self.outputs)
         copies_back = []
@@ -207,8 +217,18 @@ class BoundContext:
                     copies_back.append((staged, arg, shape))
                     address = staged.data_ptr()
                 self.context.set_tensor_address(binding.name, address)
+            t1 = profiling.now() if recorder else 0
             if not self.context.execute_async_v3(self.stream.cuda_stream):
                 raise RuntimeError("TensorRT failed to enqueue the engine; its log says why")
+            t2 = profiling.now() if recorder else 0
             for staged, arg, shape in copies_back:
                 self.views.view(arg, shape).copy_(staged, non_blocking=True)
+        t3 = profiling.now() if recorder else 0
         self.stream.synchronize()
+        if recorder:
+            for name, start, end in (("bind", t0, t1), ("enqueue", t1, t2), ("copies", t2, t3),
+                                     ("wait", t3, profiling.now())):
+                recorder.event(name, start, end)
+            if self.layer_profiler is not None:
+                for name, start, end in self.layer_profiler.drain(t1):
+                    recorder.event(name, start, end)

@@ -1,0 +1,53 @@
+"""The TensorRT executor's ETDump stage events on a real GPU (docs/profiling.md).
+
+Uses the FAKE, labelled StandInContext of tests/test_tensorrt_executor_gpu.py
+in place of TensorRT's IExecutionContext (no GPU reachable here runs a
+TensorRT engine); the executor's stream, staging copies and synchronization
+are real. The recorder is replaced by a list: the adapter's part is covered by
+tests/runtime/test_etdump.py. Skips without CUDA PyTorch and a GPU.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from executorch_tensorrt.runtime import profiling
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs CUDA PyTorch and an NVIDIA GPU (streams to time)")
+
+
+class ListRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, int]] = []
+
+    def event(self, name: str, start: int, end: int) -> None:
+        self.events.append((name, start, end))
+
+
+def test_stages_in_call_order_and_the_gpu_work_in_wait(monkeypatch):
+    from test_tensorrt_executor_gpu import SHAPE, run  # tests/ is on sys.path
+
+    recorder = ListRecorder()
+    monkeypatch.setattr(profiling, "begin_call", lambda: recorder)
+    x = torch.arange(6, dtype=torch.float32).view(SHAPE)  # host: staged and copied back
+    y = torch.ones(SHAPE)
+    out = torch.zeros(SHAPE)
+    run(x, y, out)  # the stand-in engine sleeps ~1M GPU cycles on the stream
+    assert torch.equal(out, 2 * x + y)
+    names = [n for n, _, _ in recorder.events]
+    assert names == list(profiling.TENSORRT_STAGES)
+    for (_, _, end), (_, start, _) in zip(recorder.events, recorder.events[1:]):
+        assert end <= start
+    wait = next(e - s for n, s, e in recorder.events if n == "wait")
+    assert wait > 100_000, f"the GPU work should land in 'wait' (ns): {recorder.events}"
+
+
+def test_no_events_when_not_traced(monkeypatch):
+    from test_tensorrt_executor_gpu import SHAPE, run
+
+    monkeypatch.setattr(profiling, "begin_call", lambda: None)
+    out = torch.zeros(SHAPE)
+    run(torch.ones(SHAPE), torch.ones(SHAPE), out)
+    assert torch.equal(out, torch.full(SHAPE, 3.0))
