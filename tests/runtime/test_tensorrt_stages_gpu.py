@@ -26,7 +26,7 @@ class ListRecorder:
         self.events.append((name, start, end))
 
 
-def test_stages_in_call_order_and_the_gpu_work_in_wait(monkeypatch):
+def test_stages_in_call_order_and_the_gpu_work_after_the_enqueue(monkeypatch):
     from test_tensorrt_executor_gpu import SHAPE, run  # tests/ is on sys.path
 
     recorder = ListRecorder()
@@ -40,8 +40,12 @@ def test_stages_in_call_order_and_the_gpu_work_in_wait(monkeypatch):
     assert names == list(profiling.TENSORRT_STAGES)
     for (_, _, end), (_, start, _) in zip(recorder.events, recorder.events[1:]):
         assert end <= start
-    wait = next(e - s for n, s, e in recorder.events if n == "wait")
-    assert wait > 100_000, f"the GPU work should land in 'wait' (ns): {recorder.events}"
+    # The host waits for the GPU at its first blocking step after the enqueue:
+    # the copy back into pageable host memory (measured on the H200), else the
+    # stream wait. Either way the engine's time is not charged to bind/enqueue.
+    took = {n: e - s for n, s, e in recorder.events}
+    assert took["copies"] + took["wait"] > 100_000, recorder.events
+    assert took["enqueue"] < took["copies"] + took["wait"], recorder.events
 
 
 def test_no_events_when_not_traced(monkeypatch):
