@@ -26,16 +26,7 @@ os.environ["EXECUTORCH_TENSORRT_FALLBACK"] = "onnxruntime"
 
 import torch  # noqa: E402
 
-
-class Mlp(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layers = torch.nn.Sequential(
-            torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
-            torch.nn.Linear(256, 16))
-
-    def forward(self, x):
-        return self.layers(x)
+from executorch_tensorrt.tools.models import Mlp  # noqa: E402
 
 
 def export_all(folder: Path) -> dict[str, Path]:
@@ -53,51 +44,6 @@ def export_all(folder: Path) -> dict[str, Path]:
         paths[name] = folder / f"{name}.pte"
         paths[name].write_bytes(program.buffer)
     return paths
-
-
-def python_api_executor():
-    """The executor before ort_capi.py: onnxruntime's Python API with IOBinding,
-    which releases the GIL in run_with_iobinding (for comparison only)."""
-    import numpy as np
-    import onnxruntime
-
-    from executorch_tensorrt.runtime import onnxruntime_executor as ox
-    from executorch_tensorrt.runtime.arguments import check_input, resize_output
-
-    class PythonApiExecutor(ox.OnnxRuntimeExecutor):
-        def __init__(self, blob):
-            super().__init__(blob)
-            self.session.close()
-            options = onnxruntime.SessionOptions()
-            options.log_severity_level = 3
-            self.py_session = onnxruntime.InferenceSession(blob.onnx, options,
-                                                           providers=["CPUExecutionProvider"])
-            self.names = ([i.name for i in self.py_session.get_inputs()],
-                          [o.name for o in self.py_session.get_outputs()])
-            self.bindings: dict = {}
-
-        def execute(self, args):
-            shapes = [check_input(args[i], b, i) for i, b in enumerate(self.inputs)]
-            n = len(self.inputs) + len(self.outputs)
-            key = (tuple(args[k].data for k in range(n)), tuple(shapes))
-            binding = self.bindings.get(key)
-            if binding is None:
-                binding = self.py_session.io_binding()
-                for i, shape in enumerate(shapes):
-                    binding.bind_input(self.names[0][i], "cpu", 0, np.float32, shape,
-                                       args[i].data)
-                for j, out in enumerate(self.outputs):
-                    arg = args[len(self.inputs) + j]
-                    resize_output(arg, out.shape, out)
-                    binding.bind_output(self.names[1][j], "cpu", 0, np.float32, out.shape,
-                                        arg.data)
-                self.bindings[key] = binding
-            self.py_session.run_with_iobinding(binding)
-
-        def close(self):
-            pass
-
-    return PythonApiExecutor
 
 
 def load(path: Path):
@@ -131,8 +77,8 @@ def calls_per_second(methods: list, threads: int, calls: int) -> tuple[float, in
     return threads * calls / (time.perf_counter() - began), sum(failed)
 
 
-VARIANTS = {"delegate, C API (GIL held)": "tensorrt",
-            "delegate, Python API (GIL released)": "tensorrt",
+VARIANTS = {"delegate, native plan (no Python per call)": "tensorrt",
+            "delegate, Python executor (EXECUTORCH_TENSORRT_NATIVE_PLAN=0)": "tensorrt",
             "portable kernels": "portable", "XNNPACK": "xnnpack"}
 LAYOUTS = (("1 thread, 1 method", 1, 1), ("8 threads, 1 method", 8, 1),
            ("8 threads, 8 programs", 8, 8))
@@ -142,12 +88,9 @@ def run_variant(variant: str, folder: Path, calls: int, repeat: int) -> None:
     """Child process: prints one JSON line per layout for `variant`."""
     import json
 
+    if "NATIVE_PLAN=0" in variant:
+        os.environ["EXECUTORCH_TENSORRT_NATIVE_PLAN"] = "0"  # read when executors are made
     import executorch_tensorrt  # noqa: F401 - registers the backend
-    # create_executor imports the class at call time, so swapping it here works.
-    from executorch_tensorrt.runtime import onnxruntime_executor
-
-    if "Python API" in variant:
-        onnxruntime_executor.OnnxRuntimeExecutor = python_api_executor()
     path = folder / f"{VARIANTS[variant]}.pte"
     for _, threads, programs in LAYOUTS:
         methods = [load(path) for _ in range(programs)]

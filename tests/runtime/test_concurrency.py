@@ -19,18 +19,9 @@ import textwrap
 import pytest
 import torch
 
+from executorch_tensorrt.tools.models import Mlp
+
 THREADS, CALLS = 8, 100
-
-
-class Mlp(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layers = torch.nn.Sequential(
-            torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
-            torch.nn.Linear(256, 16))
-
-    def forward(self, x):
-        return self.layers(x)
 
 
 @pytest.fixture(scope="module")

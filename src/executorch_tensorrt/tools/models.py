@@ -69,6 +69,18 @@ class CosErfinvTanh(nn.Module):
 _FACTORIES = {"add": AddOne, "cnn": SmallCNN, "transformer": TransformerBlock,
               "bitwise": BitwiseMix, "erfinv": CosErfinvTanh}
 # name -> (factory, example input shape)
+class Mlp(nn.Module):
+    """Three Linear layers (64 -> 256 -> 256 -> 16): the thread and dispatch benchmarks' model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                                    nn.Linear(256, 16))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
 EXAMPLES = {name: (_FACTORIES[name], shape) for name, shape in EXAMPLE_SHAPES.items()}
 
 
