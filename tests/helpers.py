@@ -1,11 +1,9 @@
-"""Helpers shared by the test suites: one definition each of the fallback
-environment, the repository paths, a program's TensorRT blobs and the CLI run
-in a child process."""
+"""Helpers shared by the test suites: one definition each of the child
+environment, the fallback setting, the repository paths, a program's TensorRT
+blobs and a small hand-made blob."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from executorch_tensorrt.runtime.executors import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
@@ -34,14 +32,6 @@ def tensorrt_blobs(pte: Path | bytes) -> list[bytes]:
     return [bytes(program.backend_delegate_data[d.processed.index].data)
             for plan in program.execution_plan for d in plan.delegates
             if d.id == "TensorRTBackend"]
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
-            **kwargs) -> subprocess.CompletedProcess:
-    """`executorch-tensorrt ARGS` in a child process, as a user runs it."""
-    cli = Path(sys.executable).with_name("executorch-tensorrt")
-    return subprocess.run([str(cli), *args], capture_output=True, text=True, timeout=timeout,
-                          env=child_env() if env is None else env, **kwargs)
 
 
 def identity_blob() -> bytes:

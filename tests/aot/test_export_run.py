@@ -44,23 +44,22 @@ def test_export_and_run_matches_eager(name, exported, allow_fallback):
     outputs = run(path, inputs)
     for got, want in zip(outputs, eager(model, inputs), strict=True):
         assert got.shape == want.shape
-        assert torch.allclose(got, want, atol=1e-4, rtol=0), (got - want).abs().max()
+        assert torch.allclose(got, want, atol=5e-6, rtol=1e-5), (got - want).abs().max()
 
 
 def test_engine_is_real_tensorrt_plan(exported):
-    """The engine bytes are a serialized TensorRT plan that the installed
-    TensorRT's runtime recognises (deserializing needs a GPU; the builder
-    rebuilt from the embedded ONNX produces a plan of the same kind)."""
+    """The engine bytes are a serialized TensorRT-RTX plan (its own magic,
+    b"vtrt", not a copy of anything we wrote), and models get different plans.
+    Deserializing needs a GPU TensorRT-RTX supports; none is reachable here."""
     from executorch_tensorrt.blob import read_blob
-    _, _, path = exported("cnn")
-    blob = read_blob(tensorrt_blobs(path)[0])
-    from executorch_tensorrt.aot.compile_spec import TensorRTCompileSpec
-    from executorch_tensorrt.tensorrt.engine_builder import build_engine
 
-    rebuilt = build_engine(blob.onnx, TensorRTCompileSpec(), progress=None)
-    # Same plan header (magic and format version) as a fresh build.
-    assert blob.engine[:16] == rebuilt.engine[:16]
-    assert abs(len(blob.engine) - len(rebuilt.engine)) < 0.1 * len(rebuilt.engine)
+    engines = {name: read_blob(tensorrt_blobs(exported(name)[2])[0]).engine
+               for name in ("cnn", "add")}
+    for name, engine in engines.items():
+        assert engine[:4] == b"vtrt", (name, engine[:16])
+        assert len(engine) > 1024, name
+    assert engines["cnn"] != engines["add"]
+    assert engines["cnn"][16:] != engines["add"][16:]
 
 
 def test_lower_level_route(tmp_path, allow_fallback):
@@ -75,7 +74,7 @@ def test_lower_level_route(tmp_path, allow_fallback):
     _, delegates = trt_delegates(path)
     assert len(delegates) == 1
     (got,) = run(path, inputs)
-    assert torch.allclose(got, eager(model, inputs)[0], atol=1e-4, rtol=0)
+    assert torch.allclose(got, eager(model, inputs)[0], atol=5e-6, rtol=1e-5)
 
 
 def test_mixed_program_bitwise_and_stays_on_portable_kernel(exported, allow_fallback):
@@ -86,7 +85,7 @@ def test_mixed_program_bitwise_and_stays_on_portable_kernel(exported, allow_fall
     # Everything else went to TensorRT: bitwise_and is the only op outside.
     assert all(op.startswith("aten::bitwise_and") for op in method.operators), method.operators
     (got,) = run(path, inputs)
-    assert torch.allclose(got, eager(model, inputs)[0], atol=1e-4, rtol=0)
+    assert torch.allclose(got, eager(model, inputs)[0], atol=5e-6, rtol=1e-5)
 
 
 def test_exclude_ops_keeps_convolution_off_tensorrt(exported, allow_fallback):
@@ -95,7 +94,7 @@ def test_exclude_ops_keeps_convolution_off_tensorrt(exported, allow_fallback):
     assert delegates
     assert any("convolution" in op for op in method.operators), method.operators
     (got,) = run(path, inputs)
-    assert torch.allclose(got, eager(model, inputs)[0], atol=1e-4, rtol=0)
+    assert torch.allclose(got, eager(model, inputs)[0], atol=5e-6, rtol=1e-5)
 
 
 class Erfinv(torch.nn.Module):

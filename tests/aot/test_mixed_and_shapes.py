@@ -89,8 +89,8 @@ def test_several_methods_in_one_program(tmp_path, allow_fallback):
         assert [d.backend for d in m.delegates] == ["TensorRTBackend"]
     (a,) = load(result.path, "classify").execute(list(cnn_in))
     (b,) = load(result.path, "encode").execute(list(tb_in))
-    assert torch.allclose(a, cnn(*cnn_in), atol=1e-4)
-    assert torch.allclose(b, tb(*tb_in), atol=1e-4)
+    assert torch.allclose(a, cnn(*cnn_in), atol=5e-6, rtol=1e-5)
+    assert torch.allclose(b, tb(*tb_in), atol=5e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["cnn", "transformer"])
@@ -110,7 +110,7 @@ def test_dynamic_batch_runs_across_the_bounds(name, tmp_path, allow_fallback):
         (got,) = m.execute([xs])
         assert got.shape[0] == n
         with torch.no_grad():
-            assert torch.allclose(got, model(xs), atol=1e-4), n
+            assert torch.allclose(got, model(xs), atol=5e-6, rtol=1e-5), n
     with pytest.raises(RuntimeError):
         m.execute([torch.randn(9, *x.shape[1:])])  # above the bound: ExecuTorch refuses
 
@@ -137,7 +137,8 @@ def test_unbounded_dynamic_dimension_is_rejected(tmp_path):
 
 
 @pytest.mark.parametrize("name, precision, atol", [
-    ("cnn", "fp16", 2e-3), ("transformer", "fp16", 2e-3), ("transformer", "bf16", 1e-2)])
+    # about 10x the errors measured on 2026-11-30: 9.5e-5, 2.0e-4, 1.6e-3
+    ("cnn", "fp16", 1e-3), ("transformer", "fp16", 2e-3), ("transformer", "bf16", 1.5e-2)])
 def test_reduced_precision_engines(name, precision, atol, tmp_path, allow_fallback):
     """The engine is built from an fp16/bf16 graph (its embedded ONNX carries
     reduced-precision weights); I/O stay fp32. The fallback runs it in fp32, so
