@@ -1,5 +1,5 @@
 """Helpers shared by the test suites: one definition each of the child
-environment, the fallback setting, the repository paths, a program's TensorRT
+environment, the fallback setting, a program's TensorRT
 blobs and a small hand-made blob."""
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from pathlib import Path
 
 from executorch_tensorrt.runtime.executors import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO / "tests" / "data"
 # What a test sets to let TensorRT partitions run on onnxruntime (no GPU here).
 FALLBACK = {FALLBACK_ENV: FALLBACK_ONNXRUNTIME}
 
