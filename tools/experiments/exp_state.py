@@ -1,0 +1,81 @@
+import torch, json, hashlib, os, sys
+from torch.export import export
+from executorch.exir import to_edge_transform_and_lower, EdgeCompileConfig, ExecutorchBackendConfig
+from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from executorch.exir.backend.partitioner import Partitioner, PartitionResult, DelegationSpec
+from executorch.exir.backend.utils import tag_mutated_buffer, tag_constant_data
+from executorch.exir._serialize._named_data_store import NamedDataStore
+
+SEEN = []
+class ToyBackend(BackendDetails):
+    @staticmethod
+    def preprocess(ep, compile_specs):
+        sig = ep.graph_signature
+        info = {"inputs": [(s.kind.name, s.arg.name, s.target) for s in sig.input_specs],
+                "outputs": [(s.kind.name, s.arg.name, s.target) for s in sig.output_specs],
+                "buffers_to_mutate": dict(sig.buffers_to_mutate),
+                "state_dict": list(ep.state_dict.keys()), "constants": list(ep.constants.keys()),
+                "ops": [str(n.target) for n in ep.graph.nodes if n.op == "call_function"],
+                "placeholders": [n.name for n in ep.graph.nodes if n.op == "placeholder"]}
+        SEEN.append(info)
+        nds = NamedDataStore()
+        for name, t in list(ep.state_dict.items()) + list(ep.constants.items()):
+            # key by content hash so methods/partitions sharing a weight share one entry
+            nds.add_named_data(hashlib.sha256(t.detach().contiguous().numpy().tobytes()).hexdigest()[:16] + "_" + name,
+                               t.detach().contiguous(), alignment=64, external_tag="toy_weights")
+        return PreprocessResult(processed_bytes=json.dumps(info).encode(), debug_handle_map={},
+                                data_store_output=nds.get_named_data_store_output())
+
+class AllPartitioner(Partitioner):
+    def __init__(self): self.delegation_spec = DelegationSpec("ToyBackend", [])
+    def partition(self, ep):
+        for n in ep.graph.nodes:
+            if n.op == "call_function": n.meta["delegation_tag"] = "tag0"
+        tag_constant_data(ep)
+        tag_mutated_buffer(ep)
+        return PartitionResult(tagged_exported_program=ep, partition_tags={"tag0": self.delegation_spec})
+
+class Toy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(8, 8); self.l2 = torch.nn.Linear(8, 8)
+        self.register_buffer("k", torch.zeros(1, 4, 8))
+    def forward(self, x, input_pos):  # x [1,S,8], input_pos [S]
+        h = self.l1(x)
+        self.k.index_copy_(1, input_pos, h)
+        return self.l2(self.k.sum(1))
+
+m = Toy().eval()
+progs = {"prefill": export(m, (torch.randn(1, 2, 8), torch.tensor([0, 1]))),
+         "decode": export(m, (torch.randn(1, 1, 8), torch.tensor([2])))}
+print("exported sig (decode):", progs["decode"].graph_signature); print(progs["decode"].graph_module.code)
+edge = to_edge_transform_and_lower(progs, partitioner=[AllPartitioner()])
+for name in ["prefill", "decode"]:
+    ep = edge.exported_program(name)
+    print(f"== {name} top-level graph after lowering"); print(ep.graph_module.code)
+    print("top-level sig inputs:", [(s.kind.name, s.arg.name, s.target) for s in ep.graph_signature.input_specs])
+    print("top-level sig outputs:", [(s.kind.name, s.arg.name, s.target) for s in ep.graph_signature.output_specs])
+    lm = ep.graph_module.lowered_module_0
+    osig = lm.original_module.graph_signature
+    print("lowered inputs:", [(s.kind.name, s.arg.name, s.target) for s in osig.input_specs])
+    print("lowered outputs:", [(s.kind.name, s.arg.name, s.target) for s in osig.output_specs])
+for i, s in enumerate(SEEN): print("preprocess", i, json.dumps(s))
+et = edge.to_executorch(ExecutorchBackendConfig())
+for name in ["prefill", "decode"]:
+    plan = [p for p in et.executorch_program.execution_plan if p.name == name][0]
+    print(name, "operators outside delegates:", [o.name for o in plan.operators],
+          "delegates:", [d.id for d in plan.delegates], "inputs", plan.inputs, "outputs", plan.outputs)
+    print(" mutable-buffer related values:", len(plan.values))
+os.makedirs("/tmp/etrt-experiments/out", exist_ok=True)
+with open("/tmp/etrt-experiments/out/toy.pte", "wb") as f: et.write_to_file(f)
+et.write_tensor_data_to_file("/tmp/etrt-experiments/out")
+print(os.listdir("/tmp/etrt-experiments/out"), {f: os.path.getsize("/tmp/etrt-experiments/out/"+f) for f in os.listdir("/tmp/etrt-experiments/out")})
+nd = edge._named_data_store.get_named_data_store_output()
+print("named data buffers:", len(nd.buffers), "pte keys", list(nd.pte_data), "external", {k: list(v) for k, v in nd.external_data.items()})
+from executorch.runtime import Runtime
+rt = Runtime.get()
+p = rt.load_program("/tmp/etrt-experiments/out/toy.pte", data_path="/tmp/etrt-experiments/out/toy_weights.ptd")
+print("program loaded with data_path; methods:", p.method_names)
+try:
+    p.load_method("decode")
+except Exception as e: print("load_method (no ToyBackend registered):", type(e).__name__, str(e)[:200])
