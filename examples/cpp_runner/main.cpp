@@ -27,7 +27,10 @@
 #include <executorch/runtime/platform/runtime.h>
 #include <executorch_tensorrt/executor_table.h>
 
+#include "device_memory.h"
+#include "input_fill.h"
 #include "tensor_file.h"
+#include "tensor_print.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -42,7 +45,6 @@ namespace {
 
 using executorch::aten::ScalarType;
 using executorch::extension::Module;
-using executorch::runtime::DeviceAllocator;
 using executorch::runtime::Error;
 using executorch::runtime::Method;
 using executorch::runtime::etensor::DeviceIndex;
@@ -52,7 +54,13 @@ using executorch::runtime::Tag;
 using executorch::runtime::etensor::Tensor;
 using executorch::runtime::etensor::TensorImpl;
 
-constexpr int kShownValues = 8;
+using etrt_runner::allocate_on;
+using etrt_runner::device_name;
+using etrt_runner::DeviceMemory;
+using etrt_runner::fill_generated;
+using etrt_runner::memory_index;
+using etrt_runner::OwnedTensor;
+using etrt_runner::print_error;
 
 int usage(const char* argv0) {
   std::fprintf(stderr,
@@ -63,162 +71,6 @@ int usage(const char* argv0) {
 }
 
 using etrt_runner::StoredTensor;
-
-// Logical (row-major) element `index` -> its position in memory through `strides`.
-size_t memory_index(const std::vector<TensorImpl::SizesType>& sizes,
-                    const std::vector<TensorImpl::StridesType>& strides, size_t index) {
-  size_t i = 0;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    const size_t size = static_cast<size_t>(sizes[d]);
-    i += (index % size) * static_cast<size_t>(strides[d]);
-    index /= size;
-  }
-  return i;
-}
-
-// Fills `count` elements (row-major) of type t with the runners' pattern or
-// with one. False if the type is not handled.
-bool fill_generated(ScalarType t, bool ones, uint8_t* p, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    const int k = etrt_runner::pattern_k(i);
-    const float f = ones ? 1.0f : static_cast<float>((k - 125) / 128.0);
-    const int64_t n = ones ? 1 : k % 16;
-    switch (t) {
-      case ScalarType::Float: reinterpret_cast<float*>(p)[i] = f; break;
-      case ScalarType::Double: reinterpret_cast<double*>(p)[i] = f; break;
-      case ScalarType::Half: reinterpret_cast<uint16_t*>(p)[i] = etrt_runner::exact_float_to_half(f); break;
-      case ScalarType::BFloat16: reinterpret_cast<uint16_t*>(p)[i] = etrt_runner::float_to_bfloat16_bits(f); break;
-      case ScalarType::Byte: reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(n); break;
-      case ScalarType::Char: reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(n); break;
-      case ScalarType::Short: reinterpret_cast<int16_t*>(p)[i] = static_cast<int16_t>(n); break;
-      case ScalarType::Int: reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(n); break;
-      case ScalarType::Long: reinterpret_cast<int64_t*>(p)[i] = n; break;
-      case ScalarType::Bool: reinterpret_cast<bool*>(p)[i] = ones || (k % 2 == 1); break;
-      default: return false;
-    }
-  }
-  return true;
-}
-
-// Owns the storage behind one tensor the runner makes: its shape arrays,
-// host bytes and, for a CUDA tensor, the device copy.
-struct OwnedTensor {
-  std::vector<TensorImpl::SizesType> sizes;
-  std::vector<TensorImpl::DimOrderType> dim_order;
-  std::vector<TensorImpl::StridesType> strides;
-  std::vector<uint8_t> data;
-  std::unique_ptr<TensorImpl> impl;
-};
-
-// Device memory from ExecuTorch's registered device allocator, freed with it.
-class DeviceMemory {
- public:
-  DeviceMemory(DeviceAllocator* allocator, void* ptr, DeviceIndex index)
-      : allocator_(allocator), ptr_(ptr), index_(index) {}
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  ~DeviceMemory() { allocator_->deallocate(ptr_, index_); }
-  void* get() const { return ptr_; }
-
- private:
-  DeviceAllocator* allocator_;
-  void* ptr_;
-  DeviceIndex index_;
-};
-
-std::string device_name(DeviceType type, DeviceIndex index) {
-  if (type == DeviceType::CUDA) return "cuda:" + std::to_string(index);
-  return "device type " + std::to_string(static_cast<int>(type)) + ":" + std::to_string(index);
-}
-
-double half_to_double(uint16_t h) {
-  const int sign = (h >> 15) & 1;
-  const int exp = (h >> 10) & 0x1f;
-  const int mant = h & 0x3ff;
-  double v;
-  if (exp == 0) {
-    v = mant / 1024.0 / 16384.0;  // subnormal: mant * 2^-24
-  } else if (exp == 31) {
-    v = mant ? 0.0 / 0.0 : 1.0 / 0.0;
-  } else {
-    v = (1.0 + mant / 1024.0);
-    for (int e = exp - 15; e > 0; --e) v *= 2.0;
-    for (int e = exp - 15; e < 0; ++e) v /= 2.0;
-  }
-  return sign ? -v : v;
-}
-
-double bfloat16_to_double(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-// Element `index` (in logical, row-major order, as Python's flatten() sees
-// it) of a tensor as a double (what Python's float(v) gives).
-bool value_at(const Tensor& t, size_t index, double* out) {
-  const void* p = t.const_data_ptr();
-  size_t i = 0;  // the element's position in memory, through the strides
-  size_t rest = index;
-  for (ssize_t d = t.dim(); d-- > 0;) {
-    const size_t size = static_cast<size_t>(t.size(d));
-    i += (rest % size) * static_cast<size_t>(t.strides()[d]);
-    rest /= size;
-  }
-  switch (t.scalar_type()) {
-    case ScalarType::Float: *out = static_cast<const float*>(p)[i]; return true;
-    case ScalarType::Double: *out = static_cast<const double*>(p)[i]; return true;
-    case ScalarType::Half: *out = half_to_double(static_cast<const uint16_t*>(p)[i]); return true;
-    case ScalarType::BFloat16: *out = bfloat16_to_double(static_cast<const uint16_t*>(p)[i]); return true;
-    case ScalarType::Byte: *out = static_cast<const uint8_t*>(p)[i]; return true;
-    case ScalarType::Char: *out = static_cast<const int8_t*>(p)[i]; return true;
-    case ScalarType::Short: *out = static_cast<const int16_t*>(p)[i]; return true;
-    case ScalarType::Int: *out = static_cast<const int32_t*>(p)[i]; return true;
-    case ScalarType::Long: *out = static_cast<double>(static_cast<const int64_t*>(p)[i]); return true;
-    case ScalarType::Bool: *out = static_cast<const bool*>(p)[i] ? 1.0 : 0.0; return true;
-    default: return false;
-  }
-}
-
-void print_error(const std::string& what, Error err) {
-  const char* cause = etrt_last_error();
-  std::fprintf(stderr, "error: %s: ExecuTorch error 0x%x (%s).%s%s\n", what.c_str(),
-               static_cast<unsigned>(err), executorch::runtime::to_string(err),
-               cause != nullptr && cause[0] != '\0' ? " " : "",
-               cause != nullptr ? cause : "");
-}
-
-// The allocator for `type`, or nullptr after saying why there is none.
-DeviceAllocator* allocator_for(DeviceType type, const std::string& what) {
-  DeviceAllocator* allocator = executorch::runtime::get_device_allocator(type);
-  if (allocator == nullptr) {
-    std::fprintf(stderr,
-                 "error: %s is kept in %s memory by this program, but no device allocator for it "
-                 "is registered with ExecuTorch. executorch_tensorrt registers a CUDA allocator "
-                 "when its adapter loads, unless EXECUTORCH_TENSORRT_NO_CUDA_ALLOCATOR=1 is set "
-                 "(then the library that set it must register one).\n",
-                 what.c_str(), device_name(type, 0).c_str());
-  }
-  return allocator;
-}
-
-// `nbytes` of device memory for `what`, or nullptr after saying why not.
-std::unique_ptr<DeviceMemory> allocate_on(DeviceType type, DeviceIndex index, size_t nbytes,
-                                          const std::string& what) {
-  DeviceAllocator* allocator = allocator_for(type, what);
-  if (allocator == nullptr) return nullptr;
-  auto ptr = allocator->allocate(std::max<size_t>(nbytes, 1), index);
-  if (!ptr.ok()) {
-    print_error("cannot allocate " + std::to_string(nbytes) + " bytes on " +
-                    device_name(type, index) + " for " + what,
-                ptr.error());
-    return nullptr;
-  }
-  std::fprintf(stderr, "note: %s is in %s memory (%zu bytes at %p)\n", what.c_str(),
-               device_name(type, index).c_str(), nbytes, ptr.get());
-  return std::make_unique<DeviceMemory>(allocator, ptr.get(), index);
-}
 
 // Where each input and output lives is recorded on the Method's own tensors
 // (from the program's extra_tensor_info). MethodMeta does not report it in
@@ -507,40 +359,8 @@ int main(int argc, char** argv) {
           host.dim_order.data(), host.strides.data());
       t = Tensor(host.impl.get());
     }
-    std::string shape;
-    for (ssize_t d = 0; d < t.dim(); ++d) {
-      shape += (d ? "," : "") + std::to_string(t.size(d));
-    }
-    std::printf("output[%zu] shape=[%s]\n", i, shape.c_str());
-    std::string values;
-    const size_t n = std::min<size_t>(t.numel(), kShownValues);
-    for (size_t k = 0; k < n; ++k) {
-      double v = 0.0;
-      if (!value_at(t, k, &v)) {
-        std::fprintf(stderr, "error: output %zu has dtype %s, which the reference runner cannot print\n",
-                     i, executorch::runtime::toString(t.scalar_type()));
-        return 1;
-      }
-      char buf[64];
-      std::snprintf(buf, sizeof(buf), "%.4f", v);
-      values += (k ? ", " : "") + std::string(buf);
-    }
-    std::printf("  values: %s\n", values.c_str());
-    if (!outputs_path.empty()) {
-      StoredTensor s;
-      s.name = "output." + std::to_string(i);
-      s.dtype = static_cast<uint32_t>(t.scalar_type());
-      const size_t elem = t.element_size();
-      std::vector<TensorImpl::SizesType> sizes(t.sizes().begin(), t.sizes().end());
-      std::vector<TensorImpl::StridesType> strides(t.strides().begin(), t.strides().end());
-      for (auto d : sizes) s.sizes.push_back(d);
-      s.data.resize(static_cast<size_t>(t.numel()) * elem);
-      const auto* base = static_cast<const uint8_t*>(t.const_data_ptr());
-      for (size_t k = 0; k < static_cast<size_t>(t.numel()); ++k) {
-        std::memcpy(s.data.data() + k * elem, base + memory_index(sizes, strides, k) * elem, elem);
-      }
-      written.push_back(std::move(s));
-    }
+    if (!etrt_runner::print_output(i, t)) return 1;
+    if (!outputs_path.empty()) written.push_back(etrt_runner::stored_output(i, t));
   }
   std::fflush(stdout);
   if (!outputs_path.empty()) {
