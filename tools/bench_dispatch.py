@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -30,6 +29,8 @@ os.environ["EXECUTORCH_TENSORRT_FALLBACK"] = "onnxruntime"
 PLAN_ENV = "EXECUTORCH_TENSORRT_NATIVE_PLAN"
 
 import torch  # noqa: E402
+
+from bench_threads import calls_per_second  # noqa: E402 - tools/ is this script's folder
 
 # variant -> (program, EXECUTORCH_TENSORRT_NATIVE_PLAN)
 VARIANTS = {"ours, native plan": ("tensorrt", "1"),
@@ -81,39 +82,12 @@ def per_call_us(folder: Path, calls: int, repeat: int) -> dict[str, float]:
     return {v: statistics.median(s) for v, s in samples.items()}
 
 
-def calls_per_second(methods: list, threads: int, calls: int) -> tuple[float, int]:
-    """`threads` threads, thread t calling methods[t % len(methods)]."""
-    x = torch.randn(2, 3)
-    for m in methods:
-        m.execute([x])  # single-threaded first call (plan)
-    failed = [0] * threads
-    start = threading.Barrier(threads + 1)
-
-    def worker(t: int) -> None:
-        method = methods[t % len(methods)]
-        start.wait()
-        for _ in range(calls):
-            try:
-                method.execute([x])
-            except RuntimeError:
-                failed[t] += 1
-
-    workers = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
-    for w in workers:
-        w.start()
-    start.wait()
-    began = time.perf_counter()
-    for w in workers:
-        w.join()
-    return threads * calls / (time.perf_counter() - began), sum(failed)
-
-
 def run_threads_child(variant: str, folder: Path, calls: int) -> None:
     import executorch_tensorrt  # noqa: F401
 
     for _, threads, programs in LAYOUTS:
         methods = [load(folder, variant) for _ in range(programs)]
-        runs = [calls_per_second(methods, threads, calls) for _ in range(3)]
+        runs = [calls_per_second(methods, threads, calls, torch.randn(2, 3)) for _ in range(3)]
         print(json.dumps([statistics.median(r for r, _ in runs), sum(f for _, f in runs)]),
               flush=True)  # one line per cell: a crash later keeps the cells before it
     os._exit(0)  # an overlap can leave std::cerr dangling (docs/concurrency.md)

@@ -52,9 +52,13 @@ def load(path: Path):
     return Runtime.get().load_program(path).load_method("forward")
 
 
-def calls_per_second(methods: list, threads: int, calls: int) -> tuple[float, int]:
-    """`threads` threads, thread t calling methods[t % len(methods)]."""
-    x = torch.randn(4, 64)
+def calls_per_second(methods: list, threads: int, calls: int,
+                     x: torch.Tensor | None = None) -> tuple[float, int]:
+    """`threads` threads, thread t calling methods[t % len(methods)] on `x`;
+    each method is called once first, single-threaded (its native plan)."""
+    x = torch.randn(4, 64) if x is None else x
+    for m in methods:
+        m.execute([x])
     failed = [0] * threads
     start = threading.Barrier(threads + 1)
 
