@@ -218,3 +218,30 @@ def test_executors_closed_at_exit_withdraw_their_plans(programs, tmp_path):
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and "refused" in done.stdout, done.stderr[-2000:]
     assert "closed at exit" in done.stderr  # Python answered, not the stale plan
+
+
+def test_a_traced_call_that_replaces_the_session_drops_plans_over_the_old_one(add_blob,
+                                                                              monkeypatch):
+    """With per-node profiling, a traced call ends the profile and replaces the
+    onnxruntime session; a plan cached for the old session must not be handed
+    to the adapter again (it would run Run on a released session)."""
+    from executorch_tensorrt.runtime import profiling
+
+    class Recorder:
+        def event(self, name: str, start: int, end: int) -> None:
+            pass
+
+    monkeypatch.setenv(profiling.PROFILE_NODES_ENV, "1")
+    executor = OnnxRuntimeExecutor(add_blob)
+    keep: list = []
+    x, y = np.ones((2, 3), np.float32), np.zeros((2, 3), np.float32)
+    args = (abi.EtrtArg * 2)(_arg(keep, x, True), _arg(keep, y, False))
+    executor.execute(args, 2)  # untraced: a plan over the first session
+    assert executor.native_plan().session == executor.session.session.value
+    monkeypatch.setattr(profiling, "begin_call", lambda: Recorder())
+    executor.execute(args, 2)  # traced: the session is replaced
+    monkeypatch.setattr(profiling, "begin_call", lambda: None)
+    executor.execute(args, 2)  # untraced again
+    assert executor.native_plan().session == executor.session.session.value
+    assert np.array_equal(y, x + 1)
+    executor.close()

@@ -243,12 +243,12 @@ class OnnxRuntimeExecutor(Executor):
             inputs = []
             for i, shape in enumerate(shapes):
                 arg = args[i]
-                if arg.device_type != abi.ETRT_DEVICE_CPU or is_permuted(arg):
-                    host = None
-                    if arg.device_type != abi.ETRT_DEVICE_CPU:
-                        checked_nbytes(arg, shape, "CUDA ")
-                        host = CudaStaging.get().to_host(arg, shape)  # bytes as they lie
-                    if is_permuted(arg):
+                permuted = is_permuted(arg)
+                if arg.device_type != abi.ETRT_DEVICE_CPU or permuted:
+                    # check_args has bounded both reads by the argument's capacity.
+                    host = (CudaStaging.get().to_host(arg, shape)  # bytes as they lie
+                            if arg.device_type != abi.ETRT_DEVICE_CPU else None)
+                    if permuted:
                         host = permuted_to_contiguous(arg, shape, host)
                     staged.append(host)
                     element = self._element_type(arg, self.input_types[i], f"input {i}")
@@ -289,6 +289,8 @@ class OnnxRuntimeExecutor(Executor):
         for name, start, end in self.node_profiler.last_run_nodes(self.session, run_start_ns):
             recorder.event(name, start, end)
         old, self.session = self.session, self.node_profiler.new_session()
+        for bound in self.bound.values():
+            bound.plan = None  # plans name the old session, released below
         old.close()
 
     def _copy_out(self, arg: abi.EtrtArg, j: int, value) -> None:
