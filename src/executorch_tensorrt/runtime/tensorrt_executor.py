@@ -181,8 +181,9 @@ class BoundContext:
 
     def execute(self, args, num_args: int | None = None) -> None:
         # Stage events (ETDump on) are host timestamps: "bind" includes queueing
-        # the input copies, "copies" queueing the output copies, and "wait" the
-        # GPU work still running (GPU-only, unverified).
+        # the input copies; the GPU work lands in "copies" when an output is
+        # copied back to pageable host memory (that copy waits for the stream,
+        # as the H200 showed), else in "wait".
         recorder = profiling.begin_call()
         t0 = profiling.now() if recorder else 0
         shapes = check_args(args, len(args) if num_args is None else num_args,
