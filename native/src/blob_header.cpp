@@ -88,9 +88,8 @@ bool parse_blob_header(const void* data, uint64_t size, BlobHeader* out,
     return reject(err, err_len, "engine offset %llu is not %llu-byte aligned",
                   static_cast<ull>(eng_off), static_cast<ull>(kAlignment));
   }
-  if (eng_size == 0) {
-    return reject(err, err_len, "engine is empty (engine size 0): a blob must carry an engine");
-  }
+  // An empty engine region is legal ("engine": "none" in the metadata, which
+  // the Python reader checks): the executor builds the engine at load.
   if (meta_off > size || meta_size > size - meta_off) {
     return reject(err, err_len,
                   "metadata region at %llu of %llu bytes is out of bounds (blob has %llu bytes)",

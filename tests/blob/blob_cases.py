@@ -186,7 +186,6 @@ HEADER_MALFORMED = [
     ("metadata_offset_zero", with_header(GOOD, meta_off=0), ["overlap", "header"]),
     ("engine_offset_misaligned", with_header(GOOD, eng_off=ENGINE_OFFSET + 8), ["aligned"]),
     ("engine_offset_odd", with_header(GOOD, eng_off=ENGINE_OFFSET - 1), ["aligned"]),
-    ("engine_size_zero", with_header(GOOD, eng_size=0), ["engine", "empty"]),
     ("metadata_past_end", with_header(GOOD, meta_size=len(GOOD)), ["metadata region", "out of bounds"]),
     ("metadata_size_u32_max", with_header(GOOD, meta_size=2**32 - 1), ["metadata region", "out of bounds"]),
     ("metadata_offset_u32_max", with_header(GOOD, meta_off=2**32 - 1), ["metadata region", "out of bounds"]),
@@ -206,6 +205,8 @@ HEADER_MALFORMED = [
 # only the fixed header and regions, need not.
 METADATA_MALFORMED = [
     ("metadata_size_zero", with_header(GOOD, meta_size=0), ["metadata is empty"]),
+    # An empty engine region is the reader's call: legal only with "engine": "none".
+    ("engine_size_zero", with_header(GOOD, eng_size=0), ["engine", "empty", '"none"']),
     # metadata bytes
     ("metadata_not_utf8", meta_blob(b'{"io_bindings":[],"x":"\xff"}'), ["UTF-8"]),
     ("metadata_overlong_utf8", meta_blob(b'{"io_bindings":[],"x":"\xc0\xaf"}'), ["UTF-8"]),

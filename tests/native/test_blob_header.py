@@ -145,7 +145,6 @@ HEADER_FAULTS = [
     ("metadata_in_header", header(mo=0), ["metadata offset 0", "header"]),
     ("metadata_at_31", header(mo=31), ["metadata offset 31", "header"]),
     ("engine_unaligned", header(eo=EO + 1), ["engine offset", "aligned"]),
-    ("engine_empty", header(es=0), ["engine", "empty"]),
     ("metadata_past_end", header(ms=len(GOOD) - MO + 1), ["metadata region", "out of bounds"]),
     ("metadata_offset_huge", header(mo=2**32 - 1), ["metadata region", "out of bounds"]),
     ("engine_past_end", header(es=len(GOOD) - EO + 1), ["engine region", "out of bounds"]),
@@ -163,6 +162,8 @@ METADATA_FAULTS = [
     ("json_syntax", header(GOOD[:MO] + b"{" * MS + GOOD[MO + MS:])),
     ("not_utf8", header(GOOD[:MO] + b"\xff" * MS + GOOD[MO + MS:])),
     ("section_past_end", GOOD[:len(GOOD) - 4]),
+    # Legal only with "engine": "none" in the metadata.
+    ("engine_empty", header(es=0)),
 ]
 
 
@@ -264,10 +265,11 @@ def _mutate(rng: random.Random, data: bytes) -> bytes:
 
 def _with_minimal_metadata(data: bytes) -> bytes | None:
     """The blob with its metadata replaced by the smallest valid JSON, padded
-    with spaces; None if the region is too small to hold it."""
-    _, mo, ms, _, _, _ = struct.unpack_from(FMT, data)
+    with spaces; None if the region is too small to hold it, or if the engine
+    region is empty (legal only with metadata naming an ONNX section)."""
+    _, mo, ms, _, es, _ = struct.unpack_from(FMT, data)
     text = b'{"io_bindings":[]}'
-    if ms < len(text):
+    if ms < len(text) or es == 0:
         return None
     return data[:mo] + text + b" " * (ms - len(text)) + data[mo + ms:]
 

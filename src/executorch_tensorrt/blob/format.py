@@ -34,6 +34,17 @@ SECTION_DIGEST_KEY = "sha256"
 
 #: What the runtime reads besides io_bindings, with the values it understands.
 PRECISIONS = ("fp32", "fp16", "bf16")
+#: "engine": what the engine region holds. "full": a plan with its weights
+#: (the default, and every upstream blob); "stripped": a weight-stripped plan
+#: refitted at load from the named data; "none": no plan (engine size 0), the
+#: executor builds one at load from the ONNX section and the named data.
+ENGINE_KINDS = ("full", "stripped", "none")
+#: "weights_location": where the ONNX graph's large initializers are.
+#: "inline": inside the ONNX section (the default); "named_data": in the
+#: program's named data (.pte or .ptd), listed in "weights".
+WEIGHTS_LOCATIONS = ("inline", "named_data")
+#: A named-data key is at most this many printable ASCII characters.
+MAX_KEY_LENGTH = 256
 TRT_FLAVORS = ("tensorrt", "tensorrt_rtx")
 
 U32_MAX = 0xFFFFFFFF
@@ -56,6 +67,9 @@ DTYPE_TO_SCALAR_TYPE = {
     "bfloat16": 15,  # BFloat16
     "float8": 24,  # Float8_e4m3fn
 }
+#: Bytes per element of each dtype above.
+DTYPE_ITEMSIZE = {"uint8": 1, "int8": 1, "int32": 4, "int64": 8, "float16": 2, "float32": 4,
+                  "bool": 1, "bfloat16": 2, "float8": 1}
 #: What write_blob accepts as a dtype: the names above, or "" for "not
 #: recorded" (Torch-TensorRT's ExecuTorch path writes "").
 WRITE_DTYPES = frozenset(DTYPE_TO_SCALAR_TYPE) | {""}
@@ -110,6 +124,16 @@ class Blob:
         """Reserved byte 0 (1 for blobs written here and by Torch-TensorRT,
         0 for ExecuTorch's upstream delegate)."""
         return self.reserved[0]
+
+    @property
+    def engine_kind(self) -> str:
+        """One of ENGINE_KINDS ("full" when the metadata does not say)."""
+        return self.metadata.get("engine", "full")
+
+    @property
+    def weights(self) -> list:
+        """The named-data weights ([] when the weights are inline)."""
+        return self.metadata.get("weights", [])
 
     @property
     def has_digests(self) -> bool:

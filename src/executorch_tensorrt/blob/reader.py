@@ -29,7 +29,7 @@ from .format import (
     is_int,
     show,
 )
-from .schema import check_digest, check_metadata, check_object_keys
+from .schema import check_digest, check_engine_kind, check_metadata, check_object_keys
 
 
 class _Layout(NamedTuple):
@@ -89,8 +89,6 @@ def _parse_layout(mv: memoryview) -> _Layout:
         raise BlobError(f"metadata offset {meta_off} overlaps the {HEADER_SIZE}-byte header")
     if eng_off % ALIGNMENT:
         raise BlobError(f"engine offset {eng_off} is not {ALIGNMENT}-byte aligned")
-    if eng_size == 0:
-        raise BlobError("engine is empty (engine size 0): a blob must carry an engine")
     if meta_off > size or meta_size > size - meta_off:
         raise BlobError(f"metadata region {_region(meta_off, meta_size)} is out of bounds "
                         f"(blob has {size} bytes)")
@@ -184,6 +182,7 @@ def _parse_layout(mv: memoryview) -> _Layout:
         raise BlobError("the blob records SHA-256 digests for some of its regions but not "
                         f"all ('{ENGINE_DIGEST_KEY}' and each section's "
                         f"'{SECTION_DIGEST_KEY}'): its metadata is corrupt; re-export the program")
+    check_engine_kind(eng_size, meta, {name for name, *_ in sections})
     return _Layout(meta_off, meta_size, eng_off, eng_size, bytes(reserved), meta,
                    engine_digest, sections)
 

@@ -12,13 +12,18 @@ import re
 from typing import Any
 
 from .format import (
+    DTYPE_ITEMSIZE,
     DTYPE_TO_SCALAR_TYPE,
+    ENGINE_KINDS,
     I32_MAX,
     I32_MIN,
     I64_MAX,
+    MAX_KEY_LENGTH,
     MAX_OBJECT_KEYS,
     PRECISIONS,
+    SECTION_ONNX,
     TRT_FLAVORS,
+    WEIGHTS_LOCATIONS,
     BlobError,
     is_int,
     show,
@@ -28,6 +33,8 @@ _BINDING_KEYS = ("name", "dtype", "shape", "is_input")
 _CAPABILITY = re.compile(r"SM[0-9]{2,4}")
 _VERSION = re.compile(r"[0-9A-Za-z._+-]{1,64}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+_KEY = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_KEY_LENGTH)
+_WEIGHT_KEYS = {"name", "key", "dtype", "shape", "nbytes"}
 
 
 def check_object_keys(obj: dict, where: str, key_info: dict | None) -> None:
@@ -170,6 +177,80 @@ def check_metadata(meta: dict, dtypes: frozenset, key_info: dict | None) -> None
     if "onnx_node_sources" in meta:
         _check_node_sources(meta["onnx_node_sources"], key_info)
     _check_runtime_fields(meta)
+    _check_weights(meta, key_info)
+
+
+def check_engine_kind(engine_size: int, meta: dict, sections: set[str]) -> None:
+    """An empty engine region only where the metadata says "engine": "none",
+    and then the ONNX section the executor builds from must be there."""
+    engine = meta.get("engine", "full")
+    if engine_size == 0 and engine != "none":
+        raise BlobError("engine is empty (engine size 0) but the metadata does not say "
+                        "\"engine\": \"none\": the blob is truncated or corrupt")
+    if engine == "none":
+        if engine_size:
+            raise BlobError(f"the metadata says \"engine\": \"none\" but the engine region "
+                            f"holds {engine_size} bytes; the metadata is corrupt")
+        if SECTION_ONNX not in sections:
+            raise BlobError("the blob has no engine (\"engine\": \"none\") and no 'onnx' "
+                            "section to build one from; re-export the program")
+
+
+def _check_weights(meta: dict, key_info: dict | None) -> None:
+    """"engine", "weights_location" and "weights" (docs/blob-format.md): each
+    named-data weight's ONNX initializer name, key, dtype, shape and byte size,
+    which must agree, since the executors hand these sizes to onnxruntime and
+    TensorRT as the extent of memory they read."""
+    engine = meta.get("engine", "full")
+    if engine not in ENGINE_KINDS:
+        raise BlobError(f"'engine' must be one of {list(ENGINE_KINDS)}, got {show(engine)}")
+    location = meta.get("weights_location", "inline")
+    if location not in WEIGHTS_LOCATIONS:
+        raise BlobError(f"'weights_location' must be one of {list(WEIGHTS_LOCATIONS)}, "
+                        f"got {show(location)}")
+    if location == "inline":
+        if "weights" in meta:
+            raise BlobError("'weights' is set but 'weights_location' is not \"named_data\": "
+                            "the metadata is inconsistent; re-export the program")
+        if engine == "stripped":
+            raise BlobError("a weight-stripped engine needs its weights in named data, but "
+                            "'weights_location' is \"inline\"; re-export the program")
+        return
+    weights = meta.get("weights")
+    if not isinstance(weights, (list, tuple)):
+        raise BlobError("'weights_location' is \"named_data\" but 'weights' is not an array "
+                        f"(got {type(weights).__name__}); re-export the program")
+    names: dict[str, int] = {}
+    for i, w in enumerate(weights):
+        where = f"weights[{i}]"
+        if not isinstance(w, dict) or set(w) != _WEIGHT_KEYS:
+            raise BlobError(f"{where} must be an object with exactly {sorted(_WEIGHT_KEYS)}, "
+                            f"got {show(w)}")
+        check_object_keys(w, where, key_info)
+        _check_name(w["name"], f"{where}.name")
+        if w["name"] in names:
+            raise BlobError(f"duplicate weight name {show(w['name'])} "
+                            f"(weights[{names[w['name']]}] and {where})")
+        names[w["name"]] = i
+        key = w["key"]
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
+            raise BlobError(f"{where}.key must be 1-{MAX_KEY_LENGTH} printable ASCII characters "
+                            f"without spaces, got {show(key)}")
+        dtype = w["dtype"]
+        if dtype not in DTYPE_ITEMSIZE:
+            raise BlobError(f"{where}.dtype must be one of {sorted(DTYPE_ITEMSIZE)}, "
+                            f"got {show(dtype)}")
+        shape, nbytes = w["shape"], w["nbytes"]
+        if not isinstance(shape, (list, tuple)) or not all(
+                is_int(d) and 0 <= d <= I64_MAX for d in shape):
+            raise BlobError(f"{where}.shape must be an array of non-negative integers, "
+                            f"got {show(shape)}")
+        count = 1
+        for d in shape:
+            count = min(count * d, I64_MAX + 1)
+        if not is_int(nbytes) or nbytes != count * DTYPE_ITEMSIZE[dtype]:
+            raise BlobError(f"{where}.nbytes {show(nbytes)} is not the size of a {dtype} "
+                            f"tensor of shape {show(shape)}; the metadata is corrupt")
 
 
 def _check_name(v: Any, where: str) -> None:

@@ -23,7 +23,7 @@ from .format import (
     show,
 )
 from .reader import parse
-from .schema import check_metadata
+from .schema import check_engine_kind, check_metadata
 
 # Keys write_blob fills in itself.
 _RESERVED_WRITE_KEYS = ("sections", ENGINE_DIGEST_KEY)
@@ -118,8 +118,6 @@ def write_blob(
     passed in.
     """
     engine = _as_bytes(engine, "engine")
-    if not engine:
-        raise BlobError("engine is empty (engine size 0): a blob must carry an engine")
     if not isinstance(metadata, Mapping):
         raise BlobError(f"metadata must be a dict, got {type(metadata).__name__}")
     for k in _RESERVED_WRITE_KEYS:
@@ -137,13 +135,14 @@ def write_blob(
         items = sections.items() if isinstance(sections, Mapping) else sections
         for name, data in items:
             named.append((name, _as_bytes(data, f"section {name!r}")))
-    seen = set()
+    seen: set[str] = set()
     for name, _ in named:
         if not isinstance(name, str) or not name:
             raise BlobError(f"section name must be a non-empty string, got {show(name)}")
         if name in seen:
             raise BlobError(f"duplicate section name {name!r}")
         seen.add(name)
+    check_engine_kind(len(engine), meta, seen)
 
     engine_sha256 = hashlib.sha256(engine).hexdigest()
     digests = [hashlib.sha256(data).hexdigest() for _, data in named]
