@@ -12,6 +12,7 @@
 #include "blob_header.h"
 #include "embedded_start.h"
 #include "last_error.h"
+#include "named_data.h"
 #include "native_plan.h"
 #include "profiling.h" // profiling: ETDump delegate events
 
@@ -21,6 +22,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <type_traits>
 
@@ -61,6 +63,9 @@ struct DelegateState {
   // The executor's plan for the arguments of its last successful call
   // (native_plan.h); used only inside the guard above.
   NativePlan plan;
+  // Named-data buffers the executor asked for during init: its views of them
+  // stay valid until destroy (freed after the executor's destroy).
+  std::unique_ptr<NamedData> named_data;
 };
 
 /* A method's planned memory and `args` above are shared by all its calls: two
@@ -306,12 +311,21 @@ class TensorRTBackend final : public et::BackendInterface {
     args.num_compile_specs = compile_specs.size();
     args.method_name = context.get_method_name();
     args.fallback = fallback;
+    std::unique_ptr<NamedData> named_data(new (std::nothrow)
+                                              NamedData(context.get_named_data_map()));
+    if (named_data == nullptr) {
+      delete[] specs;
+      return fail(Error::MemoryAllocationFailed, "out of memory for the named-data holder");
+    }
+    args.named_data_ctx = named_data.get();
+    args.get_named_data = &NamedData::lookup;
 
     uint64_t handle = 0;
     uint32_t num_inputs = 0;
     uint32_t num_outputs = 0;
     const int32_t code = table->init(&args, &handle, &num_inputs, &num_outputs);
     delete[] specs;
+    named_data->end_init(); // the map belongs to the Method's init
     if (code != 0) {
       return executor_failed("init", code);
     }
@@ -327,6 +341,7 @@ class TensorRTBackend final : public et::BackendInterface {
       table->destroy(handle);
       return fail(Error::MemoryAllocationFailed, "out of memory allocating the delegate handle");
     }
+    state->named_data = std::move(named_data);
     for (uint64_t i = 0; i < num_args; ++i) {
       std::memset(&arg_array[i], 0, sizeof(etrt_arg));
       arg_array[i].struct_size = sizeof(etrt_arg);

@@ -12,6 +12,7 @@ from __future__ import annotations
 # ExecuTorch Error codes (executorch/runtime/core/error.h).
 ET_INTERNAL = 0x01
 ET_INVALID_ARGUMENT = 0x12
+ET_NOT_FOUND = 0x20
 ET_INVALID_PROGRAM = 0x23
 ET_DELEGATE_INVALID_COMPATIBILITY = 0x30
 
@@ -60,6 +61,13 @@ class InvalidProgramError(ExecuTorchTensorRTError, ValueError):
     or referencing anything outside the blob)."""
 
     et_error = ET_INVALID_PROGRAM
+
+
+class NamedDataError(InvalidProgramError):
+    """The program's named data (the .pte's segment or the .ptd passed at load)
+    lacks a weight the blob lists, or holds it with another size."""
+
+    et_error = ET_NOT_FOUND
 
 
 def error_code(error: BaseException) -> int:

@@ -70,6 +70,17 @@ typedef struct etrt_compile_spec {
   uint64_t nbytes;
 } etrt_compile_spec;
 
+/* Looks up `key` in the program's named data (ExecuTorch's NamedDataMap:
+ * the .pte's own segment and the .ptd passed at load). On success stores a
+ * pointer to the bytes in *data and their size in *nbytes and returns 0; the
+ * bytes are read-only (usually mapped from the file, not copied) and stay
+ * valid until the adapter destroys the delegate. Call it only during init,
+ * with the init args' named_data_ctx. On failure returns an Error code
+ * (NotFound: no such key, or no named data at all) with the cause in
+ * etrt_last_error. Asking for the same key twice returns the same bytes. */
+typedef int32_t (*etrt_get_named_data_fn)(void* ctx, const char* key, const void** data,
+                                          uint64_t* nbytes);
+
 /* Everything init receives. */
 typedef struct etrt_init_args {
   uint32_t struct_size;   /* sizeof(etrt_init_args) */
@@ -80,6 +91,10 @@ typedef struct etrt_init_args {
   uint64_t num_compile_specs;
   const char* method_name;  /* may be NULL */
   const char* fallback;     /* load-time backend option "fallback", or NULL */
+  /* Appended (read them only when struct_size covers them): the program's
+   * named data, where weights stored outside the blob live. */
+  void* named_data_ctx;     /* pass to get_named_data; valid during init only */
+  etrt_get_named_data_fn get_named_data;
 } etrt_init_args;
 
 /* ---- Native plans: the steady-state path without the executor ----

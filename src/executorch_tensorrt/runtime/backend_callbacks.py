@@ -32,6 +32,7 @@ from ..errors import ET_INTERNAL, ExecuTorchTensorRTError, error_code
 from . import executor_table
 from ._native import install_executor_table, set_last_error
 from .executors import Executor, create_executor
+from .named_data import AdapterNamedData
 
 __all__ = ["PythonExecutors", "install"]
 
@@ -69,7 +70,8 @@ class PythonExecutors:
             args = args_ptr.contents
             blob = read_blob(args.blob_bytes())
             fallback = args.fallback.decode() if args.fallback else None
-            executor = create_executor(blob, fallback)
+            named_data = AdapterNamedData(args) if args.has_named_data() else None
+            executor = create_executor(blob, fallback, named_data)
             with self.lock:
                 handle = next(self.ids)
                 self.handles[handle] = executor

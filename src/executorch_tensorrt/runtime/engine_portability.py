@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..blob import Blob
 from ..errors import EngineBuildError, InvalidProgramError, RebuildImpossible
@@ -20,6 +20,7 @@ from ..tensorrt.engine_builder import build_engine, stderr_progress
 from ..tensorrt.flavor import TensorRT
 from ..tensorrt.options import BuildOptions, InputProfile
 from .engine_cache import EngineCache
+from .named_data import WeightBuffer
 from .onnx_safety import self_contained_onnx
 
 __all__ = ["CACHE_ENV", "RebuildImpossible", "built_here", "cache_dir", "rebuilt_engine"]
@@ -53,17 +54,27 @@ def cached_or_built(key: str, build: Callable[[], bytes]) -> bytes:
         raise RebuildImpossible("; ".join([str(e), *getattr(e, "__notes__", [])])) from None
 
 
-def rebuilt_engine(blob: Blob, trt: TensorRT, capability: str) -> bytes:
-    """This TensorRT's engine for the blob's ONNX model and `capability` (e.g. "SM90")."""
+def rebuilt_engine(blob: Blob, trt: TensorRT, capability: str,
+                   weights: Sequence[WeightBuffer] = ()) -> bytes:
+    """This TensorRT's engine for the blob's ONNX model and `capability` (e.g. "SM90").
+
+    A blob whose weights are in named data ("engine": "none" builds here on
+    every first load) needs them in `weights` (named_data.blob_weights): the
+    parser reads them where they lie, so no ONNX with weights is formed. The
+    cache key includes their keys, which are digests of their bytes."""
     if trt.is_rtx and capability not in trt.module.ComputeCapability.__members__:
         raise RebuildImpossible(f"TensorRT-RTX {trt.version} cannot build for {capability}")
     try:
         onnx_bytes = self_contained_onnx(blob)
     except InvalidProgramError as e:
         raise RebuildImpossible(str(e)) from None
+    if len(weights) != len(blob.weights):
+        raise RebuildImpossible(f"the blob lists {len(blob.weights)} weights in named data, "
+                                f"{len(weights)} were supplied to the build")
     meta = blob.metadata
+    weights_id = json.dumps([[w.name, w.key, w.nbytes] for w in weights])
     key_data = json.dumps([trt.flavor, trt.version, capability, meta.get("profiles"),
-                           meta.get("precision")], sort_keys=True).encode()
+                           meta.get("precision"), weights_id], sort_keys=True).encode()
     # The embedded ONNX already has the partition's precision in its types.
     options = BuildOptions(compute_capabilities=(capability,) if trt.is_rtx else None,
                            precision=str(meta.get("precision", "fp32")))
@@ -72,7 +83,9 @@ def rebuilt_engine(blob: Blob, trt: TensorRT, capability: str) -> bytes:
         try:
             return build_engine(onnx_bytes, options, label="a rebuilt partition",
                                 profiles=_profiles(meta), progress=stderr_progress,
-                                trt=trt).engine
+                                trt=trt, weights_id=weights_id,
+                                initializers=[(w.name, w.address, w.nbytes)
+                                              for w in weights]).engine
         except EngineBuildError as e:
             raise RebuildImpossible(str(e)) from None
 

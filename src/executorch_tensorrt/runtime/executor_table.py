@@ -25,6 +25,7 @@ __all__ = [
     "EtrtArg",
     "EtrtCompileSpec",
     "EtrtInitArgs",
+    "GetNamedDataFn",
     "EtrtExecutorTable",
     "ETRT_PLAN_ORT_RUN",
     "EtrtArgSignature",
@@ -95,6 +96,14 @@ class EtrtCompileSpec(ctypes.Structure):
         return ctypes.string_at(self.value, self.nbytes)
 
 
+# etrt_get_named_data_fn(ctx, key, &data, &nbytes) -> Error code. CFUNCTYPE:
+# calling it from Python releases the GIL for the lookup, which is harmless
+# (init runs it on ExecuTorch's thread, which the cause is recorded for).
+GetNamedDataFn = ctypes.CFUNCTYPE(
+    ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
+    ctypes.POINTER(ctypes.c_uint64))
+
+
 class EtrtInitArgs(ctypes.Structure):
     """``etrt_init_args``: everything an executor's init receives."""
 
@@ -107,7 +116,15 @@ class EtrtInitArgs(ctypes.Structure):
         ("num_compile_specs", ctypes.c_uint64),
         ("method_name", ctypes.c_char_p),  # may be None
         ("fallback", ctypes.c_char_p),  # load-time option "fallback", or None
+        # Appended: present only when struct_size covers them (has_named_data).
+        ("named_data_ctx", ctypes.c_void_p),  # valid during init only
+        ("get_named_data", GetNamedDataFn),
     ]
+
+    def has_named_data(self) -> bool:
+        """Whether the adapter that filled this struct passes named data."""
+        end = EtrtInitArgs.get_named_data.offset + ctypes.sizeof(GetNamedDataFn)
+        return self.struct_size >= end and bool(self.get_named_data)
 
     def blob_bytes(self) -> bytes:
         return ctypes.string_at(self.blob, self.blob_size) if self.blob_size else b""

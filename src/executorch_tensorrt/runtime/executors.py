@@ -19,6 +19,7 @@ from ..blob import Blob
 from ..errors import ArgumentError, EngineUnavailable
 from . import executor_table as abi
 from .arguments import Binding
+from .named_data import NamedData
 
 FALLBACK_ENV = "EXECUTORCH_TENSORRT_FALLBACK"
 FALLBACK_ONNXRUNTIME = "onnxruntime"
@@ -60,19 +61,20 @@ def native_plans_enabled() -> bool:
     return os.environ.get(NATIVE_PLAN_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-ExecutorFactory = Callable[[Blob], Executor]
+# (blob, the program's named data or None) -> executor
+ExecutorFactory = Callable[[Blob, "NamedData | None"], Executor]
 
 
-def _tensorrt(blob: Blob) -> Executor:
+def _tensorrt(blob: Blob, named_data: NamedData | None) -> Executor:
     from .tensorrt_executor import TensorRTExecutor
 
-    return TensorRTExecutor(blob)
+    return TensorRTExecutor(blob, named_data)
 
 
-def _onnxruntime(blob: Blob) -> Executor:
+def _onnxruntime(blob: Blob, named_data: NamedData | None) -> Executor:
     from .onnxruntime_executor import OnnxRuntimeExecutor  # imports onnxruntime: only here
 
-    return OnnxRuntimeExecutor(blob)
+    return OnnxRuntimeExecutor(blob, named_data)
 
 
 def fallback_requested(option: str | None) -> str | None:
@@ -96,13 +98,15 @@ def executor_factories(fallback: str | None) -> list[tuple[str, ExecutorFactory]
     return factories
 
 
-def create_executor(blob: Blob, fallback_option: str | None) -> Executor:
-    """The first executor in order that can run the blob here."""
+def create_executor(blob: Blob, fallback_option: str | None,
+                    named_data: NamedData | None = None) -> Executor:
+    """The first executor in order that can run the blob here. `named_data`:
+    where the blob's "weights" are (None: the program supplied none)."""
     causes: list[str] = []
     fallback = fallback_requested(fallback_option)
     for _name, factory in executor_factories(fallback):
         try:
-            executor = factory(blob)
+            executor = factory(blob, named_data)
         except EngineUnavailable as e:
             causes.append(str(e))
             continue

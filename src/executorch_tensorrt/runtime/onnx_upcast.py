@@ -15,6 +15,11 @@ _REDUCED = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
 
 
 def _upcast_tensor(t: TensorProto) -> None:
+    if t.data_type in _REDUCED and t.data_location == TensorProto.EXTERNAL:
+        # A named-data weight (onnx_safety.py admitted only those): its bytes
+        # are upcast where they are fed (ort_named_weights.py), never loaded here.
+        t.data_type = TensorProto.FLOAT
+        return
     if t.data_type in _REDUCED:
         array = numpy_helper.to_array(t).astype(np.float32)
         t.CopyFrom(numpy_helper.from_array(array, t.name))

@@ -25,7 +25,9 @@ from .executors import Executor, native_plans_enabled
 from .native_plan import OrtRunPlan, signature_key
 from .onnx_safety import self_contained_onnx
 from .onnx_upcast import upcast_to_fp32
-from .ort_capi import ELEMENT_TYPE_NAMES, OrtSession
+from .named_data import NamedData, blob_weights
+from .ort_capi import ELEMENT_TYPE_NAMES, OrtApi, OrtSession
+from .ort_named_weights import OrtNamedWeights
 from .ort_node_profile import OrtNodeProfiler
 
 
@@ -129,17 +131,29 @@ class OnnxRuntimeExecutor(Executor):
     kind = "onnxruntime"
     max_bound = 16  # cached address sets; memory planning keeps addresses stable
 
-    def __init__(self, blob: Blob):
+    def __init__(self, blob: Blob, named_data: NamedData | None = None):
         if blob.onnx is None:
             raise ArgumentError("this blob carries no ONNX model, so onnxruntime cannot run it "
                                 "(it was written by a tool that embeds only the engine)")
         model = self_contained_onnx(blob)  # refuses external data before anything reads it
+        weights = blob_weights(blob, named_data)  # named-data weights, sizes checked
         self.inputs, self.outputs = split_bindings(blob.metadata)
-        if blob.metadata.get("precision", "fp32") != "fp32":
+        upcast = blob.metadata.get("precision", "fp32") != "fp32"
+        if upcast:
             model = upcast_to_fp32(model)  # see onnx_upcast.py: the CPU lacks fp16 kernels
+        # Weights stay in the named data (ort_named_weights.py); released in close().
+        self.weights = OrtNamedWeights(OrtApi.get(), weights, upcast) if weights else None
+        configure = self.weights.configure if self.weights else None
         # Per-node times only when asked (EXECUTORCH_TENSORRT_PROFILE_NODES=1).
-        self.node_profiler = OrtNodeProfiler(model) if profiling.nodes_requested() else None
-        self.session = self.node_profiler.new_session() if self.node_profiler else OrtSession(model)
+        self.node_profiler = (OrtNodeProfiler(model, configure) if profiling.nodes_requested()
+                              else None)
+        try:
+            self.session = (self.node_profiler.new_session() if self.node_profiler
+                            else OrtSession(model, configure=configure))
+        except BaseException:
+            if self.weights is not None:
+                self.weights.release()
+            raise
         self.api = self.session.api
         if len(self.session.inputs) != len(self.inputs) or \
                 len(self.session.outputs) != len(self.outputs):
@@ -325,6 +339,9 @@ class OnnxRuntimeExecutor(Executor):
             self.session = None
         if self.node_profiler is not None:
             self.node_profiler.close()
+        if self.weights is not None:  # after the session that reads them
+            self.weights.release()
+            self.weights = None
 
     def __del__(self) -> None:
         try:

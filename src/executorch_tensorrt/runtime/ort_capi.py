@@ -70,6 +70,12 @@ _SLOTS: dict[str, tuple[int, object, tuple]] = {
     "ReleaseTensorTypeAndShapeInfo": (99, None, (c_void_p,)),
     "ReleaseSessionOptions": (100, None, (c_void_p,)),
     "SessionEndProfiling": (110, _Status, (c_void_p, c_void_p, POINTER(c_void_p))),  # profiling
+    # Weights from named data (ort_named_weights.py). AddSessionConfigEntry
+    # since API 2, AddInitializer since 3, AddExternalInitializers since 12.
+    "AddSessionConfigEntry": (130, _Status, (c_void_p, c_char_p, c_char_p)),
+    "AddInitializer": (150, _Status, (c_void_p, c_char_p, c_void_p)),
+    "AddExternalInitializers": (210, _Status, (c_void_p, POINTER(c_char_p), POINTER(c_void_p),
+                                               c_size_t)),
 }
 
 # ONNXTensorElementDataType codes (the ONNX TensorProto codes).
@@ -206,11 +212,16 @@ class OrtSession:
     """One onnxruntime session over a model held in memory; run() keeps the GIL."""
 
     def __init__(self, model: bytes, intra_op_threads: int = 0,
-                 profile_prefix: str | None = None):
+                 profile_prefix: str | None = None, configure=None):
+        """`configure(api, options)`, when given, adds to the session options
+        before the session is created (ort_named_weights.py feeds weights so);
+        whatever it hands onnxruntime must outlive this session."""
         self.api = api = OrtApi.get()
         self.session = None
         options = api._out(api.CreateSessionOptions, "CreateSessionOptions")
         try:
+            if configure is not None:
+                configure(api, options)
             if profile_prefix is not None:  # per-node times: a JSON file at end_profiling()
                 api.check(api.EnableProfiling(options, profile_prefix.encode()), "EnableProfiling")
             api.check(api.SetSessionLogSeverityLevel(options, _ORT_LOGGING_LEVEL_ERROR),

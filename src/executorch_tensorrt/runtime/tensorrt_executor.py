@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Sequence
 
 import torch
 
@@ -25,7 +26,10 @@ from .arguments import (
     split_bindings)
 from .cuda_probe import cuda_unavailable_reason
 from .engine_portability import built_here, rebuilt_engine
+from .engine_refit import refit_engine
 from .executors import Executor
+from .named_data import NamedData, WeightBuffer, blob_weights
+from .onnx_safety import self_contained_onnx
 from .tensorrt_profiling import attach_layer_profiler
 
 __all__ = ["BoundContext", "EngineUnavailable", "TensorRTExecutor"]
@@ -50,19 +54,29 @@ def device_capability(device: torch.device) -> str:
     return f"SM{major}{minor}"
 
 
-def engine_for_this_gpu(blob: Blob, trt, device: torch.device) -> bytes:
-    """The blob's engine, or one rebuilt from its ONNX for this TensorRT and GPU."""
+def engine_for_this_gpu(blob: Blob, trt, device: torch.device,
+                        weights: Sequence[WeightBuffer] = ()) -> bytes:
+    """The blob's engine, or one (re)built from its ONNX (and named-data
+    `weights`) for this TensorRT and GPU: always for "engine": "none"."""
     here = device_capability(device)
-    if built_here(blob, trt, here):
+    if blob.engine_kind != "none" and built_here(blob, trt, here):
         return blob.engine
     meta = blob.metadata
+    if blob.engine_kind == "none":
+        try:
+            return rebuilt_engine(blob, trt, here, weights)
+        except RebuildImpossible as e:
+            raise EngineUnavailable(
+                f"the program ships no engine for this partition (it is built at load from "
+                f"the embedded ONNX and the named-data weights), and building it with "
+                f"{trt.flavor} {trt.version} for this GPU ({here}) failed: {e}") from None
     built = meta.get("compute_capabilities")
     if built == "all":
         built = [k for k in trt.module.ComputeCapability.__members__ if k.startswith("SM")]
     was = (f"{meta.get('trt_flavor')} {meta.get('trt_version')} for "
            f"{', '.join(built) if isinstance(built, list) and built else 'its GPU'}")
     try:
-        return rebuilt_engine(blob, trt, here)
+        return rebuilt_engine(blob, trt, here, weights)
     except RebuildImpossible as e:
         raise EngineUnavailable(
             f"the engine was built with {was}, and this GPU ({torch.cuda.get_device_name(device)})"
@@ -102,8 +116,10 @@ def engine_binding(trt, engine, binding: Binding) -> Binding:
 class TensorRTExecutor(Executor):
     kind = "tensorrt"
 
-    def __init__(self, blob: Blob):
+    def __init__(self, blob: Blob, named_data: NamedData | None = None):
         meta = blob.metadata
+        # A missing or mismatched .ptd is the answer whatever runs the partition.
+        weights = blob_weights(blob, named_data)
         self.inputs, self.outputs = split_bindings(meta)
         flavor = meta.get("trt_flavor")
         try:  # the flavour that built it, else any: engine_for_this_gpu rebuilds
@@ -116,7 +132,7 @@ class TensorRTExecutor(Executor):
                                     f"{meta.get('trt_version', '')}, and no TensorRT is "
                                     f"installed here to run or rebuild it: {e}")
         device = cuda_device_or_raise(int(meta.get("device_id", 0)))
-        engine = engine_for_this_gpu(blob, self.trt, device)
+        engine = engine_for_this_gpu(blob, self.trt, device, weights)
         m = self.trt.module
         self.logger = collecting_logger(self.trt)
         self.runtime = m.Runtime(self.logger)
@@ -124,6 +140,8 @@ class TensorRTExecutor(Executor):
         if self.engine is None:
             raise EngineUnavailable("TensorRT could not deserialize the engine: "
                                     + ("; ".join(self.logger.messages[-3:]) or "no message"))
+        if blob.engine_kind == "stripped" and engine is blob.engine:  # not rebuilt with weights
+            refit_engine(self.trt, self.engine, self_contained_onnx(blob), weights, self.logger)
         if self.engine.num_io_tensors != len(self.inputs) + len(self.outputs):
             raise InvalidProgramError(
                 f"the engine has {self.engine.num_io_tensors} input and output tensors, the "

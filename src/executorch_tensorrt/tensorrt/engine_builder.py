@@ -15,11 +15,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..errors import EngineBuildError
 from .flavor import TensorRT, load_tensorrt
-from .onnx_parser import parse_network
+from .onnx_parser import Initializer, parse_network
 from .options import BuildOptions, InputProfile
 
 Progress = Callable[[str], None]
@@ -94,26 +94,34 @@ def _configure(trt: TensorRT, builder, options: BuildOptions):
     return config
 
 
-def _key(trt: TensorRT, onnx_bytes: bytes, options: BuildOptions, profiles) -> str:
+def _key(trt: TensorRT, onnx_bytes: bytes, options: BuildOptions, profiles,
+         weights_id: str = "") -> str:
     h = hashlib.sha256(onnx_bytes)
     h.update(json.dumps([trt.flavor, trt.version, options.as_dict(),
-                         [p.as_dict("") for p in profiles or []]], sort_keys=True).encode())
+                         [p.as_dict("") for p in profiles or []], weights_id],
+                        sort_keys=True).encode())
     return h.hexdigest()
 
 
 def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "partition",
                  profiles: list[InputProfile] | None = None,
                  progress: Progress | None = stderr_progress,
-                 trt: TensorRT | None = None) -> BuiltEngine:
+                 trt: TensorRT | None = None,
+                 initializers: Sequence[Initializer] = (),
+                 weights_id: str | None = None) -> BuiltEngine:
     """Builds (or returns the cached) engine for an ONNX model. `profiles` gives
-    min/opt/max shapes per network input when any is dynamic."""
+    min/opt/max shapes per network input when any is dynamic. `initializers`:
+    weights read from caller memory (onnx_parser.parse_network), valid until
+    this returns; `weights_id` names their content (e.g. their digests) for
+    the in-process cache, which is skipped when initializers come without it."""
     trt = trt or load_tensorrt()
-    key = _key(trt, onnx_bytes, options, profiles)
+    cacheable = not initializers or weights_id is not None
+    key = _key(trt, onnx_bytes, options, profiles, weights_id or "")
     with _cache_lock:
-        hit = _cache.get(key)
+        hit = _cache.get(key) if cacheable else None
     if hit is not None:
         return hit
-    builder, network, _parser, logger = parse_network(trt, onnx_bytes)
+    builder, network, _parser, logger = parse_network(trt, onnx_bytes, initializers)
     config = _configure(trt, builder, options)
     _add_profile(builder, network, config, profiles)
     if progress:
@@ -131,6 +139,7 @@ def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "part
         progress(f"built {label} in {seconds:.2f} s ({serialized.nbytes} bytes)")
     built = BuiltEngine(bytes(serialized), trt.flavor, trt.version,
                         options.compute_capabilities, seconds)
-    with _cache_lock:
-        _cache[key] = built
+    if cacheable:
+        with _cache_lock:
+            _cache[key] = built
     return built

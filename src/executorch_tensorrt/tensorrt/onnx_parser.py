@@ -3,6 +3,7 @@ the nodes it places in no supported subgraph (the partitioner's query)."""
 from __future__ import annotations
 
 import functools
+from typing import Sequence
 
 import onnx
 
@@ -37,10 +38,33 @@ def _new_parser(trt: TensorRT):
     return builder, network, trt.module.OnnxParser(network, logger), logger
 
 
-def parse_network(trt: TensorRT, onnx_bytes: bytes):
-    """Parses an ONNX model into a new network. Raises ParseFailure."""
+#: (ONNX initializer name, address, size in bytes) of a weight the parser
+#: reads from caller memory instead of from the model.
+Initializer = tuple[str, int, int]
+
+
+def parse_network(trt: TensorRT, onnx_bytes: bytes, initializers: Sequence[Initializer] = ()):
+    """Parses an ONNX model into a new network. Raises ParseFailure.
+
+    `initializers` supplies the bytes of EXTERNAL initializers (weights kept
+    in named data) by address, through the parser's load_model_proto /
+    load_initializer / parse_model_proto, so no model with the weights inside
+    is ever formed. The memory must stay valid until the returned parser is
+    gone (TensorRT reads it during the parse and the build)."""
     builder, network, parser, logger = _new_parser(trt)
-    if not parser.parse(onnx_bytes):
+    if initializers:
+        if not parser.load_model_proto(onnx_bytes):
+            message, nodes = parse_errors(parser)
+            raise ParseFailure(f"TensorRT's ONNX parser rejected the model: {message}", nodes)
+        for name, address, nbytes in initializers:
+            if not parser.load_initializer(name, address, nbytes):
+                message, nodes = parse_errors(parser)
+                raise ParseFailure(f"TensorRT's ONNX parser refused the {nbytes} bytes given "
+                                   f"for initializer {name!r}: {message or 'no message'}", nodes)
+        ok = parser.parse_model_proto()
+    else:
+        ok = parser.parse(onnx_bytes)
+    if not ok:
         message, nodes = parse_errors(parser)
         raise ParseFailure(f"TensorRT's ONNX parser rejected the model: {message}", nodes)
     return builder, network, parser, logger

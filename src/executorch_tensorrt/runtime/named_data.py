@@ -1,0 +1,129 @@
+"""The program's named data, as the executors read it.
+
+A blob with ``"weights_location": "named_data"`` keeps its large ONNX
+initializers outside itself, in ExecuTorch's named data (the .pte's own
+segment, or a .ptd passed at load), listed in ``"weights"`` as
+``{name, key, dtype, shape, nbytes}``. The adapter hands init a lookup
+(etrt_init_args.get_named_data); ExecuTorch maps a program loaded from a path,
+so the bytes are used where they lie and never copied here. Every view is
+read-only and checked against the blob's size before anyone reads it; it
+stays valid until the delegate is destroyed (the adapter holds the buffers),
+so an executor must drop its views in close().
+
+``InMemoryNamedData`` serves the same lookups from Python buffers: executor
+tests and tools that hold a blob and its weights without a program.
+"""
+from __future__ import annotations
+
+import abc
+import ctypes
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ..blob import Blob
+from ..errors import NamedDataError
+from . import executor_table as abi
+
+__all__ = ["AdapterNamedData", "InMemoryNamedData", "NamedData", "WeightBuffer",
+           "blob_weights", "PASS_THE_PTD"]
+
+PASS_THE_PTD = ("pass the .ptd (Runtime.load_program(pte, data_path=...), C++ Module(pte, ptd), "
+                "runner --data)")
+
+
+@dataclass(frozen=True)
+class WeightBuffer:
+    """One weight of a blob, over the named data's bytes (no copy)."""
+
+    name: str     # the ONNX initializer's name
+    key: str      # the named-data key
+    dtype: str    # blob dtype name ("float32", ...)
+    shape: tuple[int, ...]
+    view: memoryview  # read-only, exactly nbytes long
+
+    @property
+    def nbytes(self) -> int:
+        return self.view.nbytes
+
+    @property
+    def address(self) -> int:
+        """Address of the first byte (0 for an empty weight)."""
+        if self.view.nbytes == 0:
+            return 0
+        return int(np.frombuffer(self.view, dtype=np.uint8).ctypes.data)
+
+
+class NamedData(abc.ABC):
+    """Looks up named-data keys; `weight` checks the size the blob records."""
+
+    @abc.abstractmethod
+    def _lookup(self, key: str) -> memoryview:
+        """The bytes stored under `key` (read-only); raises NamedDataError."""
+
+    def weight(self, entry: dict) -> WeightBuffer:
+        name, key, nbytes = entry["name"], entry["key"], int(entry["nbytes"])
+        try:
+            view = self._lookup(key)
+        except NamedDataError as e:
+            raise NamedDataError(f"weight {name!r} of this TensorRT partition: {e}") from None
+        if view.nbytes != nbytes:
+            raise NamedDataError(
+                f"weight {name!r}: named data key {key!r} holds {view.nbytes} bytes, but the "
+                f"blob records {nbytes} ({entry['dtype']} {list(entry['shape'])}); the .ptd "
+                "does not belong to this .pte (pass the one exported with it) or is damaged")
+        return WeightBuffer(name, key, entry["dtype"], tuple(entry["shape"]), view)
+
+
+def _readonly(address: int, nbytes: int) -> memoryview:
+    if nbytes == 0:
+        return memoryview(b"")
+    return memoryview((ctypes.c_char * nbytes).from_address(address)).cast("B").toreadonly()
+
+
+class AdapterNamedData(NamedData):
+    """The adapter's lookup (etrt_init_args.get_named_data), usable during init."""
+
+    def __init__(self, args: abi.EtrtInitArgs):
+        self._fn = args.get_named_data
+        self._ctx = args.named_data_ctx
+
+    def _lookup(self, key: str) -> memoryview:
+        from ._native import last_error  # the adapter recorded why
+
+        data, nbytes = ctypes.c_void_p(), ctypes.c_uint64()
+        code = self._fn(self._ctx, key.encode(), ctypes.byref(data), ctypes.byref(nbytes))
+        if code != 0:
+            raise NamedDataError(last_error() or f"named data key {key!r}: error 0x{code:x}")
+        if nbytes.value and not data.value:
+            raise NamedDataError(f"named data key {key!r}: {nbytes.value} bytes at NULL")
+        return _readonly(data.value or 0, nbytes.value)
+
+
+class InMemoryNamedData(NamedData):
+    """Named data from Python buffers (bytes, numpy arrays, mmaps): key -> buffer.
+    Keeps the buffers alive; views share their memory."""
+
+    def __init__(self, entries: Mapping[str, object]):
+        self._entries = dict(entries)
+
+    def _lookup(self, key: str) -> memoryview:
+        if key not in self._entries:
+            raise NamedDataError(f"the named data has no key {key!r} "
+                                 f"({len(self._entries)} keys)")
+        return memoryview(self._entries[key]).cast("B").toreadonly()
+
+
+def blob_weights(blob: Blob, named_data: NamedData | None) -> list[WeightBuffer]:
+    """The blob's named-data weights, each checked against its recorded size;
+    [] for a blob whose weights are inline."""
+    if not blob.weights:
+        return []
+    if named_data is None:
+        first = blob.weights[0]
+        raise NamedDataError(
+            f"the program's weights are in named data that was not supplied (weight "
+            f"{first['name']!r}, key {first['key']!r}, and {len(blob.weights) - 1} more): "
+            f"{PASS_THE_PTD}")
+    return [named_data.weight(entry) for entry in blob.weights]
