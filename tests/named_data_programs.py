@@ -50,12 +50,19 @@ def sentinel_initializer(name: str, dtype: str, shape, location: str = NAMED_DAT
 
 def weightless_onnx(w: np.ndarray, b: np.ndarray, dtype: str = "float32",
                     w_initializer: TensorProto | None = None) -> bytes:
-    """y = MatMul(x, W) + B; W at the sentinel (no bytes), B inline."""
-    t = ONNX_TYPE[dtype]
-    x = helper.make_tensor_value_info("x", t, list(X_SHAPE))
-    y = helper.make_tensor_value_info("y", t, [X_SHAPE[0], W_SHAPE[1]])
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["xw"]),
-             helper.make_node("Add", ["xw", "B"], ["y"])]
+    """y = MatMul(x, W) + B; W at the sentinel (no bytes), B inline. x and y
+    are float32; a float16 model casts around its MatMul, as reduced-precision
+    partitions do."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(X_SHAPE))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [X_SHAPE[0], W_SHAPE[1]])
+    if dtype == "float32":
+        nodes = [helper.make_node("MatMul", ["x", "W"], ["xw"]),
+                 helper.make_node("Add", ["xw", "B"], ["y"])]
+    else:
+        nodes = [helper.make_node("Cast", ["x"], ["xh"], to=ONNX_TYPE[dtype]),
+                 helper.make_node("MatMul", ["xh", "W"], ["xw"]),
+                 helper.make_node("Add", ["xw", "B"], ["yh"]),
+                 helper.make_node("Cast", ["yh"], ["y"], to=TensorProto.FLOAT)]
     inits = [w_initializer or sentinel_initializer("W", dtype, w.shape),
              numpy_helper.from_array(b, "B")]
     graph = helper.make_graph(nodes, "named_weights", [x], [y], initializer=inits)
@@ -77,8 +84,9 @@ def named_blob(w: np.ndarray, b: np.ndarray, dtype: str = "float32", engine: byt
 
     trt = load_tensorrt()
     metadata = {"io_bindings": [
-        {"name": "x", "dtype": dtype, "shape": list(X_SHAPE), "is_input": True},
-        {"name": "y", "dtype": dtype, "shape": [X_SHAPE[0], W_SHAPE[1]], "is_input": False}],
+        {"name": "x", "dtype": "float32", "shape": list(X_SHAPE), "is_input": True},
+        {"name": "y", "dtype": "float32", "shape": [X_SHAPE[0], W_SHAPE[1]],
+         "is_input": False}],
         "trt_flavor": trt.flavor, "trt_version": trt.version, "compute_capabilities": "all",
         "precision": "fp32" if dtype == "float32" else "fp16",
         "engine": kind, "weights_location": "named_data",
