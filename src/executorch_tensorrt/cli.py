@@ -41,10 +41,21 @@ def cmd_inspect(args) -> int:
     from .tools.runner import check_program_file
 
     path = check_program_file(args.model)  # before loading torch: a wrong file answers fast
-    from .tools.program_info import device_resident_problems, format_program, read_program
+    data = _data_path(path, args.data)
+    from .tools import named_data_info as ndi
+    from .tools.program_info import (describe_program, device_resident_problems,
+                                     format_program, read_pte)
 
-    methods = read_program(path)
+    pte = read_pte(path)
+    methods = describe_program(pte.program)
     print(format_program(methods))
+    try:
+        in_ptd = ndi.read_ptd_index(data) if data is not None else {}
+    except ndi.DataFileError as e:
+        raise _Fail(EXIT_USAGE, str(e)) from None
+    ptd_name = data.name if data is not None else None
+    print(ndi.format_named_data(ndi.collect(methods, ndi.pte_named_data(pte), in_ptd, ptd_name),
+                                ptd_name))
     if args.report:
         from .aot.report import format_report, read_report
 
@@ -140,8 +151,9 @@ def cmd_run(args) -> int:
                                load_method, method_input_specs, reference_path)
 
     path = check_program_file(args.model)
+    data = _data_path(path, args.data)
     _refuse_device_resident(path, args.method)
-    method = load_method(path, args.method)
+    method = load_method(path, args.method, data)
     inputs, where = choose_inputs(method_input_specs(method),
                                   Path(args.inputs) if args.inputs else None, args.fill,
                                   reference_path(path))
@@ -159,11 +171,22 @@ def cmd_profile(args) -> int:
     from .tools.runner import check_program_file
 
     path = check_program_file(args.model)
+    data = _data_path(path, args.data)
     _refuse_device_resident(path, args.method)
     print(profile(path, calls=args.calls, nodes=args.nodes, etrecord=args.etrecord,
                   etdump=args.etdump, method=args.method,
-                  inputs_file=Path(args.inputs) if args.inputs else None))
+                  inputs_file=Path(args.inputs) if args.inputs else None, data_path=data))
     return EXIT_OK
+
+
+def _data_path(path: Path, data: str | None) -> Path | None:
+    """--data, else model.ptd beside model.pte when it exists (said on stderr)."""
+    from .tools.runner import resolve_data_path
+
+    resolved, note = resolve_data_path(path, data)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    return resolved
 
 
 def _refuse_device_resident(path: Path, method: str) -> None:
@@ -306,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", action="store_true",
                    help="also print the partition report export wrote (model.report.json): "
                         "per ATen op, nodes on TensorRT and elsewhere, and why")
+    p.add_argument("--data", metavar="PTD",
+                   help="the program's weights file (.ptd; default: MODEL with the suffix "
+                        ".ptd, when it exists)")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser(
@@ -319,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fill", choices=("pattern", "ones"),
                    help="ignore stored inputs: fill with the pattern, or with 1")
     p.add_argument("--outputs", metavar="FILE", help="write the full outputs to a tensor file")
+    p.add_argument("--data", metavar="PTD",
+                   help="the program's weights file (.ptd; default: MODEL with the suffix "
+                        ".ptd, when it exists)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -339,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", metavar="FILE", help="tensor file with input.0, input.1, ...")
     p.add_argument("--etrecord", metavar="FILE", help="the ETRecord written at export")
     p.add_argument("--etdump", metavar="FILE", help="also keep the ETDump there")
+    p.add_argument("--data", metavar="PTD",
+                   help="the program's weights file (.ptd; default: MODEL with the suffix "
+                        ".ptd, when it exists)")
     p.set_defaults(func=cmd_profile)
     return parser
 

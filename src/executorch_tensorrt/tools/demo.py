@@ -10,7 +10,7 @@ from . import tensor_file as tf
 from .compare import compare_tensors
 from .expected import reference_tensors
 from .runner import (choose_inputs, execute, format_outputs, load_method, method_input_specs,
-                     reference_path, time_calls)
+                     reference_path, resolve_data_path, time_calls)
 
 
 def run_demo(example_name: str, out_dir: Path, atol: float, rtol: float) -> bool:
@@ -38,7 +38,10 @@ def run_demo(example_name: str, out_dir: Path, atol: float, rtol: float) -> bool
               "run the engine, the embedded ONNX runs on the CPU with onnxruntime)")
     else:
         print(f"\n== run ({FALLBACK_ENV}={fallback})")
-    method = load_method(path)
+    data, note = resolve_data_path(path, None)  # model.ptd when export wrote one
+    if note:
+        print(note)
+    method = load_method(path, data_path=data)
     feed, where = choose_inputs(method_input_specs(method), None, None, reference_path(path))
     print(f"inputs: {where}")
     outputs = execute(method, feed)

@@ -64,7 +64,8 @@ def _nodes_env(enabled: bool):
 
 
 def run_with_etdump(pte: str | Path, etdump: str | Path, calls: int = 10, nodes: bool = False,
-                    method: str = "forward", inputs_file: Path | None = None) -> str:
+                    method: str = "forward", inputs_file: Path | None = None,
+                    data_path: str | Path | None = None) -> str:
     """Runs `calls` calls of `method` with ETDump on and writes it to `etdump`;
     returns where the inputs came from."""
     if calls < 1:
@@ -78,7 +79,8 @@ def run_with_etdump(pte: str | Path, etdump: str | Path, calls: int = 10, nodes:
     # its methods lazily, at the first call.
     with _nodes_env(nodes):
         try:
-            module = _load_for_executorch(str(pte), enable_etdump=True)
+            module = _load_for_executorch(str(pte), enable_etdump=True,
+                                          data_path=str(data_path) if data_path else None)
         except Exception as e:  # noqa: BLE001 - ExecuTorch raises RuntimeError with a code
             raise RunError(f"ExecuTorch cannot load {pte}: {e}") from None
         specs = method_input_specs(types.SimpleNamespace(metadata=module.method_meta(method)))
@@ -150,13 +152,15 @@ def format_profile(partitions: list[PartitionProfile]) -> str:
 
 def profile(pte: str | Path, calls: int = 10, nodes: bool = False,
             etrecord: str | Path | None = None, etdump: str | Path | None = None,
-            method: str = "forward", inputs_file: Path | None = None) -> str:
-    """Runs the program with ETDump and returns the tables to print."""
+            method: str = "forward", inputs_file: Path | None = None,
+            data_path: str | Path | None = None) -> str:
+    """Runs the program with ETDump and returns the tables to print.
+    `data_path`: the program's weights file (.ptd), if it has one."""
     pte = check_program_file(pte)
     etrecord = etrecord or default_etrecord(pte)
     with tempfile.TemporaryDirectory(prefix="executorch_tensorrt_profile_") as tmp:
         path = Path(etdump) if etdump else Path(tmp) / "program.etdp"
-        where = run_with_etdump(pte, path, calls, nodes, method, inputs_file)
+        where = run_with_etdump(pte, path, calls, nodes, method, inputs_file, data_path)
         partitions = read_partitions(path, etrecord)
     header = (f"{pte}: {calls} calls of {method!r}, {where}"
               + (f"; ETRecord {etrecord}" if etrecord else "; no ETRecord (no ATen ops)"))

@@ -53,15 +53,19 @@ def _value_info(value) -> TensorInfo | str:
     return type(val).__name__
 
 
-def read_program(path: str | Path) -> list[MethodInfo]:
+def read_pte(path: str | Path):
+    """The deserialized .pte (executorch.exir PTEFile: program, named data)."""
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     data = Path(path).read_bytes()
     try:
-        pte = deserialize_pte_binary(data)
+        return deserialize_pte_binary(data)
     except Exception as e:  # noqa: BLE001 - the deserializer raises many kinds
         raise ValueError(f"{path} is not a valid ExecuTorch program: {e}") from None
-    return describe_program(pte.program)
+
+
+def read_program(path: str | Path) -> list[MethodInfo]:
+    return describe_program(read_pte(path).program)
 
 
 def describe_program(program) -> list[MethodInfo]:
@@ -140,9 +144,14 @@ def format_program(methods: list[MethodInfo]) -> str:
                 md = d.metadata or {}
                 ios = ", ".join(f"{'in' if b['is_input'] else 'out'} {b['name']} {b['dtype']}"
                                 f"{b['shape']}" for b in md.get("io_bindings", []))
-                lines.append(f"    [{i}] TensorRTBackend: engine {d.engine_size} bytes "
-                             f"({md.get('trt_flavor')} {md.get('trt_version')}, compute "
-                             f"capabilities {md.get('compute_capabilities')}), onnx "
-                             f"{d.onnx_size} bytes; {ios}")
+                weights = md.get("weights", [])
+                held = (f"weights in named data ({len(weights)}, "
+                        f"{sum(w['nbytes'] for w in weights)} bytes)" if weights
+                        else "weights inline")
+                lines.append(f"    [{i}] TensorRTBackend: engine {md.get('engine', 'full')}, "
+                             f"{d.engine_size} bytes ({md.get('trt_flavor')} "
+                             f"{md.get('trt_version')}, compute capabilities "
+                             f"{md.get('compute_capabilities')}), onnx {d.onnx_size} bytes, "
+                             f"{held}; {ios}")
         lines.append("  operators outside delegates: " + (", ".join(m.operators) or "none"))
     return "\n".join(lines)

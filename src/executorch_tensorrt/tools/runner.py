@@ -59,6 +59,41 @@ def check_program_file(path: str | Path) -> Path:
     return path
 
 
+PTD_IDENTIFIER = b"FT01"  # a .ptd (ExecuTorch flat tensor file) has it at byte 4
+
+
+def default_data_path(pte: str | Path) -> Path:
+    """`model.ptd` beside `model.pte`: where export(..., external_weights=True)
+    writes the weights (ExecuTorch names the file after the external tag,
+    which export sets to the program's stem)."""
+    return Path(pte).with_suffix(".ptd")
+
+
+def resolve_data_path(pte: str | Path, data: str | Path | None) -> tuple[Path | None, str | None]:
+    """The .ptd to load with `pte` and a note saying so: `data` when given
+    (checked to be a readable flat tensor file), else `model.ptd` beside the
+    program when it exists, else None (the weights are in the .pte, or none)."""
+    if data is not None:
+        path = Path(data)
+        if path.is_dir():
+            raise UsageError(f"--data {path} is a directory; give the .ptd file inside it")
+        try:
+            with open(path, "rb") as f:
+                head = f.read(8)
+        except OSError as e:
+            raise UsageError(f"--data {path} cannot be read: {e.strerror}") from None
+        if head[PTE_IDENTIFIER_AT:8] != PTD_IDENTIFIER:
+            kind = ("an ExecuTorch program (.pte), not its weights" if head[4:6] == b"ET"
+                    else "not an ExecuTorch data file")
+            raise UsageError(f"--data {path} is {kind}: a .ptd has the identifier "
+                             f"{PTD_IDENTIFIER.decode()!r} at byte 4, this file has {head[4:8]!r}")
+        return path, None
+    beside = default_data_path(pte)
+    if beside.is_file():
+        return beside, f"loading the weights in {beside} beside the program (--data overrides)"
+    return None, None
+
+
 # ---- inputs ------------------------------------------------------------------
 
 def pattern_values(count: int, dtype: str) -> np.ndarray:
@@ -143,19 +178,26 @@ def check_inputs(specs: list[InputSpec], tensors: list[tf.Tensor], where: str) -
 
 # ---- loading and running -----------------------------------------------------
 
-def load_method(path: str | Path, method_name: str = "forward"):
-    """An executorch.runtime Method, with TensorRTBackend registered. Raises
-    UsageError for an unknown method (listing the methods), RunError when
-    ExecuTorch or the backend refuses the program (with the backend's cause)."""
+def load_method(path: str | Path, method_name: str = "forward",
+                data_path: str | Path | None = None):
+    """An executorch.runtime Method, with TensorRTBackend registered and the
+    program's weights file `data_path` (.ptd) when given. Raises UsageError
+    for an unknown method (listing the methods), RunError when ExecuTorch or
+    the backend refuses the program (with the backend's cause)."""
     path = check_program_file(path)
     import executorch_tensorrt
     from executorch.runtime import Runtime
 
     executorch_tensorrt.register()
+    extra = {"data_path": str(data_path)} if data_path is not None else {}
     try:
-        program = Runtime.get().load_program(str(path))
+        program = Runtime.get().load_program(str(path), **extra)
     except Exception as e:  # noqa: BLE001 - ExecuTorch raises RuntimeError with a code
-        raise RunError(f"ExecuTorch cannot load {path}: {e}") from None
+        if data_path is None:
+            raise RunError(f"ExecuTorch cannot load {path}: {e}") from None
+        raise RunError(f"ExecuTorch cannot load {path} with the weights file {data_path}: {e} "
+                       "(the .ptd is truncated or not an ExecuTorch data file; pass the one "
+                       "exported with the program)") from None
     names = sorted(program.method_names)
     if method_name not in names:
         raise UsageError(f"{path} has no method {method_name!r}; its methods: "
@@ -163,8 +205,16 @@ def load_method(path: str | Path, method_name: str = "forward"):
     try:
         return program.load_method(method_name)
     except Exception as e:  # noqa: BLE001
+        cause = executorch_tensorrt.last_error()
+        hint = ""
+        if "pass the .ptd" in cause:
+            hint = (f" No weights file was given: export writes it as "
+                    f"{default_data_path(path)} beside the program; pass it with --data PATH."
+                    if data_path is None else
+                    f" The weights file given, {data_path}, lacks them: pass the .ptd exported "
+                    "with this program.")
         raise RunError(f"cannot load method {method_name!r} of {path}: {e}"
-                       f"{backend_cause(executorch_tensorrt.last_error())}") from None
+                       f"{backend_cause(cause)}{hint}") from None
 
 
 def backend_cause(last_error: str) -> str:
