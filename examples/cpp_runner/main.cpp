@@ -1,8 +1,12 @@
 // executorch-tensorrt C++ reference runner: the C++ twin of
 // `executorch-tensorrt run model.pte`.
 //
-//   etrt_runner --model_path model.pte [--method forward] [--inputs FILE]
-//               [--fill pattern|ones] [--outputs FILE]
+//   etrt_runner --model_path model.pte [--data model.ptd] [--method forward]
+//               [--inputs FILE] [--fill pattern|ones] [--outputs FILE]
+//
+// --data names the program's weights file (.ptd), passed to ExecuTorch as
+// Module(pte, ptd); without it, model.ptd beside model.pte is used when it
+// exists (said on stderr), as `executorch-tensorrt run` does.
 //
 // Loads the program with ExecuTorch's C++ API (extension Module, shipped in
 // the wheel's libexecutorch.so), takes its inputs from --inputs FILE, else
@@ -64,13 +68,28 @@ using etrt_runner::print_error;
 
 int usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s --model_path <model.pte> [--method <name>] [--inputs <file>] "
-               "[--fill pattern|ones] [--outputs <file>]\n",
+               "usage: %s --model_path <model.pte> [--data <model.ptd>] [--method <name>] "
+               "[--inputs <file>] [--fill pattern|ones] [--outputs <file>]\n",
                argv0);
   return 2;
 }
 
 using etrt_runner::StoredTensor;
+
+bool readable(const std::string& path) {
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    std::fclose(f);
+    return true;
+  }
+  return false;
+}
+
+// model.pte -> model.ptd (export writes the weights there with external_weights=True).
+std::string beside(const std::string& model_path, const char* suffix) {
+  const bool pte = model_path.size() > 4 &&
+                   model_path.compare(model_path.size() - 4, 4, ".pte") == 0;
+  return (pte ? model_path.substr(0, model_path.size() - 4) : model_path) + suffix;
+}
 
 // Where each input and output lives is recorded on the Method's own tensors
 // (from the program's extra_tensor_info). MethodMeta does not report it in
@@ -94,6 +113,7 @@ int main(int argc, char** argv) {
   std::string inputs_path;
   std::string outputs_path;
   std::string fill;
+  std::string data_path;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* flag, std::string* dst) {
@@ -110,7 +130,7 @@ int main(int argc, char** argv) {
     };
     if (value("--model_path", &model_path) || value("--method", &method_name) ||
         value("--inputs", &inputs_path) || value("--outputs", &outputs_path) ||
-        value("--fill", &fill)) {
+        value("--fill", &fill) || value("--data", &data_path)) {
       continue;
     }
     if (arg == "-h" || arg == "--help") {
@@ -167,16 +187,41 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (!data_path.empty()) {
+    if (!readable(data_path)) {
+      std::fprintf(stderr, "error: --data %s does not exist or cannot be read\n",
+                   data_path.c_str());
+      return 2;
+    }
+  } else if (readable(beside(model_path, ".ptd"))) {
+    data_path = beside(model_path, ".ptd");
+    std::fprintf(stderr, "note: loading the weights in %s beside the program (--data overrides)\n",
+                 data_path.c_str());
+  }
+
   executorch::runtime::runtime_init();
-  Module module(model_path, Module::LoadMode::File);
+  std::unique_ptr<Module> module_owner =
+      data_path.empty() ? std::make_unique<Module>(model_path, Module::LoadMode::File)
+                        : std::make_unique<Module>(model_path, data_path, Module::LoadMode::File);
+  Module& module = *module_owner;
   Error err = module.load();
   if (err != Error::Ok) {
-    print_error("cannot load " + model_path + " (not a valid ExecuTorch program?)", err);
+    print_error("cannot load " + model_path +
+                    (data_path.empty() ? std::string(" (not a valid ExecuTorch program?)")
+                                       : " with the weights file " + data_path +
+                                             " (a truncated .ptd, or not the program's?)"),
+                err);
     return 1;
   }
   err = module.load_method(method_name);
   if (err != Error::Ok) {
     print_error("cannot load method '" + method_name + "' of " + model_path, err);
+    if (err == Error::NotFound && data_path.empty()) {
+      std::fprintf(stderr,
+                   "note: no weights file was given: if the program keeps its weights in a "
+                   ".ptd (export writes %s), pass it with --data PATH\n",
+                   beside(model_path, ".ptd").c_str());
+    }
     return 1;
   }
   auto meta = module.method_meta(method_name);
