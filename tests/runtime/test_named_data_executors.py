@@ -202,3 +202,16 @@ def test_refit_hands_tensorrt_each_weight_by_address():
         refit_engine(StandInRefitter(missing=["W"]), "ENGINE", blob.onnx, weights, None)
     with pytest.raises(InvalidProgramError, match="refused weight 'W'"):
         refit_engine(StandInRefitter(refuse="W"), "ENGINE", blob.onnx, weights, None)
+
+
+def test_init_args_from_an_older_adapter_have_no_named_data():
+    """The fields are appended: an adapter whose etrt_init_args ends at
+    `fallback` (struct_size says so) passes no lookup, and none is read."""
+    args = abi.EtrtInitArgs()
+    args.get_named_data = abi.GetNamedDataFn(lambda ctx, key, data, nbytes: 0)
+    args.struct_size = abi.EtrtInitArgs.named_data_ctx.offset  # the struct before the append
+    assert not args.has_named_data()
+    args.struct_size = ctypes.sizeof(abi.EtrtInitArgs)
+    assert args.has_named_data()
+    args.get_named_data = abi.GetNamedDataFn()  # NULL
+    assert not args.has_named_data()
