@@ -99,3 +99,10 @@ def test_inspect_refuses_a_truncated_ptd(program, capsys, tmp_path):
         bad.write_bytes(ptd.read_bytes()[:cut])
         code, _, err = main(capsys, "inspect", str(pte), "--data", str(bad))
         assert code == 2 and ("truncated" in err or "not an ExecuTorch data file" in err), err
+
+
+def test_profile_loads_the_ptd(program, capsys, allow_fallback):
+    pte, ptd = program
+    code, out, err = main(capsys, "profile", str(pte), "--calls", "1")
+    assert code == 0, err
+    assert f"loading the weights in {ptd}" in err and "partition 0" in out, out + err
