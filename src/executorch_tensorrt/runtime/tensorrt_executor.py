@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -55,16 +55,17 @@ def device_capability(device: torch.device) -> str:
 
 
 def engine_for_this_gpu(blob: Blob, trt, device: torch.device,
-                        weights: Sequence[WeightBuffer] = ()) -> bytes:
-    """The blob's engine, or one (re)built from its ONNX (and named-data
-    `weights`) for this TensorRT and GPU: always for "engine": "none"."""
+                        weights: Callable[[], Sequence[WeightBuffer]] = tuple) -> bytes:
+    """The blob's engine, or one (re)built from its ONNX (and the named-data
+    weights `weights()` returns) for this TensorRT and GPU: always for
+    "engine": "none"."""
     here = device_capability(device)
     if blob.engine_kind != "none" and built_here(blob, trt, here):
         return blob.engine
     meta = blob.metadata
     if blob.engine_kind == "none":
         try:
-            return rebuilt_engine(blob, trt, here, weights)
+            return rebuilt_engine(blob, trt, here, weights())
         except RebuildImpossible as e:
             raise EngineUnavailable(
                 f"the program ships no engine for this partition (it is built at load from "
@@ -76,7 +77,7 @@ def engine_for_this_gpu(blob: Blob, trt, device: torch.device,
     was = (f"{meta.get('trt_flavor')} {meta.get('trt_version')} for "
            f"{', '.join(built) if isinstance(built, list) and built else 'its GPU'}")
     try:
-        return rebuilt_engine(blob, trt, here, weights)
+        return rebuilt_engine(blob, trt, here, weights())
     except RebuildImpossible as e:
         raise EngineUnavailable(
             f"the engine was built with {was}, and this GPU ({torch.cuda.get_device_name(device)})"
@@ -118,8 +119,14 @@ class TensorRTExecutor(Executor):
 
     def __init__(self, blob: Blob, named_data: NamedData | None = None):
         meta = blob.metadata
-        # A missing or mismatched .ptd is the answer whatever runs the partition.
-        weights = blob_weights(blob, named_data)
+        # A partition that needs its named data (no engine, or a stripped one)
+        # fails on a missing .ptd first, whatever would run it; a full engine
+        # needs it only if it has to be rebuilt here.
+        weights = (blob_weights(blob, named_data) if blob.engine_kind != "full" else None)
+
+        def named_weights() -> list[WeightBuffer]:
+            return weights if weights is not None else blob_weights(blob, named_data)
+
         self.inputs, self.outputs = split_bindings(meta)
         flavor = meta.get("trt_flavor")
         try:  # the flavour that built it, else any: engine_for_this_gpu rebuilds
@@ -132,7 +139,7 @@ class TensorRTExecutor(Executor):
                                     f"{meta.get('trt_version', '')}, and no TensorRT is "
                                     f"installed here to run or rebuild it: {e}")
         device = cuda_device_or_raise(int(meta.get("device_id", 0)))
-        engine = engine_for_this_gpu(blob, self.trt, device, weights)
+        engine = engine_for_this_gpu(blob, self.trt, device, named_weights)
         m = self.trt.module
         self.logger = collecting_logger(self.trt)
         self.runtime = m.Runtime(self.logger)
@@ -141,7 +148,8 @@ class TensorRTExecutor(Executor):
             raise EngineUnavailable("TensorRT could not deserialize the engine: "
                                     + ("; ".join(self.logger.messages[-3:]) or "no message"))
         if blob.engine_kind == "stripped" and engine is blob.engine:  # not rebuilt with weights
-            refit_engine(self.trt, self.engine, self_contained_onnx(blob), weights, self.logger)
+            refit_engine(self.trt, self.engine, self_contained_onnx(blob), named_weights(),
+                         self.logger)
         if self.engine.num_io_tensors != len(self.inputs) + len(self.outputs):
             raise InvalidProgramError(
                 f"the engine has {self.engine.num_io_tensors} input and output tensors, the "
