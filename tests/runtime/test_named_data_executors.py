@@ -215,3 +215,19 @@ def test_init_args_from_an_older_adapter_have_no_named_data():
     assert args.has_named_data()
     args.get_named_data = abi.GetNamedDataFn()  # NULL
     assert not args.has_named_data()
+
+
+def test_full_engine_needs_named_data_only_to_rebuild():
+    """A blob with a full engine (weights inside the plan) and its ONNX weights
+    in named data: without the .ptd the TensorRT executor still gets as far
+    as the GPU check (the engine would run as is); "none" needs the weights
+    first."""
+    from executorch_tensorrt.errors import EngineUnavailable
+    from executorch_tensorrt.runtime.tensorrt_executor import TensorRTExecutor
+
+    w, b = nd.weights()
+    full = read_blob(nd.named_blob(w, b, engine=b"\0" * 64, kind="full"))
+    with pytest.raises(EngineUnavailable, match="CUDA driver"):
+        TensorRTExecutor(full, None)
+    with pytest.raises(NamedDataError, match="not supplied"):
+        TensorRTExecutor(read_blob(nd.named_blob(w, b)), None)
