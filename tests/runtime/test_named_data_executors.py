@@ -11,7 +11,9 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
+import onnx
 import pytest
+from onnx import numpy_helper
 
 import named_data_programs as nd
 from executorch_tensorrt.blob import read_blob
@@ -24,7 +26,9 @@ from executorch_tensorrt.runtime.named_data import InMemoryNamedData, blob_weigh
 from executorch_tensorrt.runtime.onnxruntime_executor import OnnxRuntimeExecutor
 from executorch_tensorrt.runtime.ort_named_weights import PREPACK_ENV
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
+from executorch_tensorrt.tensorrt.engine_builder import build_engine
 from executorch_tensorrt.tensorrt.onnx_parser import parse_network
+from executorch_tensorrt.tensorrt.options import BuildOptions
 
 X = np.arange(8, dtype=np.float32).reshape(nd.X_SHAPE) / 8
 
@@ -129,7 +133,13 @@ def test_engine_none_is_built_from_the_weightless_graph_and_named_data(tmp_path,
            for i in range(network.num_outputs)])
     assert io == ([("x", nd.X_SHAPE)], [("y", (nd.X_SHAPE[0], nd.W_SHAPE[1]))])
     engine = rebuilt_engine(blob, trt, "SM89", weights)
-    assert len(engine) > backing.nbytes  # a real plan, carrying the weights it was given
+    # The very plan TensorRT builds from the same model with W inside it.
+    inline = onnx.load_model_from_string(blob.onnx)
+    inline.graph.initializer[0].CopyFrom(numpy_helper.from_array(backing, "W"))
+    reference = build_engine(inline.SerializeToString(),
+                             BuildOptions(compute_capabilities=("SM89",), precision="fp32"),
+                             progress=None, trt=trt).engine
+    assert engine == reference
     cached = list((tmp_path / "cache").glob("*.engine"))
     assert len(cached) == 1
     # Other weights (another key) are another engine, never the cached one.
