@@ -62,18 +62,26 @@ class NamedData(abc.ABC):
     def _lookup(self, key: str) -> memoryview:
         """The bytes stored under `key` (read-only); raises NamedDataError."""
 
-    def weight(self, entry: dict) -> WeightBuffer:
-        name, key, nbytes = entry["name"], entry["key"], int(entry["nbytes"])
+    def get(self, key: str, nbytes: int, what: str = "") -> memoryview:
+        """The bytes under `key`, read-only, after checking there are exactly
+        `nbytes` of them (`what` names their use in errors, e.g. "state 'k'")."""
         try:
             view = self._lookup(key)
         except NamedDataError as e:
-            raise NamedDataError(f"weight {name!r} of this TensorRT partition: {e}") from None
+            raise NamedDataError(f"{what}: {e}" if what else str(e)) from None
         if view.nbytes != nbytes:
             raise NamedDataError(
-                f"weight {name!r}: named data key {key!r} holds {view.nbytes} bytes, but the "
-                f"blob records {nbytes} ({entry['dtype']} {list(entry['shape'])}); the .ptd "
-                "does not belong to this .pte (pass the one exported with it) or is damaged")
-        return WeightBuffer(name, key, entry["dtype"], tuple(entry["shape"]), view)
+                f"{what + ': ' if what else ''}named data key {key!r} holds {view.nbytes} bytes, "
+                f"but the blob records {nbytes}; the .ptd does not belong to this .pte (pass "
+                "the one exported with it) or is damaged")
+        return view
+
+    def weight(self, entry: dict) -> WeightBuffer:
+        name = entry["name"]
+        view = self.get(entry["key"], int(entry["nbytes"]),
+                        f"weight {name!r} ({entry['dtype']} {list(entry['shape'])}) of this "
+                        "TensorRT partition")
+        return WeightBuffer(name, entry["key"], entry["dtype"], tuple(entry["shape"]), view)
 
 
 def _readonly(address: int, nbytes: int) -> memoryview:
