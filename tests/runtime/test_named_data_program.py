@@ -134,3 +134,40 @@ def test_truncated_or_foreign_ptd_never_crashes(programs, tmp_path):
                    if l.startswith("RESULT "))
     assert len(results) == len(cases) and all(r.startswith("error") for r in results.values()), (
         results)
+
+
+def test_weights_sharing_a_key_share_one_buffer(tmp_path, allow_fallback):
+    """Two initializers with equal bytes share one named-data key (the key is
+    their digest): the program stores them once, and the adapter hands both
+    the same mapped bytes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from executorch_tensorrt.blob import read_blob, write_blob
+    from executorch_tensorrt.runtime import backend_callbacks
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(nd.X_SHAPE))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [nd.X_SHAPE[0], nd.W_SHAPE[1]])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W1"], ["a"]), helper.make_node("MatMul", ["x", "W2"],
+                                                                          ["b"]),
+         helper.make_node("Add", ["a", "b"], ["ab"]), helper.make_node("Add", ["ab", "B"], ["y"])],
+        "shared", [x], [y],
+        initializer=[nd.sentinel_initializer("W1", "float32", W.shape),
+                     nd.sentinel_initializer("W2", "float32", W.shape),
+                     numpy_helper.from_array(B, "B")])
+    onnx_bytes = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                   ir_version=8).SerializeToString()
+    base = read_blob(nd.named_blob(W, B)).metadata
+    meta = dict(base, weights=[nd.weight_entry(W, name="W1"), nd.weight_entry(W, name="W2")])
+    pte, ptd = nd.write_program(tmp_path / "shared.pte", write_blob(b"", meta, onnx=onnx_bytes),
+                                {KEY: W.tobytes()}, external=True)
+    assert ptd.read_bytes().count(W.tobytes()) == 1
+    method = load(pte, ptd)
+    np.testing.assert_allclose(method.execute([X])[0].numpy(), X.numpy() @ (2 * W) + B,
+                               rtol=1e-5)
+    executors = [e for e in backend_callbacks._executors.handles.values()  # noqa: SLF001
+                 if e.kind == "onnxruntime" and e.weights is not None
+                 and [w.name for w in e.weights._weights] == ["W1", "W2"]]  # noqa: SLF001
+    (executor,) = executors
+    w1, w2 = executor.weights._weights  # noqa: SLF001
+    assert w1.address == w2.address and bytes(w1.view) == W.tobytes()
