@@ -63,7 +63,7 @@ class LongAttention(nn.Module):
         return self.out(attention @ v)
 
 
-MODELS = {"wideconv": (WideConv, (16, 3, 224, 224)), "attention": (LongAttention, (4, 2048, 256))}
+MODELS = {"wideconv": (WideConv, (16, 3, 224, 224)), "attention": (LongAttention, (16, 2048, 256))}
 
 
 def model_and_input(name: str) -> tuple[nn.Module, torch.Tensor]:
