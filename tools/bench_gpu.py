@@ -15,6 +15,15 @@ TensorRT's own Python API, and eager PyTorch, for models of >= 1 ms.
 - delegate: the .pte through `executorch.runtime` with this package's
   TensorRT executor (host inputs and outputs, as a plain export has).
 Overhead = delegate / raw engine (host I/O) - 1; the issue's goal is <= 2 %.
+
+    python3 tools/bench_gpu.py overhead [--calls 2000] [--json result.json]
+
+times the executor's own per-call path (BoundContext) around a FAKE, labelled
+engine: a stand-in execution context whose enqueue launches K tiny kernels
+on the given stream (K = 1 and 100), so that what is measured is ours (the
+checks, the binding, the events, the graph launch), not TensorRT's. It runs
+whichever BoundContext is on the path, so running it once with an older
+checkout's src on PYTHONPATH compares before and after.
 On the H200 TensorRT-RTX refuses the engine (compute capability 9.0) and the
 executorch wheel does not load with that machine's PyTorch; the output says so
 (docs/benchmarks.md). Not a test: timings on a shared machine.
@@ -190,6 +199,98 @@ def run(folder: Path, calls: int) -> dict:
     return report
 
 
+class KernelsContext:
+    """FAKE IExecutionContext (labelled): each enqueue adds 1 to `out` K times
+    with tiny kernels on the stream it is given; binds like TensorRT's."""
+
+    def __init__(self, kernels: int) -> None:
+        self.kernels, self.addresses, self.shapes = kernels, {}, {}
+        self._out = None
+
+    def set_input_shape(self, name, shape) -> bool:
+        self.shapes[name] = tuple(shape)
+        return True
+
+    def get_tensor_shape(self, name):
+        return self.shapes["x"]
+
+    def set_tensor_address(self, name, address) -> bool:
+        self.addresses[name] = address
+        if name == "out":
+            self._out = None
+        return True
+
+    def execute_async_v3(self, stream: int) -> bool:
+        if self._out is None:  # a view over the bound output, made outside captures
+            address = self.addresses["out"]
+
+            class Raw:
+                __cuda_array_interface__ = {"shape": (2, 3), "typestr": "<f4", "version": 2,
+                                            "data": (address, False), "strides": None}
+            self._out = torch.as_tensor(Raw(), device="cuda")
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+            for _ in range(self.kernels):
+                self._out.add_(1.0)
+        return True
+
+
+def _arg(tensor: torch.Tensor, is_input: bool, keep: list):
+    import ctypes
+
+    from executorch_tensorrt.runtime import executor_table as abi
+
+    sizes = (ctypes.c_int32 * tensor.dim())(*tensor.shape)
+    order = (ctypes.c_uint8 * tensor.dim())(*range(tensor.dim()))
+    keep += [tensor, sizes, order]
+    a = abi.EtrtArg()
+    a.struct_size, a.kind, a.is_input, a.dtype = ctypes.sizeof(a), abi.ETRT_ARG_TENSOR, is_input, 6
+    a.data, a.nbytes, a.ndim = tensor.data_ptr(), tensor.nbytes, tensor.dim()
+    a.device_type = abi.ETRT_DEVICE_CUDA if tensor.is_cuda else abi.ETRT_DEVICE_CPU
+    a.sizes = ctypes.cast(sizes, ctypes.POINTER(ctypes.c_int32))
+    a.dim_order = ctypes.cast(order, ctypes.POINTER(ctypes.c_uint8))
+    return a
+
+
+def overhead(calls: int) -> dict:
+    import inspect
+
+    from executorch_tensorrt.runtime import executor_table as abi
+    from executorch_tensorrt.runtime.arguments import split_bindings
+    from executorch_tensorrt.runtime.tensorrt_executor import BoundContext
+
+    meta = {"io_bindings": [{"name": n, "dtype": "float32", "shape": [2, 3], "is_input": n != "out"}
+                            for n in ("x", "y", "out")]}
+    inputs, outputs = split_bindings(meta)
+    has_graphs = "graphs" in inspect.signature(BoundContext).parameters
+    report: dict = {"BoundContext": inspect.getsourcefile(BoundContext)}
+    for kernels in (1, 100):
+        for where in ("cuda", "cpu"):
+            for graphs in ((False, True) if has_graphs else (None,)):
+                options = {} if graphs is None else {"graphs": graphs}
+                bound = BoundContext(KernelsContext(kernels), inputs, outputs,
+                                     torch.device("cuda", 0), **options)
+                keep: list = []
+                tensors = [torch.zeros(2, 3, device=where) for _ in range(3)]
+                args = (abi.EtrtArg * 3)(*(_arg(t, k < 2, keep) for k, t in enumerate(tensors)))
+
+                def one_call():
+                    bound.execute(args)
+
+                def synced_call():
+                    bound.execute(args)
+                    torch.cuda.synchronize()
+
+                name = (f"{kernels} kernel(s), {'device' if where == 'cuda' else 'host'} I/O"
+                        + ("" if graphs is None else f", graphs {'on' if graphs else 'off'}"))
+                per_call = per_call_ms(one_call, calls)
+                torch.cuda.synchronize()
+                report[name] = {"us per call (back to back)": round(per_call * 1e3, 2),
+                                "us per call (synchronized)":
+                                    round(per_call_ms(synced_call, calls // 4) * 1e3, 2)}
+                print(name, report[name], flush=True)
+    return report
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -199,11 +300,14 @@ def main(argv: list[str]) -> int:
     r.add_argument("folder", type=Path)
     r.add_argument("--calls", type=int, default=100)
     r.add_argument("--json", type=Path)
+    o = sub.add_parser("overhead")
+    o.add_argument("--calls", type=int, default=2000)
+    o.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if args.command == "prepare":
         prepare(args.folder)
         return 0
-    report = run(args.folder, args.calls)
+    report = overhead(args.calls) if args.command == "overhead" else run(args.folder, args.calls)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str))
     return 0

@@ -153,6 +153,18 @@ def test_a_device_resident_call_does_not_synchronize_the_host():
     assert torch.equal(out.cpu(), torch.full(SHAPE, 4.0))
 
 
+def test_close_waits_for_a_call_still_running():
+    """The executor drops the context after close(); its work must be done."""
+    context = StandInContext(sleep_cycles=100_000_000)
+    bound = bound_context(context, graphs=False)
+    x, y, out = (torch.full(SHAPE, v, device="cuda") for v in (1.0, 2.0, 0.0))
+    keep: list = []
+    bound.execute(args_of(x, y, out, keep))
+    assert not bound.stream.query(), "the engine finished before close: the test shows nothing"
+    bound.close()
+    assert bound.stream.query()
+
+
 def test_host_outputs_are_complete_on_return():
     context = StandInContext(sleep_cycles=50_000_000)
     bound = bound_context(context, graphs=False)

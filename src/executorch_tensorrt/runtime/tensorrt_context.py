@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 
 import torch
 
@@ -48,7 +49,8 @@ class SharedScratch:
     caller stream their calls come from. (ExecuTorch runs a method's
     partitions one after another anyway.)"""
 
-    _per_device: dict[int, "SharedScratch"] = {}
+    # Held by the contexts that use it: freed when the last of them goes.
+    _per_device: "weakref.WeakValueDictionary[int, SharedScratch]" = weakref.WeakValueDictionary()
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -60,7 +62,8 @@ class SharedScratch:
         index = device.index or 0
         scratch = cls._per_device.get(index)
         if scratch is None:
-            scratch = cls._per_device[index] = cls(device)
+            scratch = cls(device)
+            cls._per_device[index] = scratch
         return scratch
 
     def reserve(self, nbytes: int) -> None:
@@ -159,6 +162,11 @@ class BoundContext:
         # Bumped by every change TensorRT is told of; a captured graph is
         # valid for one generation.
         self.generation = 0
+
+    def close(self) -> None:
+        """Waits for this context's queued work (a device-resident call returns
+        before it finishes), so that the context and its memory can go."""
+        self.stream.synchronize()
 
     def _device_buffer(self, k: int, name: str, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
         """The staging buffer of argument `k`, viewed as `shape`; reallocated

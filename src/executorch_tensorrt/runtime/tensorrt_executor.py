@@ -138,6 +138,8 @@ class TensorRTExecutor(Executor):
         """Drops the context before the engine and the engine before the runtime
         (TensorRT's required order), while CUDA is still up; TensorRT-RTX's
         JIT-compiled kernels are saved for the next process first."""
+        if getattr(self, "bound", None) is not None:
+            self.bound.close()  # device-resident calls may still be running
         if getattr(self, "kernel_cache", None) is not None:
             self.kernel_cache.save()
         self.bound = None
