@@ -33,6 +33,8 @@ import os
 
 import torch
 
+from .cuda_driver import graph_launcher
+
 __all__ = ["CUDA_GRAPHS_ENV", "EnqueueGraph", "cuda_graphs_enabled", "enqueue"]
 
 CUDA_GRAPHS_ENV = "EXECUTORCH_TENSORRT_CUDA_GRAPHS"
@@ -55,10 +57,11 @@ def enqueue(context, stream: torch.cuda.Stream) -> None:
 class EnqueueGraph:
     """The captured enqueue of one context, replayed while its bindings stay."""
 
-    __slots__ = ("graph", "generation", "seen", "off_reason", "captures", "replays")
+    __slots__ = ("graph", "exec", "generation", "seen", "off_reason", "captures", "replays")
 
     def __init__(self) -> None:
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.exec = 0  # the graph's cudaGraphExec_t, launched through the driver
         self.generation = -1  # the binding generation `graph` was captured for
         self.seen = -1  # the generation of the last plain enqueue
         self.off_reason: str | None = None  # why graphs are off for this context
@@ -75,18 +78,25 @@ class EnqueueGraph:
             if generation == self.seen and self._capture(context, stream, generation):
                 self._replay(stream)
                 return
-            self.graph = None  # stale: bound for another generation
+            self.graph, self.exec = None, 0  # stale: bound for another generation
             self.seen = generation
         enqueue(context, stream)
 
     def _replay(self, stream: torch.cuda.Stream) -> None:
-        with torch.cuda.stream(stream):  # replay() launches on the current stream
-            self.graph.replay()
+        launch = graph_launcher()
+        if self.exec and launch is not None:
+            status = launch(self.exec, stream.cuda_stream)
+            if status != 0:
+                raise RuntimeError(f"cuGraphLaunch failed (CUresult {status}) replaying the "
+                                   "captured TensorRT enqueue")
+        else:
+            with torch.cuda.stream(stream):  # replay() launches on the current stream
+                self.graph.replay()
         self.replays += 1
 
     def _turn_off(self, reason: str) -> bool:
         self.off_reason = reason
-        self.graph = None
+        self.graph, self.exec = None, 0
         log.debug("CUDA graphs off for this TensorRT context: %s; running plain enqueues",
                   reason)
         return False
@@ -111,6 +121,11 @@ class EnqueueGraph:
         if not ok:
             return self._turn_off("the enqueue returned false while being captured")
         self.graph, self.generation = graph, generation
+        raw = getattr(graph, "raw_cuda_graph_exec", None)  # torch >= 2.7 (guarded)
+        try:
+            self.exec = int(raw()) if raw is not None else 0
+        except (RuntimeError, TypeError):
+            self.exec = 0
         self.captures += 1
         log.debug("captured a CUDA graph of the enqueue (binding generation %d)", generation)
         return True
