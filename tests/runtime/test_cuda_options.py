@@ -42,3 +42,12 @@ def test_cuda_graph_switch(env, option, enabled, monkeypatch):
     else:
         monkeypatch.setenv(CUDA_GRAPHS_ENV, env)
     assert cuda_graphs_enabled(option) is enabled
+
+
+def test_the_load_time_option_wins_over_the_environment(monkeypatch):
+    monkeypatch.setenv(DEVICE_ENV, "not a device")
+    with pytest.raises(ArgumentError, match=r'the load-time backend option "device" is'):
+        chosen_device({}, option="gpu0")
+    if cuda_unavailable_reason() is not None:  # parsed fine, then: no GPU here
+        with pytest.raises(EngineUnavailable):
+            chosen_device({}, option="cuda:0")

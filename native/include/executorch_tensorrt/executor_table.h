@@ -80,6 +80,10 @@ typedef struct etrt_init_args {
   uint64_t num_compile_specs;
   const char* method_name;  /* may be NULL */
   const char* fallback;     /* load-time backend option "fallback", or NULL */
+  /* ---- GPU runtime (issue 14): fields added after the ones above; an executor
+   * reads one only when struct_size covers it (older adapters pass less). ---- */
+  const char* device;       /* load-time backend option "device" ("1", "cuda:1"; an int
+                               option arrives as its decimal text), or NULL */
 } etrt_init_args;
 
 /* ---- Native plans: the steady-state path without the executor ----

@@ -69,7 +69,7 @@ class PythonExecutors:
             args = args_ptr.contents
             blob = read_blob(args.blob_bytes())
             fallback = args.fallback.decode() if args.fallback else None
-            executor = create_executor(blob, fallback)
+            executor = create_executor(blob, fallback, device=args.device_option())
             with self.lock:
                 handle = next(self.ids)
                 self.handles[handle] = executor

@@ -107,7 +107,16 @@ class EtrtInitArgs(ctypes.Structure):
         ("num_compile_specs", ctypes.c_uint64),
         ("method_name", ctypes.c_char_p),  # may be None
         ("fallback", ctypes.c_char_p),  # load-time option "fallback", or None
+        # GPU runtime (issue 14): read only when struct_size covers it (device_option).
+        ("device", ctypes.c_char_p),  # load-time option "device", or None
     ]
+
+    def device_option(self) -> str | None:
+        """The load-time backend option "device", None when absent (or when an
+        older adapter passed a shorter struct)."""
+        if self.struct_size < EtrtInitArgs.device.offset + ctypes.sizeof(ctypes.c_char_p):
+            return None
+        return self.device.decode() if self.device else None
 
     def blob_bytes(self) -> bytes:
         return ctypes.string_at(self.blob, self.blob_size) if self.blob_size else b""

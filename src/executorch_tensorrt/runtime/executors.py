@@ -63,10 +63,10 @@ def native_plans_enabled() -> bool:
 ExecutorFactory = Callable[[Blob], Executor]
 
 
-def _tensorrt(blob: Blob) -> Executor:
+def _tensorrt(blob: Blob, device: str | None = None) -> Executor:
     from .tensorrt_executor import TensorRTExecutor
 
-    return TensorRTExecutor(blob)
+    return TensorRTExecutor(blob, device=device)
 
 
 def _onnxruntime(blob: Blob) -> Executor:
@@ -96,13 +96,15 @@ def executor_factories(fallback: str | None) -> list[tuple[str, ExecutorFactory]
     return factories
 
 
-def create_executor(blob: Blob, fallback_option: str | None) -> Executor:
-    """The first executor in order that can run the blob here."""
+def create_executor(blob: Blob, fallback_option: str | None,
+                    device: str | None = None) -> Executor:
+    """The first executor in order that can run the blob here. `device`: the
+    load-time backend option "device" (the TensorRT executor's GPU)."""
     causes: list[str] = []
     fallback = fallback_requested(fallback_option)
-    for _name, factory in executor_factories(fallback):
+    for name, factory in executor_factories(fallback):
         try:
-            executor = factory(blob)
+            executor = factory(blob, device=device) if name == "tensorrt" else factory(blob)
         except EngineUnavailable as e:
             causes.append(str(e))
             continue

@@ -86,7 +86,7 @@ def engine_binding(trt, engine, binding: Binding) -> Binding:
 class TensorRTExecutor(Executor):
     kind = "tensorrt"
 
-    def __init__(self, blob: Blob):
+    def __init__(self, blob: Blob, device: str | None = None):
         meta = blob.metadata
         self.inputs, self.outputs = split_bindings(meta)
         flavor = meta.get("trt_flavor")
@@ -99,7 +99,7 @@ class TensorRTExecutor(Executor):
             raise EngineUnavailable(f"the engine was built with {flavor or 'TensorRT'} "
                                     f"{meta.get('trt_version', '')}, and no TensorRT is "
                                     f"installed here to run or rebuild it: {e}")
-        device = chosen_device(meta)  # the blob's device_id unless overridden at load
+        device = chosen_device(meta, device)  # device_id unless overridden at load
         engine = engine_for_this_gpu(blob, self.trt, device)
         m = self.trt.module
         self.logger = collecting_logger(self.trt)
