@@ -9,6 +9,8 @@ CUDA PyTorch and a GPU.
 from __future__ import annotations
 
 import time
+import weakref
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,7 +19,8 @@ from executorch_tensorrt.errors import ArgumentError
 from executorch_tensorrt.runtime import executor_table as abi
 from executorch_tensorrt.runtime.arguments import split_bindings
 from executorch_tensorrt.runtime.cuda_device import DEVICE_ENV, chosen_device
-from executorch_tensorrt.runtime.tensorrt_context import BoundContext, SharedScratch
+from executorch_tensorrt.runtime.tensorrt_context import (
+    SHARED_SCRATCH_ENV, BoundContext, SharedScratch, create_context)
 
 from test_tensorrt_executor_gpu import METADATA, SHAPE, StandInContext, arg  # tests/runtime
 
@@ -215,3 +218,89 @@ def test_device_from_the_environment(monkeypatch):
     with pytest.raises(ArgumentError, match=rf"{DEVICE_ENV}={count} asks for CUDA device "
                                             rf"{count}, but only {count} device\(s\) exist"):
         chosen_device({})
+
+
+# -- create_context: allocation strategy, scratch sizing, TensorRT-RTX's runtime config ---------
+
+class StandInEngine:
+    """FAKE ICudaEngine (labelled, like StandInContext): hands out stand-in
+    contexts and records what create_context asked for."""
+
+    def __init__(self, memory: int) -> None:
+        self.device_memory_size_v2 = memory
+        self.created_with: list = []
+
+    def create_execution_context(self, how):
+        self.created_with.append(how)
+        return StandInContext(0)
+
+
+class StandInRtxEngine(StandInEngine):
+    """FAKE TensorRT-RTX engine: it also has create_runtime_config."""
+
+    def create_runtime_config(self):
+        engine = self
+
+        class Config:
+            cuda_graph_strategy = None
+            runtime_cache = None
+
+            def set_execution_context_allocation_strategy(self, strategy):
+                self.strategy = strategy
+
+            def set_runtime_cache(self, cache):
+                self.runtime_cache = cache
+                return True
+
+        engine.config = Config()
+        return engine.config
+
+
+STANDIN_TRT = SimpleNamespace(module=SimpleNamespace(
+    ExecutionContextAllocationStrategy=SimpleNamespace(STATIC="static", USER_MANAGED="user"),
+    CudaGraphStrategy=SimpleNamespace(DISABLED="disabled", WHOLE_GRAPH_CAPTURE="whole")))
+
+
+@pytest.fixture
+def fresh_scratch(monkeypatch):
+    monkeypatch.setattr(SharedScratch, "_per_device", weakref.WeakValueDictionary())
+    monkeypatch.delenv(SHARED_SCRATCH_ENV, raising=False)
+
+
+def test_contexts_get_user_managed_memory_from_one_scratch(fresh_scratch):
+    small, large = StandInEngine(1000), StandInEngine(5000)
+    a, b = (create_context(STANDIN_TRT, e, CUDA, graphs=False) for e in (small, large))
+    assert small.created_with == large.created_with == ["user"]
+    assert a.scratch is b.scratch and a.stream is b.stream and a.scratch.size >= 5000
+    inputs, outputs = split_bindings(METADATA)
+    keep: list = []
+    for bound, v in ((a, 1.0), (b, 2.0)):
+        bound.bind(inputs, outputs)
+        x, y, out = torch.full(SHAPE, v, device="cuda"), torch.ones(SHAPE, device="cuda"), \
+            torch.zeros(SHAPE, device="cuda")
+        bound.execute(args_of(x, y, out, keep))
+        assert bound.context.device_memory == (a.scratch.address, a.scratch.size)
+        assert torch.equal(out.cpu(), torch.full(SHAPE, 2 * v + 1))
+
+
+def test_without_shared_scratch_each_context_has_its_own(fresh_scratch, monkeypatch):
+    monkeypatch.setenv(SHARED_SCRATCH_ENV, "0")
+    engine = StandInEngine(1000)
+    a, b = (create_context(STANDIN_TRT, engine, CUDA) for _ in range(2))
+    assert engine.created_with == ["static", "static"]
+    assert a.scratch is None and a.stream is not b.stream
+
+
+@pytest.mark.parametrize("graphs, strategy", [(True, "whole"), (False, "disabled")])
+def test_tensorrt_rtx_uses_its_own_graphs_and_runtime_cache(graphs, strategy, fresh_scratch):
+    engine = StandInRtxEngine(1000)
+
+    class Cache:
+        def open(self, config):
+            return "the runtime cache"
+
+    bound = create_context(STANDIN_TRT, engine, CUDA, graphs=graphs, kernel_cache=Cache())
+    assert engine.created_with == [engine.config] and engine.config.strategy == "user"
+    assert engine.config.cuda_graph_strategy == strategy
+    assert engine.config.runtime_cache == "the runtime cache"
+    assert bound.graph is None, "our capture would nest TensorRT-RTX's graph launch"

@@ -29,14 +29,15 @@ class KernelCache:
 
     def __init__(self, trt, engine_bytes: bytes, device_name: str) -> None:
         self.cache = None
+        # Only TensorRT-RTX has a runtime cache: hash a large engine only for it.
         self.key = hashlib.sha256(engine_bytes + f"|{trt.flavor}|{trt.version}|{device_name}"
-                                  .encode()).hexdigest()
+                                  .encode()).hexdigest() if trt.is_rtx else ""
         self._store = EngineCache(cache_dir() / "runtime")
 
     def open(self, config) -> object | None:
         """A runtime cache created from `config` (TensorRT-RTX's IRuntimeConfig)
         and filled from disk when an entry exists; None without the API."""
-        if not hasattr(config, "create_runtime_cache"):
+        if not self.key or not hasattr(config, "create_runtime_cache"):
             return None
         self.cache = config.create_runtime_cache()
         try:

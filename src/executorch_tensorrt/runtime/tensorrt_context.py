@@ -99,9 +99,11 @@ def create_context(trt, engine, device: torch.device, *, graphs: bool | None = N
     TensorRT-RTX never ran an engine on a reachable GPU."""
     m = trt.module
     graphs = cuda_graphs_enabled() if graphs is None else graphs
+    strategies = getattr(m, "ExecutionContextAllocationStrategy", None)  # TensorRT >= 10
+    if strategies is None:
+        return BoundContext(engine.create_execution_context(), None, None, device, graphs=graphs)
     scratch = SharedScratch.for_device(device) if shared_scratch_enabled() else None
-    strategy = (m.ExecutionContextAllocationStrategy.USER_MANAGED if scratch is not None
-                else m.ExecutionContextAllocationStrategy.STATIC)
+    strategy = strategies.USER_MANAGED if scratch is not None else strategies.STATIC
     own_graphs = graphs
     if hasattr(engine, "create_runtime_config"):
         config = engine.create_runtime_config()
@@ -143,12 +145,14 @@ class BoundContext:
         self.stream = scratch.stream if scratch is not None else torch.cuda.Stream(device)
         self.views = HostViews()
         self.staging: dict[str, torch.Tensor] = {}  # device buffers for host arguments
-        self._staged: dict[int, tuple[tuple, torch.Tensor]] = {}  # argument -> (shape, view)
         self.layer_profiler = None  # set when per-layer profiling was asked for
         graphs = cuda_graphs_enabled() if graphs is None else graphs
         self.graph = EnqueueGraph() if graphs else None
         self._ready = torch.cuda.Event()  # recorded on the caller's stream
         self._done = torch.cuda.Event()  # recorded on ours after the engine
+        # Bumped by every change TensorRT is told of, never reset: a captured
+        # graph is valid for one generation.
+        self.generation = 0
         self.bind(inputs or [], outputs or [])
 
     def bind(self, inputs: list[Binding], outputs: list[Binding]) -> None:
@@ -158,10 +162,9 @@ class BoundContext:
         self._shapes: list[tuple | None] = [None] * len(inputs)  # last set input shapes
         self._addresses: list[int | None] = [None] * len(self._names)  # last set addresses
         self._out_shapes: list[tuple] = []  # the outputs' shapes for _shapes
+        self._staged: dict[int, tuple[tuple, torch.Tensor]] = {}  # argument -> (shape, view)
         self._scratch_address = 0
-        # Bumped by every change TensorRT is told of; a captured graph is
-        # valid for one generation.
-        self.generation = 0
+        self.generation += 1  # whatever was captured before is stale
 
     def close(self) -> None:
         """Waits for this context's queued work (a device-resident call returns
@@ -263,7 +266,10 @@ class BoundContext:
             self._out_shapes = [tuple(self.context.get_tensor_shape(b.name))
                                 for b in self.outputs]
         if self.scratch is not None and self._scratch_address != self.scratch.address:
-            self.context.set_device_memory(self.scratch.address, self.scratch.size)
+            try:  # TensorRT >= 10.1 and TensorRT-RTX; 10.0 has the property only
+                self.context.set_device_memory(self.scratch.address, self.scratch.size)
+            except (AttributeError, TypeError):
+                self.context.device_memory = self.scratch.address
             self._scratch_address = self.scratch.address
             self.generation += 1
         for i in range(n_in):
