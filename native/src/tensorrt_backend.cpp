@@ -291,6 +291,24 @@ class TensorRTBackend final : public et::BackendInterface {
                   "(e.g. \"onnxruntime\")");
     }
 
+    // The load-time backend option "device" picks the GPU (docs/gpu-runtime.md):
+    // a string ("1", "cuda:1") or an int, passed on as text.
+    const char* device = nullptr;
+    char device_text[16] = {0};
+    Result<const char*> dev = context.get_runtime_spec<const char*>("device");
+    if (dev.ok()) {
+      device = dev.get();
+    } else if (dev.error() != Error::NotFound) {
+      Result<int> dev_int = context.get_runtime_spec<int>("device");
+      if (!dev_int.ok()) {
+        return fail(Error::InvalidArgument,
+                    "the load-time backend option \"device\" must be a CUDA device index "
+                    "(an int, or a string such as \"cuda:1\")");
+      }
+      std::snprintf(device_text, sizeof(device_text), "%d", dev_int.get());
+      device = device_text;
+    }
+
     // init is not on the hot path; a heap array keeps any number of specs.
     etrt_compile_spec* specs = nullptr;
     if (compile_specs.size() > 0) {
@@ -319,6 +337,7 @@ class TensorRTBackend final : public et::BackendInterface {
     }
     args.named_data_ctx = named_data.get();
     args.get_named_data = &NamedData::lookup;
+    args.device = device;
 
     uint64_t handle = 0;
     uint32_t num_inputs = 0;

@@ -104,6 +104,45 @@ int32_t drv_init(
   return 0;
 }
 
+// Runs init with one load-time backend option `key`: the string `text`, or
+// the int `number` when text is NULL (the GPU runtime's "device" option).
+int32_t drv_init_option(
+    const void* blob,
+    uint64_t size,
+    const char* key,
+    const char* text,
+    int32_t number,
+    void** handle_out) {
+  et::BackendInterface* b = backend();
+  if (b == nullptr) {
+    return -1;
+  }
+  void* copy = std::malloc(size > 0 ? size : 1);
+  std::memcpy(copy, blob, size);
+  static int32_t freed = 0;  // the adapter frees the blob during init
+  et::FreeableBuffer processed(copy, size, free_copy, &freed);
+  et::BackendOption option;
+  std::strncpy(option.key, key, sizeof(option.key) - 1);
+  if (text == nullptr) {
+    option.value = static_cast<int>(number);
+  } else {
+    std::array<char, et::kMaxOptionValueLength> value{};
+    std::strncpy(value.data(), text, value.size() - 1);
+    option.value = value;
+  }
+  et::MemoryAllocator allocator(sizeof(g_runtime_pool), g_runtime_pool);
+  et::BackendInitContext context(
+      &allocator, nullptr, "forward", nullptr,
+      et::Span<const et::BackendOption>(&option, 1));
+  et::Result<et::DelegateHandle*> result =
+      b->init(context, &processed, et::ArrayRef<et::CompileSpec>());
+  if (!result.ok()) {
+    return static_cast<int32_t>(result.error());
+  }
+  *handle_out = result.get();
+  return 0;
+}
+
 // Runs execute with the arguments (x: float[n] input, scale: int input,
 // y: float output of capacity cap, dynamic-bound, initially [cap]). Passes
 // only the first num_args of them (to test the arity check). in_device_cuda

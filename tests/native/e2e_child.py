@@ -41,6 +41,9 @@ drv.drv_init.argtypes = [
     ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_void_p),
     ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint64,
     ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_void_p)]
+drv.drv_init_option.restype = ctypes.c_int32
+drv.drv_init_option.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_char_p,
+                                ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)]
 drv.drv_execute.restype = ctypes.c_int32
 drv.drv_execute.argtypes = [
     ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_int32, ctypes.c_int64,
@@ -82,6 +85,7 @@ class Executors:
                 "specs": a.compile_spec_dict(),
                 "method": a.method_name.decode() if a.method_name else None,
                 "fallback": a.fallback.decode() if a.fallback else None,
+                "device": a.device_option(),
             })
             if self.init_error is not None:
                 if self.init_message:
@@ -350,6 +354,22 @@ def scenario_fallback_wrong_type():
     rc, _, _, err = init(fallback_int=1)
     assert rc == INVALID_ARGUMENT, hex(rc)
     assert '"fallback" must be a string' in err, err
+
+
+def scenario_device_option():
+    """The load-time option "device" reaches the executor's init as text."""
+    ex = Executors()
+    install(ex)
+    handle = ctypes.c_void_p()
+    for text, number, seen in ((b"cuda:1", 0, "cuda:1"), (None, 2, "2")):
+        with StderrCapture() as err:
+            rc = drv.drv_init_option(BLOB, len(BLOB), b"device", text, number,
+                                     ctypes.byref(handle))
+        assert rc == OK, (hex(rc), err.text)
+        assert ex.inits[-1]["device"] == seen, ex.inits[-1]
+        drv.drv_destroy(handle)
+    rc, _, _, _ = init()
+    assert rc == OK and ex.inits[-1]["device"] is None, ex.inits[-1]
 
 
 def scenario_executor_unavailable():

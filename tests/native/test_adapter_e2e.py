@@ -29,6 +29,7 @@ SCENARIOS = [
     "resize_past_capacity",
     "invalid_blob",
     "fallback_wrong_type",
+    "device_option",
     "executor_unavailable",
     "handles_outlive_reinstall",
     "last_error_and_validate",

@@ -10,7 +10,8 @@ engine would. Everything else is real: CUDA memory, the executor's stream,
 its staging of host arguments through device buffers and the copies back.
 
 Runs where CUDA PyTorch sees a GPU (it ran on the H200:
-docs/device-resident.md); skips elsewhere, saying so.
+docs/gpu-runtime.md); skips elsewhere, saying so. The stand-in is shared with
+the other tests/runtime/test_tensorrt_*_gpu.py files.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import torch
 from executorch_tensorrt.runtime import executor_table as abi
 from executorch_tensorrt.errors import ArgumentError
 from executorch_tensorrt.runtime.arguments import split_bindings
-from executorch_tensorrt.runtime.tensorrt_executor import BoundContext
+from executorch_tensorrt.runtime.tensorrt_context import BoundContext
 
 SHAPE = (2, 3)
 METADATA = {"io_bindings": [
@@ -45,32 +46,78 @@ def device_view(address: int, shape: tuple[int, ...]) -> torch.Tensor:
 
 
 class StandInContext:
-    """FAKE IExecutionContext (see the module docstring): out = 2 * x + y."""
+    """FAKE IExecutionContext (see the module docstring): out = 2 * x + y.
 
-    def __init__(self) -> None:
+    Counts the calls the executor makes into it (`calls`), records whether
+    each enqueue ran under a CUDA graph capture (`captured`), and, given
+    device memory (set_device_memory), computes through it as scratch, so
+    two contexts sharing that memory at once would corrupt each other.
+    `sleep_cycles`: GPU cycles the engine spins before writing its output.
+    `capturable`: False makes it say so through is_stream_capturable;
+    "refuse" makes its enqueue return False while being captured."""
+
+    def __init__(self, sleep_cycles: int = 1_000_000, capturable=True) -> None:
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.addresses: dict[str, int] = {}
         self.streams: list[int] = []
+        self.captured: list[bool] = []
+        self.calls = {"set_input_shape": 0, "set_tensor_address": 0, "get_tensor_shape": 0,
+                      "set_device_memory": 0}
+        self.device_memory: tuple[int, int] | None = None
+        self.sleep_cycles = sleep_cycles
+        self.capturable = capturable
+        self._views: dict[tuple, torch.Tensor] = {}
 
     def set_input_shape(self, name, shape) -> bool:
+        self.calls["set_input_shape"] += 1
         self.shapes[name] = tuple(shape)
         return True
 
     def get_tensor_shape(self, name):
+        self.calls["get_tensor_shape"] += 1
         assert name == "out"
         return self.shapes["x"]
 
     def set_tensor_address(self, name, address) -> bool:
+        self.calls["set_tensor_address"] += 1
         self.addresses[name] = address
         return True
 
+    def set_device_memory(self, address, size) -> None:
+        self.calls["set_device_memory"] += 1
+        self.device_memory = (address, size)
+
+    def is_stream_capturable(self, stream) -> bool:
+        return self.capturable is not False
+
+    def view(self, address: int, shape: tuple[int, ...]) -> torch.Tensor:
+        key = (address, shape)  # made outside captures (the first call is never captured)
+        if key not in self._views:
+            self._views[key] = device_view(address, shape)
+        return self._views[key]
+
+    def reset_calls(self) -> None:
+        for k in self.calls:
+            self.calls[k] = 0
+
     def execute_async_v3(self, stream: int) -> bool:
+        capturing = torch.cuda.is_current_stream_capturing()
         self.streams.append(stream)
+        self.captured.append(capturing)
+        if capturing and self.capturable == "refuse":
+            return False
         with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
-            x, y, out = (device_view(self.addresses[n], self.shapes["x"]) for n in ("x", "y", "out"))
-            # Slow enough that a missing wait on this stream shows up as stale output.
-            torch.cuda._sleep(1_000_000)
-            out.copy_(2 * x + y)
+            shape = self.shapes["x"]
+            x, y, out = (self.view(self.addresses[n], shape) for n in ("x", "y", "out"))
+            if self.device_memory is not None:  # through the scratch area
+                tmp = self.view(self.device_memory[0], shape)
+                torch.mul(x, 2, out=tmp)
+                torch.cuda._sleep(self.sleep_cycles)  # another user of tmp would land here
+                torch.add(tmp, y, out=out)
+            else:
+                # Slow enough that a missing wait on this stream shows up as stale output.
+                torch.cuda._sleep(self.sleep_cycles)
+                torch.add(y, x, alpha=2, out=out)
         return True
 
 

@@ -55,3 +55,18 @@ def test_no_events_when_not_traced(monkeypatch):
     out = torch.zeros(SHAPE)
     run(torch.ones(SHAPE), torch.ones(SHAPE), out)
     assert torch.equal(out, torch.full(SHAPE, 3.0))
+
+
+def test_a_device_resident_call_records_the_stages_without_waiting(monkeypatch):
+    """No copies and no host wait: the engine's GPU time is in no stage, and
+    the call's events end long before the engine (docs/profiling.md)."""
+    from test_tensorrt_executor_gpu import SHAPE, run
+
+    recorder = ListRecorder()
+    monkeypatch.setattr(profiling, "begin_call", lambda: recorder)
+    x, y, out = (torch.full(SHAPE, v, device="cuda") for v in (1.0, 2.0, 0.0))
+    run(x, y, out)  # the stand-in engine sleeps ~1M GPU cycles on the stream
+    assert [n for n, _, _ in recorder.events] == list(profiling.TENSORRT_STAGES)
+    took = {n: e - s for n, s, e in recorder.events}
+    assert took["copies"] == 0, recorder.events
+    assert torch.equal(out.cpu(), torch.full(SHAPE, 4.0))

@@ -95,6 +95,9 @@ typedef struct etrt_init_args {
    * named data, where weights stored outside the blob live. */
   void* named_data_ctx;     /* pass to get_named_data; valid during init only */
   etrt_get_named_data_fn get_named_data;
+  /* Appended for the GPU runtime (issue 14); read only when struct_size covers it. */
+  const char* device;       /* load-time backend option "device" ("1", "cuda:1"; an int
+                               option arrives as its decimal text), or NULL */
 } etrt_init_args;
 
 /* ---- Native plans: the steady-state path without the executor ----

@@ -71,7 +71,7 @@ class PythonExecutors:
             blob = read_blob(args.blob_bytes())
             fallback = args.fallback.decode() if args.fallback else None
             named_data = AdapterNamedData(args) if args.has_named_data() else None
-            executor = create_executor(blob, fallback, named_data)
+            executor = create_executor(blob, fallback, named_data, device=args.device_option())
             with self.lock:
                 handle = next(self.ids)
                 self.handles[handle] = executor

@@ -119,12 +119,21 @@ class EtrtInitArgs(ctypes.Structure):
         # Appended: present only when struct_size covers them (has_named_data).
         ("named_data_ctx", ctypes.c_void_p),  # valid during init only
         ("get_named_data", GetNamedDataFn),
+        # Appended for the GPU runtime (issue 14): read only when struct_size covers it.
+        ("device", ctypes.c_char_p),  # load-time option "device", or None
     ]
 
     def has_named_data(self) -> bool:
         """Whether the adapter that filled this struct passes named data."""
         end = EtrtInitArgs.get_named_data.offset + ctypes.sizeof(GetNamedDataFn)
         return self.struct_size >= end and bool(self.get_named_data)
+
+    def device_option(self) -> str | None:
+        """The load-time backend option "device", None when absent (or when an
+        older adapter passed a shorter struct)."""
+        if self.struct_size < EtrtInitArgs.device.offset + ctypes.sizeof(ctypes.c_char_p):
+            return None
+        return self.device.decode() if self.device else None
 
     def blob_bytes(self) -> bytes:
         return ctypes.string_at(self.blob, self.blob_size) if self.blob_size else b""

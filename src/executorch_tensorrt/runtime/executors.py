@@ -61,17 +61,17 @@ def native_plans_enabled() -> bool:
     return os.environ.get(NATIVE_PLAN_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-# (blob, the program's named data or None) -> executor
-ExecutorFactory = Callable[[Blob, "NamedData | None"], Executor]
+# (blob, the program's named data or None, the load-time "device" option or None)
+ExecutorFactory = Callable[[Blob, "NamedData | None", "str | None"], Executor]
 
 
-def _tensorrt(blob: Blob, named_data: NamedData | None) -> Executor:
+def _tensorrt(blob: Blob, named_data: NamedData | None, device: str | None) -> Executor:
     from .tensorrt_executor import TensorRTExecutor
 
-    return TensorRTExecutor(blob, named_data)
+    return TensorRTExecutor(blob, named_data, device=device)
 
 
-def _onnxruntime(blob: Blob, named_data: NamedData | None) -> Executor:
+def _onnxruntime(blob: Blob, named_data: NamedData | None, _device: str | None) -> Executor:
     from .onnxruntime_executor import OnnxRuntimeExecutor  # imports onnxruntime: only here
 
     return OnnxRuntimeExecutor(blob, named_data)
@@ -99,14 +99,16 @@ def executor_factories(fallback: str | None) -> list[tuple[str, ExecutorFactory]
 
 
 def create_executor(blob: Blob, fallback_option: str | None,
-                    named_data: NamedData | None = None) -> Executor:
+                    named_data: NamedData | None = None,
+                    device: str | None = None) -> Executor:
     """The first executor in order that can run the blob here. `named_data`:
-    where the blob's "weights" are (None: the program supplied none)."""
+    where the blob's "weights" are (None: the program supplied none). `device`:
+    the load-time backend option "device" (the TensorRT executor's GPU)."""
     causes: list[str] = []
     fallback = fallback_requested(fallback_option)
-    for _name, factory in executor_factories(fallback):
+    for name, factory in executor_factories(fallback):
         try:
-            executor = factory(blob, named_data)
+            executor = factory(blob, named_data, device)
         except EngineUnavailable as e:
             causes.append(str(e))
             continue

@@ -9,7 +9,6 @@ onnxruntime executor (arguments.py).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Callable, Sequence
 
 import torch
@@ -19,34 +18,19 @@ from ..errors import (
     ArgumentError, EngineUnavailable, InvalidProgramError, RebuildImpossible,
     TensorRTNotInstalledError)
 from ..tensorrt.flavor import collecting_logger, load_tensorrt
-from . import executor_table as abi
 from . import profiling
-from .arguments import (
-    SCALAR_TYPE_TO_TORCH, Binding, HostViews, check_args, checked_nbytes, resize_output,
-    split_bindings)
-from .cuda_probe import cuda_unavailable_reason
+from .arguments import Binding, split_bindings
+from .cuda_device import chosen_device
+from .cuda_kernel_cache import KernelCache
 from .engine_portability import built_here, rebuilt_engine
 from .engine_refit import refit_engine
 from .executors import Executor
 from .named_data import NamedData, WeightBuffer, blob_weights
 from .onnx_safety import self_contained_onnx
+from .tensorrt_context import BoundContext, create_context
 from .tensorrt_profiling import attach_layer_profiler
 
-__all__ = ["BoundContext", "EngineUnavailable", "TensorRTExecutor"]
-
-
-def cuda_device_or_raise(device_id: int) -> torch.device:
-    reason = cuda_unavailable_reason()
-    if reason is not None:
-        raise EngineUnavailable(reason)
-    if not torch.cuda.is_available():
-        raise EngineUnavailable(
-            "this PyTorch build has no CUDA support (the TensorRT executor uses it for device "
-            "buffers and streams); install a CUDA build of PyTorch")
-    if device_id >= torch.cuda.device_count():
-        raise EngineUnavailable(f"the engine is for CUDA device {device_id}, but only "
-                                f"{torch.cuda.device_count()} device(s) exist")
-    return torch.device("cuda", device_id)
+__all__ = ["BoundContext", "EngineUnavailable", "TensorRTExecutor"]  # BoundContext: tensorrt_context.py
 
 
 def device_capability(device: torch.device) -> str:
@@ -117,7 +101,8 @@ def engine_binding(trt, engine, binding: Binding) -> Binding:
 class TensorRTExecutor(Executor):
     kind = "tensorrt"
 
-    def __init__(self, blob: Blob, named_data: NamedData | None = None):
+    def __init__(self, blob: Blob, named_data: NamedData | None = None,
+                 device: str | None = None):
         meta = blob.metadata
         # A partition that needs its named data (no engine, or a stripped one)
         # fails on a missing .ptd first, whatever would run it; a full engine
@@ -138,7 +123,7 @@ class TensorRTExecutor(Executor):
             raise EngineUnavailable(f"the engine was built with {flavor or 'TensorRT'} "
                                     f"{meta.get('trt_version', '')}, and no TensorRT is "
                                     f"installed here to run or rebuild it: {e}")
-        device = cuda_device_or_raise(int(meta.get("device_id", 0)))
+        device = chosen_device(meta, device)  # device_id unless overridden at load
         engine = engine_for_this_gpu(blob, self.trt, device, named_weights)
         m = self.trt.module
         self.logger = collecting_logger(self.trt)
@@ -156,8 +141,10 @@ class TensorRTExecutor(Executor):
                 f"blob's io_bindings list {len(self.inputs) + len(self.outputs)}")
         self.inputs = [engine_binding(self.trt, self.engine, b) for b in self.inputs]
         self.outputs = [engine_binding(self.trt, self.engine, b) for b in self.outputs]
-        self.bound = BoundContext(self.engine.create_execution_context(), self.inputs,
-                                  self.outputs, device)
+        self.kernel_cache = KernelCache(self.trt, engine, torch.cuda.get_device_name(device))
+        self.bound = create_context(self.trt, self.engine, device,
+                                    kernel_cache=self.kernel_cache)  # tensorrt_context.py
+        self.bound.bind(self.inputs, self.outputs)
         if profiling.nodes_requested():  # GPU-only, unverified (tensorrt_profiling.py)
             self.bound.layer_profiler = attach_layer_profiler(self.trt, self.bound.context)
 
@@ -168,94 +155,21 @@ class TensorRTExecutor(Executor):
 
     # No native plan yet (Executor.native_plan returns None), so every call
     # runs this Python code and can be preempted (docs/concurrency.md). Its
-    # plan would be a CUDA graph captured here around the copies and
-    # enqueueV3 for one set of argument addresses and shapes, replayed by the
-    # adapter with cuGraphLaunch + cuStreamSynchronize through the driver API
-    # (a new etrt_plan_kind carrying the graph exec, the stream and the
-    # driver's function pointers): the next issue.
+    # plan would be the CUDA graph BoundContext already captures for one set
+    # of argument addresses and shapes (cuda_graphs.py), replayed by the
+    # adapter with cuGraphLaunch and the two event calls through the driver
+    # API (a new etrt_plan_kind carrying the graph exec, the streams, the
+    # events and the driver's function pointers): the next issue.
 
     def close(self) -> None:
         """Drops the context before the engine and the engine before the runtime
-        (TensorRT's required order), while CUDA is still up."""
+        (TensorRT's required order), while CUDA is still up; TensorRT-RTX's
+        JIT-compiled kernels are saved for the next process first."""
+        if getattr(self, "bound", None) is not None:
+            self.bound.close()  # device-resident calls may still be running
+        if getattr(self, "kernel_cache", None) is not None:
+            self.kernel_cache.save()
         self.bound = None
+        self.kernel_cache = None  # after the context that uses it
         self.engine = None
         self.runtime = None
-
-
-class BoundContext:
-    """Runs a TensorRT execution context on a partition's arguments: CUDA
-    arguments are bound at their own addresses, host ones are staged through
-    device buffers (and outputs copied back), all on one stream."""
-
-    def __init__(self, context, inputs: list[Binding], outputs: list[Binding],
-                 device: torch.device):
-        self.context = context
-        self.inputs, self.outputs = inputs, outputs
-        self.device = device
-        self.stream = torch.cuda.Stream(device)
-        self.views = HostViews()
-        self.staging: dict[str, torch.Tensor] = {}  # device buffers for host arguments
-        self.layer_profiler = None  # set when per-layer profiling was asked for
-
-    def _device_buffer(self, name: str, shape, dtype) -> torch.Tensor:
-        buf = self.staging.get(name)
-        numel = math.prod(shape)
-        if buf is None or buf.numel() < numel or buf.dtype != dtype:
-            buf = torch.empty(max(numel, 1), dtype=dtype, device=self.device)
-            self.staging[name] = buf
-        return buf[:numel].view(shape)
-
-    def execute(self, args, num_args: int | None = None) -> None:
-        # Stage events (ETDump on) are host timestamps: "bind" includes queueing
-        # the input copies; the GPU work lands in "copies" when an output is
-        # copied back to pageable host memory (that copy waits for the stream,
-        # as the H200 showed), else in "wait".
-        recorder = profiling.begin_call()
-        t0 = profiling.now() if recorder else 0
-        shapes = check_args(args, len(args) if num_args is None else num_args,
-                            self.inputs, self.outputs)
-        copies_back = []
-        # CUDA inputs may come from work the caller queued on the device's
-        # default stream; order the engine after it (outputs are complete on
-        # return: the stream is synchronized below).
-        self.stream.wait_stream(torch.cuda.default_stream(self.device))
-        with torch.cuda.stream(self.stream):
-            for i, (binding, shape) in enumerate(zip(self.inputs, shapes)):
-                arg = args[i]
-                self.context.set_input_shape(binding.name, shape)
-                if arg.device_type == abi.ETRT_DEVICE_CUDA:
-                    address = arg.data
-                else:
-                    staged = self._device_buffer(binding.name, shape,
-                                                 SCALAR_TYPE_TO_TORCH[arg.dtype])
-                    staged.copy_(self.views.view(arg, shape), non_blocking=True)
-                    address = staged.data_ptr()
-                self.context.set_tensor_address(binding.name, address)
-            for j, binding in enumerate(self.outputs):
-                arg = args[len(self.inputs) + j]
-                shape = tuple(self.context.get_tensor_shape(binding.name))
-                resize_output(arg, shape, binding)
-                if arg.device_type == abi.ETRT_DEVICE_CUDA:
-                    checked_nbytes(arg, shape, "CUDA ")  # TensorRT writes this many bytes
-                    address = arg.data
-                else:
-                    staged = self._device_buffer(binding.name, shape,
-                                                 SCALAR_TYPE_TO_TORCH[arg.dtype])
-                    copies_back.append((staged, arg, shape))
-                    address = staged.data_ptr()
-                self.context.set_tensor_address(binding.name, address)
-            t1 = profiling.now() if recorder else 0
-            if not self.context.execute_async_v3(self.stream.cuda_stream):
-                raise RuntimeError("TensorRT failed to enqueue the engine; its log says why")
-            t2 = profiling.now() if recorder else 0
-            for staged, arg, shape in copies_back:
-                self.views.view(arg, shape).copy_(staged, non_blocking=True)
-        t3 = profiling.now() if recorder else 0
-        self.stream.synchronize()
-        if recorder:
-            for name, start, end in (("bind", t0, t1), ("enqueue", t1, t2), ("copies", t2, t3),
-                                     ("wait", t3, profiling.now())):
-                recorder.event(name, start, end)
-            if self.layer_profiler is not None:
-                for name, start, end in self.layer_profiler.drain(t1):
-                    recorder.event(name, start, end)
