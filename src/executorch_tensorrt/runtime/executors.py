@@ -106,7 +106,7 @@ def create_executor(blob: Blob, fallback_option: str | None,
     the load-time backend option "device" (the TensorRT executor's GPU)."""
     causes: list[str] = []
     fallback = fallback_requested(fallback_option)
-    for name, factory in executor_factories(fallback):
+    for _name, factory in executor_factories(fallback):
         try:
             executor = factory(blob, named_data, device)
         except EngineUnavailable as e:
