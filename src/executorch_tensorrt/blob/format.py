@@ -43,6 +43,10 @@ ENGINE_KINDS = ("full", "stripped", "none")
 #: "inline": inside the ONNX section (the default); "named_data": in the
 #: program's named data (.pte or .ptd), listed in "weights".
 WEIGHTS_LOCATIONS = ("inline", "named_data")
+#: The external-data "location" of an ONNX initializer whose bytes are in the
+#: program's named data (listed in "weights"). A sentinel, never a file: the
+#: runtime refuses every other external-data reference.
+NAMED_DATA_LOCATION = "etrt-named-data"
 #: A named-data key is at most this many printable ASCII characters.
 MAX_KEY_LENGTH = 256
 TRT_FLAVORS = ("tensorrt", "tensorrt_rtx")
