@@ -18,9 +18,10 @@ from .program_copy import copy_program
 _PROBE_TAG = "etrt_probe"
 
 
-def extract_partition(ep: torch.export.ExportedProgram,
-                      node_names: set[str]) -> torch.export.ExportedProgram:
-    probe = copy_program(ep)
+def extract_partition(ep: torch.export.ExportedProgram, node_names: set[str],
+                      real_weights=None) -> torch.export.ExportedProgram:
+    """`real_weights` (name -> tensor) replaces fake weights of the same name."""
+    probe = copy_program(ep, real_weights)
     gm = probe.graph_module
     for node in gm.graph.nodes:
         if node.name in node_names:

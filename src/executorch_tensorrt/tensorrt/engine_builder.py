@@ -3,7 +3,9 @@ in-process cache.
 
 The partitioner builds each candidate partition's engine as its final
 support check; preprocess then finds the same engine in the cache instead
-of building it twice.
+of building it twice (when it ships an engine at all). A graph without
+weights is built with them supplied by address (`initializers`); the cache
+key then includes `weights_id`, which names the weights' contents.
 """
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..errors import EngineBuildError
 from .flavor import TensorRT, load_tensorrt
-from .onnx_parser import parse_network
+from .onnx_parser import Initializer, parse_network
 from .options import BuildOptions, InputProfile
 
 Progress = Callable[[str], None]
@@ -55,6 +57,10 @@ class BuiltEngine:
     version: str
     compute_capabilities: tuple[str, ...] | None
     build_seconds: float
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 100_000 else f"{nbytes} bytes"
 
 
 _cache: dict[str, BuiltEngine] = {}
@@ -94,31 +100,55 @@ def _configure(trt: TensorRT, builder, options: BuildOptions):
     return config
 
 
-def _key(trt: TensorRT, onnx_bytes: bytes, options: BuildOptions, profiles) -> str:
+def _key(trt: TensorRT, onnx_bytes: bytes, options: BuildOptions, profiles,
+         weights_id: str, stripped: bool) -> str:
     h = hashlib.sha256(onnx_bytes)
     h.update(json.dumps([trt.flavor, trt.version, options.as_dict(),
-                         [p.as_dict("") for p in profiles or []]], sort_keys=True).encode())
+                         [p.as_dict("") for p in profiles or []], weights_id, stripped],
+                        sort_keys=True).encode())
     return h.hexdigest()
+
+
+def _strip_weights(trt: TensorRT, config) -> None:
+    """A weight-stripped plan, refitted at load from the same weights
+    (REFIT_IDENTICAL lets the builder optimize for these exact values). Needs a
+    CUDA device: TensorRT-RTX fails in Myelin without one."""
+    flags = trt.module.BuilderFlag
+    config.set_flag(flags.STRIP_PLAN)
+    config.set_flag(flags.REFIT_IDENTICAL)
 
 
 def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "partition",
                  profiles: list[InputProfile] | None = None,
                  progress: Progress | None = stderr_progress,
-                 trt: TensorRT | None = None) -> BuiltEngine:
+                 trt: TensorRT | None = None,
+                 initializers: Sequence[Initializer] | None = None, weights_id: str = "",
+                 stripped: bool = False, keep_engine: bool = True) -> BuiltEngine:
     """Builds (or returns the cached) engine for an ONNX model. `profiles` gives
-    min/opt/max shapes per network input when any is dynamic."""
+    min/opt/max shapes per network input when any is dynamic. `initializers`
+    supplies the graph's EXTERNAL weights by address (valid during the call),
+    `weights_id` names their contents for the cache; `stripped` builds a
+    weight-stripped refittable plan. `keep_engine=False` (a build that only
+    checks the model) returns no plan bytes and caches nothing, so the plan's
+    memory is freed at once."""
+    if initializers and not weights_id:
+        raise ValueError("build_engine with initializers needs a weights_id for its cache key")
     trt = trt or load_tensorrt()
-    key = _key(trt, onnx_bytes, options, profiles)
+    key = _key(trt, onnx_bytes, options, profiles, weights_id, stripped)
     with _cache_lock:
         hit = _cache.get(key)
     if hit is not None:
         return hit
-    builder, network, _parser, logger = parse_network(trt, onnx_bytes)
+    builder, network, _parser, logger = parse_network(trt, onnx_bytes, initializers)
     config = _configure(trt, builder, options)
     _add_profile(builder, network, config, profiles)
+    if stripped:
+        _strip_weights(trt, config)
     if progress:
-        progress(f"building TensorRT engine for {label} ({network.num_layers} layers, "
-                 f"{trt.flavor} {trt.version})...")
+        weights = sum(n for _, _, n in initializers or ())
+        progress(f"building TensorRT engine for {label} ({network.num_layers} layers"
+                 + (f", {_mb(weights)} of weights" if weights else "")
+                 + f", {trt.flavor} {trt.version}{', weight-stripped' if stripped else ''})...")
     start = time.perf_counter()
     serialized = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - start
@@ -128,9 +158,12 @@ def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "part
             f"TensorRT ({trt.flavor} {trt.version}) could not build an engine for {label}: "
             f"{log}")
     if progress:
-        progress(f"built {label} in {seconds:.2f} s ({serialized.nbytes} bytes)")
+        progress(f"built {label} in {seconds:.2f} s ({_mb(serialized.nbytes)})")
+    if not keep_engine:
+        return BuiltEngine(b"", trt.flavor, trt.version, options.compute_capabilities, seconds)
     built = BuiltEngine(bytes(serialized), trt.flavor, trt.version,
                         options.compute_capabilities, seconds)
+    del serialized
     with _cache_lock:
         _cache[key] = built
     return built

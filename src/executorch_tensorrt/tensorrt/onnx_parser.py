@@ -3,6 +3,7 @@ the nodes it places in no supported subgraph (the partitioner's query)."""
 from __future__ import annotations
 
 import functools
+from typing import Sequence
 
 import onnx
 
@@ -37,10 +38,29 @@ def _new_parser(trt: TensorRT):
     return builder, network, trt.module.OnnxParser(network, logger), logger
 
 
-def parse_network(trt: TensorRT, onnx_bytes: bytes):
+# (ONNX initializer name, address, byte size): an initializer the graph
+# declares EXTERNAL, read by the parser from the caller's memory.
+Initializer = tuple[str, int, int]
+
+
+def _parse(parser, onnx_bytes: bytes, initializers: Sequence[Initializer] | None) -> bool:
+    if not initializers:
+        return parser.parse(onnx_bytes)
+    # The graph carries no weights: the parser reads each one from caller memory,
+    # which must stay valid until the engine is built.
+    if not parser.load_model_proto(onnx_bytes):
+        return False
+    for name, pointer, nbytes in initializers:
+        if not parser.load_initializer(name, pointer, nbytes):
+            return False
+    return parser.parse_model_proto()
+
+
+def parse_network(trt: TensorRT, onnx_bytes: bytes,
+                  initializers: Sequence[Initializer] | None = None):
     """Parses an ONNX model into a new network. Raises ParseFailure."""
     builder, network, parser, logger = _new_parser(trt)
-    if not parser.parse(onnx_bytes):
+    if not _parse(parser, onnx_bytes, initializers):
         message, nodes = parse_errors(parser)
         raise ParseFailure(f"TensorRT's ONNX parser rejected the model: {message}", nodes)
     return builder, network, parser, logger
@@ -51,7 +71,9 @@ def unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> set[int]:
 
     `is_subgraph_supported(i) == False` means "not checked", so only nodes
     outside every subgraph count as unsupported here; full parses of each
-    partition are the final check.
+    partition are the final check. A graph whose weights are EXTERNAL makes
+    the parser report an initializer import error, but its subgraphs still
+    cover the nodes it supports (checked by tests/aot/test_named_data.py).
     """
     return set(_unsupported_nodes(trt, onnx_bytes))
 
