@@ -21,6 +21,7 @@ from ..tensorrt.engine_builder import build_engine, current_progress
 from .debug_handles import debug_handle_map, onnx_node_sources
 from .named_data import store_weights
 from .onnx_export import OnnxExport, export_onnx
+from .program_copy import copy_program
 from .shapes import input_profiles
 from .weights import initializer_pointers
 
@@ -81,6 +82,12 @@ def _mb(nbytes: int) -> str:
 
 class TensorRTBackend(BackendDetails):
     """Backend id "TensorRTBackend" (the class name is the id)."""
+
+    @classmethod
+    def copy_exported_program_for_preprocess(cls, edge_program, compile_specs):
+        # ExecuTorch's default deep-copies the weights too (one more copy of the
+        # model); preprocess never writes to them, so the copy shares them.
+        return copy_program(edge_program)
 
     @staticmethod
     def preprocess(edge_program: torch.export.ExportedProgram,

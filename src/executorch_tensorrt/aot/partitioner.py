@@ -51,6 +51,10 @@ _MAX_ROUNDS = 50
 KEEP_WHOLE = (torch.ops.aten.linear.default,)
 # Checks (export, parse, build) one method may spend splitting partitions that fail.
 DEFAULT_MAX_BUILDS = 64
+# A check build costs about twice its weights in memory (TensorRT's copy and
+# the plan), measured in docs/big-models.md. Where no engine is shipped (no GPU
+# at export), partitions with more weights are checked without a build.
+CHECK_BUILD_MAX_WEIGHTS = 256 << 20
 _PROTO_LIMIT = ("the partition's ONNX model is larger than protobuf's 2 GB limit, so it "
                 "cannot be serialized for TensorRT's parser")
 
@@ -206,9 +210,16 @@ class TensorRTPartitioner(Partitioner):
             exported = export_onnx(sub_ep, self.compile_spec.precision)
         except Exception as e:  # noqa: BLE001 - the exporter raises many kinds
             return _export_reason(e)
-        ships = engine_kind(self.compile_spec) != "none"
-        real_build = ships and not needs_stand_ins(ep, real)
+        kind = engine_kind(self.compile_spec)
+        real_build = kind != "none" and not needs_stand_ins(ep, real)
         pointers, _alive = initializer_pointers(exported.weights, stand_ins=not real_build)
+        if kind == "none" and exported.weight_bytes > CHECK_BUILD_MAX_WEIGHTS:
+            # No engine is shipped, and a build costs twice the weights in
+            # memory: TensorRT's full parse and the output check must do.
+            if self.progress:
+                self.progress(f"{label}: {exported.weight_bytes / 1e9:.2f} GB of weights; "
+                              "checked by TensorRT's parser (the engine is built at load)")
+            return self._parse_checks(trt, sub_ep, exported, names, pointers)
         mapped = lambda idx: {exported.edge_node_of[i] for i in idx if i in exported.edge_node_of}  # noqa: E731
         bad = mapped(unsupported_nodes(trt, exported.onnx_bytes)) & names
         if bad:
@@ -218,14 +229,27 @@ class TensorRTPartitioner(Partitioner):
                          profiles=input_profiles(sub_ep), progress=self.progress, trt=trt,
                          initializers=pointers, keep_engine=real_build,
                          weights_id=weights_id(exported) if real_build else "stand-ins",
-                         stripped=engine_kind(self.compile_spec) == "stripped")
+                         stripped=kind == "stripped")
         except ParseFailure as e:
-            bad = mapped(e.node_indices) & names
-            return {n: str(e) for n in bad} if bad else str(e)
+            return self._parse_rejections(e, exported, names)
         except EngineBuildError as e:
             # Without the partition's label, equal causes read (and group) the same.
             return f"engine build failed: {str(e).replace(f' for {label}', '')}"
         return output_mismatch(trt, sub_ep, exported.onnx_bytes, pointers) or {}
+
+    @staticmethod
+    def _parse_rejections(e: ParseFailure, exported, names: set[str]) -> dict[str, str] | str:
+        bad = {exported.edge_node_of[i] for i in e.node_indices
+               if i in exported.edge_node_of} & names
+        return {n: str(e) for n in bad} if bad else str(e)
+
+    def _parse_checks(self, trt, sub_ep, exported, names, pointers) -> dict[str, str] | str:
+        """The checks short of a build: a full parse, then output agreement
+        (output_mismatch parses too, so that is the full parse)."""
+        try:
+            return output_mismatch(trt, sub_ep, exported.onnx_bytes, pointers) or {}
+        except ParseFailure as e:
+            return self._parse_rejections(e, exported, names)
 
     def _method_weights(self) -> dict | None:
         index = len(self.reports)  # partition() appends its report when done

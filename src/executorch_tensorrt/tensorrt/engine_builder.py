@@ -59,10 +59,6 @@ class BuiltEngine:
     build_seconds: float
 
 
-def _mb(nbytes: int) -> str:
-    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 100_000 else f"{nbytes} bytes"
-
-
 _cache: dict[str, BuiltEngine] = {}
 _cache_lock = threading.Lock()
 
@@ -101,10 +97,11 @@ def _configure(trt: TensorRT, builder, options: BuildOptions):
 
 
 def _key(trt: TensorRT, onnx_bytes: bytes, options: BuildOptions, profiles,
-         weights_id: str, stripped: bool) -> str:
+         weights_id: str = "", stripped: bool = False) -> str:
     h = hashlib.sha256(onnx_bytes)
     h.update(json.dumps([trt.flavor, trt.version, options.as_dict(),
-                         [p.as_dict("") for p in profiles or []], weights_id, stripped],
+                         [p.as_dict("") for p in profiles or []], weights_id]
+                        + (["stripped"] if stripped else []),
                         sort_keys=True).encode())
     return h.hexdigest()
 
@@ -118,25 +115,30 @@ def _strip_weights(trt: TensorRT, config) -> None:
     config.set_flag(flags.REFIT_IDENTICAL)
 
 
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 100_000 else f"{nbytes} bytes"
+
+
 def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "partition",
                  profiles: list[InputProfile] | None = None,
                  progress: Progress | None = stderr_progress,
                  trt: TensorRT | None = None,
-                 initializers: Sequence[Initializer] | None = None, weights_id: str = "",
-                 stripped: bool = False, keep_engine: bool = True) -> BuiltEngine:
+                 initializers: Sequence[Initializer] = (),
+                 weights_id: str | None = None, stripped: bool = False,
+                 keep_engine: bool = True) -> BuiltEngine:
     """Builds (or returns the cached) engine for an ONNX model. `profiles` gives
-    min/opt/max shapes per network input when any is dynamic. `initializers`
-    supplies the graph's EXTERNAL weights by address (valid during the call),
-    `weights_id` names their contents for the cache; `stripped` builds a
-    weight-stripped refittable plan. `keep_engine=False` (a build that only
-    checks the model) returns no plan bytes and caches nothing, so the plan's
-    memory is freed at once."""
-    if initializers and not weights_id:
-        raise ValueError("build_engine with initializers needs a weights_id for its cache key")
+    min/opt/max shapes per network input when any is dynamic. `initializers`:
+    weights read from caller memory (onnx_parser.parse_network), valid until
+    this returns; `weights_id` names their content (e.g. their digests) for
+    the in-process cache, which is skipped when initializers come without it.
+    `stripped` builds a weight-stripped refittable plan. `keep_engine=False`
+    (a build that only checks the model) returns no plan bytes and caches
+    nothing, so the plan's memory is freed at once."""
     trt = trt or load_tensorrt()
-    key = _key(trt, onnx_bytes, options, profiles, weights_id, stripped)
+    cacheable = keep_engine and (not initializers or weights_id is not None)
+    key = _key(trt, onnx_bytes, options, profiles, weights_id or "", stripped)
     with _cache_lock:
-        hit = _cache.get(key)
+        hit = _cache.get(key) if cacheable else None
     if hit is not None:
         return hit
     builder, network, _parser, logger = parse_network(trt, onnx_bytes, initializers)
@@ -145,7 +147,7 @@ def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "part
     if stripped:
         _strip_weights(trt, config)
     if progress:
-        weights = sum(n for _, _, n in initializers or ())
+        weights = sum(n for _, _, n in initializers)
         progress(f"building TensorRT engine for {label} ({network.num_layers} layers"
                  + (f", {_mb(weights)} of weights" if weights else "")
                  + f", {trt.flavor} {trt.version}{', weight-stripped' if stripped else ''})...")
@@ -164,6 +166,7 @@ def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "part
     built = BuiltEngine(bytes(serialized), trt.flavor, trt.version,
                         options.compute_capabilities, seconds)
     del serialized
-    with _cache_lock:
-        _cache[key] = built
+    if cacheable:
+        with _cache_lock:
+            _cache[key] = built
     return built

@@ -38,29 +38,33 @@ def _new_parser(trt: TensorRT):
     return builder, network, trt.module.OnnxParser(network, logger), logger
 
 
-# (ONNX initializer name, address, byte size): an initializer the graph
-# declares EXTERNAL, read by the parser from the caller's memory.
+#: (ONNX initializer name, address, size in bytes) of a weight the parser
+#: reads from caller memory instead of from the model.
 Initializer = tuple[str, int, int]
 
 
-def _parse(parser, onnx_bytes: bytes, initializers: Sequence[Initializer] | None) -> bool:
-    if not initializers:
-        return parser.parse(onnx_bytes)
-    # The graph carries no weights: the parser reads each one from caller memory,
-    # which must stay valid until the engine is built.
-    if not parser.load_model_proto(onnx_bytes):
-        return False
-    for name, pointer, nbytes in initializers:
-        if not parser.load_initializer(name, pointer, nbytes):
-            return False
-    return parser.parse_model_proto()
+def parse_network(trt: TensorRT, onnx_bytes: bytes, initializers: Sequence[Initializer] = ()):
+    """Parses an ONNX model into a new network. Raises ParseFailure.
 
-
-def parse_network(trt: TensorRT, onnx_bytes: bytes,
-                  initializers: Sequence[Initializer] | None = None):
-    """Parses an ONNX model into a new network. Raises ParseFailure."""
+    `initializers` supplies the bytes of EXTERNAL initializers (weights kept
+    in named data) by address, through the parser's load_model_proto /
+    load_initializer / parse_model_proto, so no model with the weights inside
+    is ever formed. The memory must stay valid until the returned parser is
+    gone (TensorRT reads it during the parse and the build)."""
     builder, network, parser, logger = _new_parser(trt)
-    if not _parse(parser, onnx_bytes, initializers):
+    if initializers:
+        if not parser.load_model_proto(onnx_bytes):
+            message, nodes = parse_errors(parser)
+            raise ParseFailure(f"TensorRT's ONNX parser rejected the model: {message}", nodes)
+        for name, address, nbytes in initializers:
+            if not parser.load_initializer(name, address, nbytes):
+                message, nodes = parse_errors(parser)
+                raise ParseFailure(f"TensorRT's ONNX parser refused the {nbytes} bytes given "
+                                   f"for initializer {name!r}: {message or 'no message'}", nodes)
+        ok = parser.parse_model_proto()
+    else:
+        ok = parser.parse(onnx_bytes)
+    if not ok:
         message, nodes = parse_errors(parser)
         raise ParseFailure(f"TensorRT's ONNX parser rejected the model: {message}", nodes)
     return builder, network, parser, logger
@@ -73,7 +77,7 @@ def unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> set[int]:
     outside every subgraph count as unsupported here; full parses of each
     partition are the final check. A graph whose weights are EXTERNAL makes
     the parser report an initializer import error, but its subgraphs still
-    cover the nodes it supports (checked by tests/aot/test_named_data.py).
+    cover the nodes it supports (tests/aot/test_named_data.py).
     """
     return set(_unsupported_nodes(trt, onnx_bytes))
 
