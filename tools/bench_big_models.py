@@ -29,6 +29,7 @@ from pathlib import Path
 
 MODELS = {
     # name: (layers as (in, out) pairs, batch)
+    "mlp67m": ([(2048, 2048)] * 4, 4),  # tests/aot/test_big_model_ratios.py
     "mlp100m": ([(2048, 2048)] * 6, 4),
     "linear1g": ([(16384, 16000)], 4),
     "linear2g5": ([(16384, 8192), (8192, 16384)] * 2 + [(16384, 8192)], 4),
@@ -118,7 +119,7 @@ def fallback_check(name: str, files: list[str]) -> str:
     """Runs the exported program with the onnxruntime fallback (child process,
     so a crash cannot take the benchmark down); max relative error vs eager."""
     code = f"""
-import os, sys, json, torch
+import os, sys, json, torch, executorch_tensorrt
 os.environ["EXECUTORCH_TENSORRT_FALLBACK"] = "onnxruntime"
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from bench_big_models import build_model
