@@ -103,8 +103,8 @@ def test_a_weight_shared_by_two_partitions_is_stored_once(tmp_path):
                 for b in parts]
     assert key_sets[0] == key_sets[1] and len(key_sets[0]) == 1  # the 64 KiB weight
     keys, buffers = program_named_data(result.path)
-    # weight and bias, each once: the partitions share both entries
-    assert len(keys) == 2 and buffers == 2, keys
+    # the weight once (the 512-byte bias stays inline in each ONNX graph)
+    assert len(keys) == 1 and buffers == 1, keys
     assert result.path.stat().st_size < weight_bytes(model) * 1.3  # not twice
 
 
@@ -161,14 +161,19 @@ def test_inline_weights_keep_the_self_contained_blob(tmp_path):
                        inline_weights=True, external_weights=True)
 
 
-def test_fp16_stores_the_converted_weights(tmp_path):
+def test_fp16_stores_the_converted_weights_and_leaves_the_model_alone(tmp_path):
     model = Mlp().eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     result = export_program(model, (torch.randn(2, 256),), tmp_path / "m.pte", progress=None,
                             precision="fp16")
     (blob,) = blobs(result.path)
     listed = blob.metadata["weights"]
     assert {w["dtype"] for w in listed} == {"float16"}
     assert sum(w["nbytes"] for w in listed) == weight_bytes(model) // 2
+    # The export shares the model's weights (no copy) and never writes to them.
+    assert all(torch.equal(v, before[k]) and v.dtype == torch.float32
+               for k, v in model.state_dict().items())
+    assert result.expected_path is not None
 
 
 def test_progress_names_each_stage(tmp_path):
@@ -200,8 +205,7 @@ def test_parser_support_query_works_on_a_graph_without_weights():
     from executorch_tensorrt.tensorrt.flavor import load_tensorrt
     from executorch_tensorrt.tensorrt.onnx_parser import parse_network, unsupported_nodes
 
-    w = helper.make_tensor("W", TensorProto.FLOAT, [64, 64], vals=[])
-    w.ClearField("float_data")
+    w = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[64, 64])
     w.data_location = TensorProto.EXTERNAL
     w.external_data.add(key="location", value=NAMED_DATA_LOCATION)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])
