@@ -104,8 +104,8 @@ class TensorRTBackend(BackendDetails):
         model = onnx.load_model_from_string(exported.onnx_bytes)  # the graph alone: small
         profiles = input_profiles(edge_program)
         kind = engine_kind(spec)
-        stored = None if spec.inline_weights else store_weights(exported.weights,
-                                                                spec.weights_file)
+        stored = None if spec.inline_weights else store_weights(
+            exported.weights, spec.weights_file, owned=spec.precision == "fp32")
         engine, built = b"", None
         if kind != "none":
             # The partitioner's check built this same graph with these weights
