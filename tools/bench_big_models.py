@@ -99,6 +99,9 @@ def child(name: str, mode: str, folder: str) -> dict:
         files = [pte, *result.data_paths]
     seconds = time.perf_counter() - start
     peak_kb = _status_kb("VmHWM")
+    # The eager reference, for the fallback run (which then needs no model).
+    with torch.no_grad():
+        torch.save({"inputs": inputs, "out": model(*inputs)}, Path(folder) / f"{name}.ref")
     return {"model": name, "mode": mode, "weights": weights, "seconds": seconds,
             "peak_above_baseline": (peak_kb - baseline_kb) * 1024,
             "baseline": baseline_kb * 1024,
@@ -117,25 +120,26 @@ def run_child(name: str, mode: str, folder: str) -> dict:
 
 def fallback_check(name: str, files: list[str]) -> str:
     """Runs the exported program with the onnxruntime fallback (child process,
-    so a crash cannot take the benchmark down); max relative error vs eager."""
+    so a crash cannot take the benchmark down); max relative error vs the
+    eager output the export child saved. Also reports the run's peak RSS."""
+    ref = Path(files[0]).parent / f"{name}.ref"
     code = f"""
 import os, sys, json, torch, executorch_tensorrt
 os.environ["EXECUTORCH_TENSORRT_FALLBACK"] = "onnxruntime"
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-from bench_big_models import build_model
 from executorch.runtime import Runtime
-model, inputs = build_model({name!r})
+ref = torch.load({str(ref)!r})
 files = {files!r}
 kw = {{"data_path": files[1]}} if len(files) > 1 else {{}}
-(got,) = Runtime.get().load_program(files[0], **kw).load_method("forward").execute(list(inputs))
-want = model(*inputs)
-print(json.dumps(float(((got - want).abs().max() / want.abs().max()).item())))
+(got,) = Runtime.get().load_program(files[0], **kw).load_method("forward").execute(list(ref["inputs"]))
+want = ref["out"]
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
+print(json.dumps([float(((got - want).abs().max() / want.abs().max()).item()), int(hwm) * 1024]))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if out.returncode != 0:
         return "failed: " + ((out.stderr.strip().splitlines() or ["?"])[-1][:200])
-    err = float(out.stdout.strip().splitlines()[-1])
-    return f"{err:.1e} ({'ok' if err <= 1e-4 else 'FAIL'})"
+    err, peak = json.loads(out.stdout.strip().splitlines()[-1])
+    return f"{err:.1e} ({'ok' if err <= 1e-4 else 'FAIL'}; run peak RSS {peak / 1e9:.1f} GB)"
 
 
 def table(rows: list[dict]) -> str:
@@ -177,7 +181,7 @@ def main() -> None:
                 row = run_child(name, mode, folder)
                 if "error" not in row and mode != "xnnpack" and not args.no_run:
                     row["fallback"] = fallback_check(name, row["files"])
-                for f in row.get("files", []):
+                for f in row.get("files", []) + [str(Path(folder) / f"{name}.ref")]:
                     Path(f).unlink(missing_ok=True)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
