@@ -227,3 +227,18 @@ def test_parser_support_query_works_on_a_graph_without_weights():
     _b, network, _p, _l = parse_network(trt, alone.SerializeToString(),
                                         [("W", data.ctypes.data, data.nbytes)])
     assert network.num_outputs == 1
+
+
+def test_no_stripped_plan_without_a_usable_gpu():
+    """engine "stripped" only where TensorRT builds one: here (no GPU) the probe
+    says no and the blob ships no plan, as the first test checks."""
+    from executorch_tensorrt.aot.backend import _stripped_plans_build, engine_kind
+    from executorch_tensorrt.aot.compile_spec import TensorRTCompileSpec
+    from executorch_tensorrt.runtime.cuda_probe import cuda_unavailable_reason
+
+    spec = TensorRTCompileSpec()
+    if cuda_unavailable_reason() is None:
+        pytest.skip("a GPU is visible: the probe's answer depends on it")
+    assert _stripped_plans_build(spec.build_options()) is False
+    assert engine_kind(spec) == "none"
+    assert engine_kind(TensorRTCompileSpec(inline_weights=True)) == "full"

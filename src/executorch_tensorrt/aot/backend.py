@@ -2,28 +2,35 @@
 
 By default the weights go to ExecuTorch's named data (each once, keyed by
 content) and the blob keeps the ONNX graph without them plus either a
-weight-stripped plan (a GPU is visible at export) or no plan at all (the
-runtime builds and caches one at load: TensorRT-RTX builds no refittable plan
-without a GPU). `inline_weights=True` keeps the self-contained blob: a plan
+weight-stripped plan (where TensorRT can build one here: a usable GPU) or
+no plan at all (the runtime builds and caches one at load: TensorRT-RTX
+builds no refittable plan without a GPU). `inline_weights=True` keeps the self-contained blob: a plan
 with its weights and an ONNX model with its weights (< 2 GB, stored twice).
 """
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import onnx
+import onnx.helper
+import onnx.numpy_helper
 import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 from .. import blob
+from ..errors import EngineBuildError
 from ..runtime.cuda_probe import cuda_unavailable_reason
-from .compile_spec import TensorRTCompileSpec
 from ..tensorrt.engine_builder import build_engine, current_progress
+from ..tensorrt.flavor import load_tensorrt
+from .compile_spec import TensorRTCompileSpec
 from .debug_handles import debug_handle_map, onnx_node_sources
 from .named_data import store_weights
 from .onnx_export import OnnxExport, export_onnx
 from .program_copy import copy_program
 from .shapes import input_profiles
-from .weights import initializer_pointers
+from .weights import content_id, initializer_pointers
 
 # ONNX TensorProto element type -> the blob's dtype string.
 _ONNX_DTYPE_NAMES = {
@@ -51,10 +58,32 @@ def io_bindings(model: onnx.ModelProto) -> list[dict]:
 
 
 def engine_kind(spec: TensorRTCompileSpec) -> str:
-    """What the blob's engine region will hold (blob/format.py ENGINE_KINDS)."""
+    """What the blob's engine region will hold (blob/format.py ENGINE_KINDS):
+    a weight-stripped plan where this machine can build one, else none."""
     if spec.inline_weights:
         return "full"
-    return "none" if cuda_unavailable_reason() else "stripped"
+    if cuda_unavailable_reason():
+        return "none"
+    return "stripped" if _stripped_plans_build(spec.build_options()) else "none"
+
+
+@functools.lru_cache(maxsize=8)
+def _stripped_plans_build(options) -> bool:
+    """Whether TensorRT builds a weight-stripped plan here with these options:
+    it needs a CUDA device it can use (TensorRT-RTX fails in Myelin without
+    one), which a visible GPU does not promise. Asked once, on a tiny model."""
+    w = onnx.numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("MatMul", ["x", "w"], ["y"])],
+                                   "probe", [x], [y], [w])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
+    try:
+        build_engine(model.SerializeToString(), options, label="stripped-plan probe",
+                     progress=None, stripped=True, keep_engine=False)
+    except EngineBuildError:
+        return False
+    return True
 
 
 def inline_onnx(exported: OnnxExport) -> bytes:
@@ -151,7 +180,6 @@ def weights_id(exported: OnnxExport, stored=None) -> str:
     check computes the same one for the same weights)."""
     if stored is not None:
         return stored.weights_id
-    from .weights import content_id
     return content_id(exported.weights)
 
 
@@ -160,7 +188,6 @@ def _builder_fields(built, spec: TensorRTCompileSpec) -> dict:
     if built is not None:
         return {"trt_flavor": built.flavor, "trt_version": built.version,
                 "compute_capabilities": list(built.compute_capabilities or []) or "all"}
-    from ..tensorrt.flavor import load_tensorrt
     trt = load_tensorrt()
     return {"trt_flavor": trt.flavor, "trt_version": trt.version,
             "compute_capabilities": list(spec.compute_capabilities or []) or "all"}
