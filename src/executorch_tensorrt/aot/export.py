@@ -1,4 +1,5 @@
-"""export(): nn.Module -> .pte whose TensorRT partitions carry real engines,
+"""export(): nn.Module -> .pte (+ .ptd) whose TensorRT partitions carry their
+ONNX graphs and engines with the weights once in named data (docs/big-models.md),
 plus `<model>.expected` (+ `.expected.etensors`): the eager reference for the
 example inputs (docs/verification.md)."""
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 `export_onnx` leaves each large initializer's bytes where torch holds them and
 records one `Weight` per initializer; this module gives their bytes as a
-zero-copy view, writes them to a temp file once while hashing (the named-data
-store then streams that file into the program), and supplies stand-ins that
+zero-copy view, hashes them (once per live tensor), writes them to a temp file
+while hashing where they must not stay in memory, and supplies stand-ins that
 cost no memory for the partitioner's checks.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ _CHUNK = 16 << 20
 _TORCH_DTYPE_NAMES = {
     torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
     torch.int8: "int8", torch.uint8: "uint8", torch.int32: "int32", torch.int64: "int64",
-    torch.bool: "bool", torch.float64: "float64", torch.int16: "int16",
+    torch.bool: "bool",
 }
 
 
@@ -57,8 +57,9 @@ def dtype_name(value: Any) -> str:
         name = _TORCH_DTYPE_NAMES.get(value.dtype)
     else:
         name = str(np.asarray(value).dtype)
-    if name is None:
-        raise ValueError(f"weight dtype {value.dtype} has no blob dtype")
+    if name not in _TORCH_DTYPE_NAMES.values():
+        raise ValueError(f"a weight of dtype {value.dtype} cannot go to named data: the blob "
+                         f"lists weights of {sorted(_TORCH_DTYPE_NAMES.values())} only")
     return name
 
 
@@ -66,18 +67,18 @@ def write_hashed(weight: Weight, directory: str | None = None) -> tuple[str, str
     """Writes the weight's bytes to a new temp file, hashing them on the way.
     Returns (path, sha256 hex). Reads the tensor in chunks: no second copy."""
     view = weight.byte_view()
-    digest = hashlib.sha256()
+    h = hashlib.sha256()
     fd, path = tempfile.mkstemp(prefix="etrt-weight-", suffix=".bin", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             for start in range(0, view.nbytes, _CHUNK):
                 chunk = memoryview(view[start:start + _CHUNK])
-                digest.update(chunk)
+                h.update(chunk)
                 f.write(chunk)
     except BaseException:
         os.unlink(path)
         raise
-    return path, digest.hexdigest()
+    return path, h.hexdigest()
 
 
 def named_data_key(sha256_hex: str) -> str:
