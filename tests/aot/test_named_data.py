@@ -242,3 +242,21 @@ def test_no_stripped_plan_without_a_usable_gpu():
     assert _stripped_plans_build(spec.build_options()) is False
     assert engine_kind(spec) == "none"
     assert engine_kind(TensorRTCompileSpec(inline_weights=True)) == "full"
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_one_engine_build_per_partition(tmp_path, inline):
+    """The partitioner's check build is the only one: with no plan shipped,
+    preprocess builds nothing; with a plan shipped (inline_weights here, a
+    stripped plan on a GPU), the check builds with the real weights and
+    preprocess takes that engine from the cache."""
+    model = torch.nn.Sequential(torch.nn.Linear(128, 64), torch.nn.Sigmoid(),
+                                torch.nn.Linear(64, 32)).eval()
+    lines: list[str] = []
+    result = export_program(model, (torch.randn(4, 128),), tmp_path / "m.pte",
+                            progress=lines.append, exclude_ops={"aten.sigmoid.default"},
+                            inline_weights=inline)
+    builds = [line for line in lines if line.startswith("building TensorRT engine")]
+    assert len(builds) == 2 and all("for partition" in b for b in builds), lines
+    kinds = {b.metadata["engine"] for b in blobs(result.path)}
+    assert kinds == ({"full"} if inline else {"none"})
