@@ -171,7 +171,11 @@ def main() -> None:
     ap.add_argument("--modes", default="trt,trt_ptd,xnnpack",
                     help="trt (weights in the .pte), trt_ptd (.pte + .ptd), trt_inline "
                          "(self-contained blob), xnnpack")
-    ap.add_argument("--out", default=None, help="write the table (markdown) here")
+    ap.add_argument("--out", default=None,
+                    help="write the table here: into the --section of a markdown file that "
+                         "has one (docs/big-models.md), else the file is the table")
+    ap.add_argument("--section", default="main",
+                    help="the <!-- bench:NAME --> ... <!-- /bench:NAME --> block to replace")
     ap.add_argument("--no-run", action="store_true", help="skip the fallback runs")
     args = ap.parse_args()
     rows = []
@@ -188,7 +192,20 @@ def main() -> None:
     text = table(rows)
     print(text)
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        write_section(Path(args.out), args.section, text)
+
+
+def write_section(path: Path, section: str, table: str) -> None:
+    """Replaces the text between the section's markers, keeping the rest."""
+    start, end = f"<!-- bench:{section} -->", f"<!-- /bench:{section} -->"
+    doc = path.read_text() if path.exists() else ""
+    if start in doc and end in doc:
+        head, rest = doc.split(start, 1)
+        tail = rest.split(end, 1)[1]
+        doc = f"{head}{start}\n{table}\n{end}{tail}"
+    else:
+        doc = table + "\n"
+    path.write_text(doc)
 
 
 if __name__ == "__main__":
