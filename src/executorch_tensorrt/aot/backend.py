@@ -106,7 +106,7 @@ def inline_onnx(exported: OnnxExport) -> bytes:
 
 
 def _mb(nbytes: int) -> str:
-    return f"{nbytes / 1e6:.1f} MB"
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 100_000 else f"{nbytes} bytes"
 
 
 class TensorRTBackend(BackendDetails):

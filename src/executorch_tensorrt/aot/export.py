@@ -203,6 +203,10 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                         data_paths)
 
 
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 100_000 else f"{nbytes} bytes"
+
+
 def _write_program(program, path: Path, progress: Progress | None) -> list[Path]:
     """Streams the .pte (and any .ptd) to disk: never one bytes object of the
     whole program. Returns the .ptd paths written."""
@@ -216,8 +220,7 @@ def _write_program(program, path: Path, progress: Progress | None) -> list[Path]
                       for tag in program._tensor_data]  # noqa: SLF001
         written += data_paths
     if progress:
-        progress("wrote " + ", ".join(f"{p} ({p.stat().st_size / 1e6:.1f} MB)"
-                                      for p in written))
+        progress("wrote " + ", ".join(f"{p} ({_size(p.stat().st_size)})" for p in written))
     return data_paths
 
 
