@@ -27,7 +27,7 @@ from ..tensorrt.flavor import load_tensorrt
 from .compile_spec import TensorRTCompileSpec
 from .debug_handles import debug_handle_map, onnx_node_sources
 from .named_data import store_weights
-from .onnx_export import OnnxExport, export_onnx
+from .onnx_export import OnnxExport, export_onnx, reused_export
 from .program_copy import copy_program
 from .shapes import input_profiles
 from .weights import content_id, initializer_pointers
@@ -126,7 +126,8 @@ class TensorRTBackend(BackendDetails):
         nodes = sum(1 for n in edge_program.graph.nodes if n.op == "call_function")
         if progress:
             progress(f"exporting a TensorRT partition ({nodes} nodes) to ONNX...")
-        exported = export_onnx(edge_program, spec.precision)
+        exported = (reused_export(edge_program, spec.precision)
+                    or export_onnx(edge_program, spec.precision))
         if progress:
             progress(f"exported: graph {_mb(len(exported.onnx_bytes))}, "
                      f"{len(exported.weights)} weights ({_mb(exported.weight_bytes)})")

@@ -8,9 +8,12 @@ survives re-tracing, where FX node names do not.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import logging
+import threading
 import warnings
+import weakref
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
@@ -137,3 +140,60 @@ def export_onnx(ep: torch.export.ExportedProgram, precision: str = "fp32", *,
     _strip_metadata(model)
     weights = [] if inline_weights else _externalize(model)
     return OnnxExport(ir.serde.serialize_model(model).SerializeToString(), mapping, weights)
+
+
+# -- reuse of the partitioner's export in preprocess --------------------------
+# The partitioner exports each candidate partition to check it; preprocess then
+# gets the same partition and would export it again (about a second each). An
+# fp32 export whose weights were the real ones is kept here by the graph's
+# fingerprint, with each weight named by its state-dict key and held weakly:
+# preprocess reuses it only for the same graph over the very same tensors.
+_MAX_KEPT = 16
+_kept: dict[str, tuple[OnnxExport, list[str], dict[str, weakref.ref]]] = {}
+_kept_lock = threading.Lock()
+
+
+def _fingerprint(ep: torch.export.ExportedProgram, precision: str) -> str:
+    sig = ep.graph_signature
+    vals = [(n.name, str(n.meta.get("val"))) for n in ep.graph.nodes if n.op == "placeholder"]
+    text = repr((ep.graph_module.code, sig.input_specs, sig.output_specs, vals, precision))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _tensors(ep: torch.export.ExportedProgram) -> dict[str, torch.Tensor]:
+    return {k: v for d in (ep.state_dict, ep.constants) for k, v in d.items()
+            if isinstance(v, torch.Tensor)}
+
+
+def keep_for_reuse(ep: torch.export.ExportedProgram, precision: str,
+                   exported: OnnxExport) -> None:
+    """Offers a checked partition's export to preprocess (fp32, real weights only)."""
+    if precision != "fp32":
+        return
+    tensors = _tensors(ep)
+    key_of = {id(v): k for k, v in tensors.items()}
+    keys = [key_of.get(id(w.value)) for w in exported.weights]
+    if None in keys:  # a weight the exporter derived (a folded constant)
+        return
+    refs = {k: weakref.ref(v) for k, v in tensors.items()}
+    light = OnnxExport(exported.onnx_bytes, exported.edge_node_of,
+                       [Weight(w.name, None, w.dtype, w.shape, w.nbytes) for w in exported.weights])
+    with _kept_lock:
+        _kept[_fingerprint(ep, precision)] = (light, keys, refs)
+        while len(_kept) > _MAX_KEPT:
+            _kept.pop(next(iter(_kept)))
+
+
+def reused_export(ep: torch.export.ExportedProgram, precision: str) -> OnnxExport | None:
+    """The kept export of this very partition over these very weights, or None."""
+    with _kept_lock:
+        entry = _kept.pop(_fingerprint(ep, precision), None)
+    if entry is None:
+        return None
+    light, keys, refs = entry
+    tensors = _tensors(ep)
+    if tensors.keys() != refs.keys() or any(refs[k]() is not v for k, v in tensors.items()):
+        return None
+    weights = [Weight(w.name, tensors[k], w.dtype, w.shape, w.nbytes)
+               for w, k in zip(light.weights, keys)]
+    return OnnxExport(light.onnx_bytes, dict(light.edge_node_of), weights)

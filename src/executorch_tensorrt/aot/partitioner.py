@@ -31,7 +31,7 @@ from .backend import engine_kind, weights_id
 from .compile_spec import TensorRTCompileSpec
 from ..tensorrt.engine_builder import Progress, build_engine, stderr_progress
 from ..tensorrt.onnx_parser import ParseFailure, unsupported_nodes
-from .onnx_export import export_onnx, quiet
+from .onnx_export import export_onnx, keep_for_reuse, quiet
 from .partition_checks import options_error, output_mismatch
 from .partition_program import extract_partition
 from .program_copy import needs_stand_ins
@@ -212,7 +212,8 @@ class TensorRTPartitioner(Partitioner):
         except Exception as e:  # noqa: BLE001 - the exporter raises many kinds
             return _export_reason(e)
         kind = engine_kind(self.compile_spec)
-        real_build = kind != "none" and not needs_stand_ins(ep, real)
+        all_real = not needs_stand_ins(ep, real)
+        real_build = kind != "none" and all_real
         pointers, _alive = initializer_pointers(exported.weights, stand_ins=not real_build)
         if kind == "none" and exported.weight_bytes > CHECK_BUILD_MAX_WEIGHTS:
             # No engine is shipped, and a build costs twice the weights in
@@ -220,7 +221,7 @@ class TensorRTPartitioner(Partitioner):
             if self.progress:
                 self.progress(f"{label}: {exported.weight_bytes / 1e9:.2f} GB of weights; "
                               "checked by TensorRT's parser (the engine is built at load)")
-            return self._parse_checks(trt, sub_ep, exported, names, pointers)
+            return self._parse_checks(trt, sub_ep, exported, names, pointers, all_real)
         mapped = lambda idx: {exported.edge_node_of[i] for i in idx if i in exported.edge_node_of}  # noqa: E731
         bad = mapped(unsupported_nodes(trt, exported.onnx_bytes)) & names
         if bad:
@@ -236,7 +237,18 @@ class TensorRTPartitioner(Partitioner):
         except EngineBuildError as e:
             # Without the partition's label, equal causes read (and group) the same.
             return f"engine build failed: {str(e).replace(f' for {label}', '')}"
-        return output_mismatch(trt, sub_ep, exported.onnx_bytes, pointers) or {}
+        return self._passed(sub_ep, exported, all_real,
+                            output_mismatch(trt, sub_ep, exported.onnx_bytes, pointers))
+
+    def _passed(self, sub_ep, exported, all_real: bool,
+                mismatch: str | None) -> dict[str, str] | str:
+        """The check's result; a partition that passed with its real weights
+        offers its ONNX export to preprocess (onnx_export.reused_export)."""
+        if mismatch:
+            return mismatch
+        if all_real:
+            keep_for_reuse(sub_ep, self.compile_spec.precision, exported)
+        return {}
 
     @staticmethod
     def _parse_rejections(e: ParseFailure, exported, names: set[str]) -> dict[str, str] | str:
@@ -244,11 +256,13 @@ class TensorRTPartitioner(Partitioner):
                if i in exported.edge_node_of} & names
         return {n: str(e) for n in bad} if bad else str(e)
 
-    def _parse_checks(self, trt, sub_ep, exported, names, pointers) -> dict[str, str] | str:
+    def _parse_checks(self, trt, sub_ep, exported, names, pointers,
+                      all_real: bool) -> dict[str, str] | str:
         """The checks short of a build: a full parse, then output agreement
         (output_mismatch parses too, so that is the full parse)."""
         try:
-            return output_mismatch(trt, sub_ep, exported.onnx_bytes, pointers) or {}
+            return self._passed(sub_ep, exported, all_real,
+                                output_mismatch(trt, sub_ep, exported.onnx_bytes, pointers))
         except ParseFailure as e:
             return self._parse_rejections(e, exported, names)
 
