@@ -260,3 +260,24 @@ def test_one_engine_build_per_partition(tmp_path, inline):
     assert len(builds) == 2 and all("for partition" in b for b in builds), lines
     kinds = {b.metadata["engine"] for b in blobs(result.path)}
     assert kinds == ({"full"} if inline else {"none"})
+
+
+def test_preprocess_reuses_an_export_only_over_the_very_same_weights():
+    """The partitioner's export of a partition is reused for the same graph over
+    the same tensors, never over other weights (same shapes, other values)."""
+    import copy
+
+    from executorch_tensorrt.aot.onnx_export import export_onnx, keep_for_reuse, reused_export
+
+    ep = torch.export.export(Mlp().eval(), (torch.randn(2, 256),))
+    exported = export_onnx(ep)
+    keep_for_reuse(ep, "fp32", exported)
+    other = copy.deepcopy(ep)  # equal graph, cloned weights
+    assert reused_export(other, "fp32") is None
+    keep_for_reuse(ep, "fp32", exported)
+    again = reused_export(ep, "fp32")
+    assert again is not None and again.onnx_bytes == exported.onnx_bytes
+    assert all(a.value is b.value for a, b in zip(again.weights, exported.weights))
+    assert reused_export(ep, "fp32") is None  # taken once
+    keep_for_reuse(ep, "fp16", exported)  # converted weights are never kept
+    assert reused_export(ep, "fp16") is None
