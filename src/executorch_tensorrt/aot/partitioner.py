@@ -10,7 +10,8 @@
 The ONNX graphs carry no weights (onnx_export.py); the parser reads them by
 address. ExecuTorch hands partitioners programs with fake weights: the check
 build uses zero pages instead (no memory) and keeps no plan when no engine is
-shipped (the default without a GPU), so preprocess builds nothing at all.
+shipped (the default without a GPU), so preprocess builds nothing at all;
+partitions over CHECK_BUILD_MAX_WEIGHTS are then checked by a full parse only.
 When an engine is shipped and export() gave the real weights, the check
 builds with them and preprocess reuses that engine from the cache: one build
 per partition. Parser answers are cached per ONNX model within a process.
