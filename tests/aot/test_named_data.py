@@ -108,18 +108,25 @@ def test_a_weight_shared_by_two_partitions_is_stored_once(tmp_path):
     assert result.path.stat().st_size < weight_bytes(model) * 1.3  # not twice
 
 
-def test_two_methods_sharing_a_linear_store_it_once(tmp_path):
+@pytest.mark.parametrize("external", [False, True])
+def test_two_methods_sharing_a_linear_store_it_once(tmp_path, external):
     model = Mlp(width=512, layers=2).eval()
     methods = {"prefill": torch.export.export(model, (torch.randn(8, 512),)),
                "decode": torch.export.export(model, (torch.randn(1, 512),))}
     result = export_program(methods, None, tmp_path / "two.pte", progress=None,
-                            external_weights=True)
-    (ptd,) = result.data_paths
+                            external_weights=external)
     per_method = [sorted(w["key"] for w in b.metadata["weights"]) for b in blobs(result.path)]
     assert len(per_method) == 2 and per_method[0] == per_method[1]
-    # One buffer per weight for both methods: the .ptd is the weights once.
-    assert weight_bytes(model) <= ptd.stat().st_size < weight_bytes(model) * 1.02
-    assert result.path.stat().st_size < 64 * 1024
+    assert len(per_method[0]) == 4  # two weights, two 2 KiB biases
+    if external:
+        # One buffer per weight for both methods: the .ptd is the weights once.
+        (ptd,) = result.data_paths
+        assert weight_bytes(model) <= ptd.stat().st_size < weight_bytes(model) * 1.02
+        assert result.path.stat().st_size < 64 * 1024
+    else:
+        keys, buffers = program_named_data(result.path)
+        assert sorted(keys) == per_method[0] and buffers == 4
+        assert result.path.stat().st_size < weight_bytes(model) * 1.02
 
 
 def test_store_keeps_equal_bytes_once():
