@@ -82,15 +82,15 @@ def _export_options(args) -> dict:
         options["precision"] = args.precision
     if args.compute_capability:
         options["compute_capabilities"] = tuple(args.compute_capability)
+    if args.external_weights and args.inline_weights:
+        raise _Fail(EXIT_USAGE, "--external-weights and --inline-weights contradict each other: "
+                                "inline weights live in the blobs, not in a .ptd")
     if args.external_weights:
-        import inspect
-
-        from .aot.export import export_program
-
-        if "external_weights" not in inspect.signature(export_program).parameters:
-            raise _Fail(EXIT_USAGE, "--external-weights is not supported yet: this version of "
-                                    "export keeps the weights inside the .pte")
         options["external_weights"] = True
+    if args.inline_weights:
+        options["inline_weights"] = True
+    if args.no_memory_check:
+        options["check_memory"] = False
     return options
 
 
@@ -139,7 +139,8 @@ def cmd_export(args) -> int:
         raise _Fail(EXIT_EXPORT, f"export failed: {type(e).__name__}: {e}") from None
     backends = ", ".join(f"{m}: {' '.join(ids) or 'no delegate'}"
                          for m, ids in result.backends.items())
-    print(f"wrote {result.path} ({backends})")
+    print(f"wrote {result.path} ({backends})"
+          + "".join(f" + {p}" for p in result.data_paths))
     if result.expected_path:
         print(f"reference: {result.expected_path} (+ {result.expected_path.name}.etensors)")
     return EXIT_OK
@@ -294,7 +295,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compute-capability", action="append", default=[], metavar="SM",
                    help="TensorRT-RTX target, e.g. SM89 (repeatable; default: all it supports)")
     p.add_argument("--external-weights", action="store_true",
-                   help="store the weights outside the .pte (when export supports it)")
+                   help="store the weights in OUTPUT's .ptd beside it (load both)")
+    p.add_argument("--inline-weights", action="store_true",
+                   help="self-contained blobs: the engine and the ONNX model each carry the "
+                        "weights (twice the size, < 2 GB; no build or refit at load)")
+    p.add_argument("--no-memory-check", action="store_true",
+                   help="export even when the memory estimate says it will not fit")
     p.add_argument("--reference-inputs", metavar="FILE",
                    help="a tensor file whose input.* make the reference instead of the "
                         "example inputs")

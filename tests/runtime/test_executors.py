@@ -39,7 +39,7 @@ def test_engine_from_another_tensorrt_is_not_used_as_is():
 
 def test_rebuild_from_embedded_onnx_is_cached_on_disk(exported, tmp_path, monkeypatch):
     monkeypatch.setenv("EXECUTORCH_TENSORRT_CACHE_DIR", str(tmp_path / "cache"))
-    _, _, path = exported("add")
+    _, _, path = exported("add", inline_weights=True)  # a blob with a plan
     data = tensorrt_blobs(path)[0]
     old = read_blob(data)
     stale = read_blob(write_blob(old.engine, dict(old.metadata, trt_version="0.1.2"),

@@ -93,7 +93,7 @@ RUNTIME_MODULES = [
 
 
 def test_runtime_imports_neither_aot_nor_exir(exported, tmp_path):
-    _, _, pte = exported("add")
+    _, _, pte = exported("add", inline_weights=True)  # a blob with a plan
     blob_path = tmp_path / "delegate.blob"
     blob_path.write_bytes(tensorrt_blobs(pte)[0])
     env = dict(os.environ, EXECUTORCH_TENSORRT_FALLBACK="onnxruntime",

@@ -200,7 +200,7 @@ def test_export_saved_pt2_and_file_callable(factory_dir):
     (["user_models:make", "x.pte", "--dynamic", "0:0:8"], 2, "INPUT:DIM:MIN:MAX"),
     (["user_models:make", "x.pte", "--dynamic", "0:0:3:8"], 2, "outside [3, 8]"),
     (["user_models:program", "x.pte", "--dynamic", "0:0:1:8"], 2, "fixed already"),
-    (["user_models:make", "x.pte", "--external-weights"], 2, "not supported yet"),
+    (["user_models:make", "x.pte", "--external-weights", "--inline-weights"], 2, "contradict"),
     (["x.pte"], 2, "give either a SOURCE"),
     (["user_models:make", "x.pte", "--require-backend", "XnnpackBackend"], 4, "XnnpackBackend"),
 ])

@@ -41,7 +41,9 @@ fuzz = _load_fuzz()
 
 @pytest.fixture(scope="module")
 def seed_pte(exported) -> Path:
-    return exported("bitwise")[2]  # two TensorRT partitions around a portable kernel
+    # two TensorRT partitions around a portable kernel; inline_weights: blobs
+    # with a plan, so every region kind (engine included) is there to mutate
+    return exported("bitwise", inline_weights=True)[2]
 
 
 def test_regions_cover_each_blob(seed_pte):

@@ -27,12 +27,20 @@ class TensorRTCompileSpec:
     device_id: CUDA device the engine runs on.
     precision: "fp32" (default), "fp16" or "bf16": the engine computes in that
         precision; the delegate's inputs and outputs keep their dtypes.
+    inline_weights: keep today's self-contained blob (a plan with its weights
+        and an ONNX model with its weights: twice the weights, < 2 GB per
+        partition, no refit or build at load) instead of the weights in the
+        program's named data, once (the default).
+    weights_file: the stem of the .ptd the named data goes to (export sets it
+        from the .pte's name with external_weights=True); None: in the .pte.
     """
 
     compute_capabilities: tuple[str, ...] | None = None
     workspace_bytes: int | None = None
     device_id: int = 0
     precision: str = "fp32"
+    inline_weights: bool = False
+    weights_file: str | None = None
 
     def __post_init__(self) -> None:
         ccs = self.compute_capabilities
@@ -53,6 +61,17 @@ class TensorRTCompileSpec:
             raise ValueError(f"workspace_bytes must be a positive int, got {self.workspace_bytes!r}")
         if not isinstance(self.device_id, int) or self.device_id < 0:
             raise ValueError(f"device_id must be a non-negative int, got {self.device_id!r}")
+        if not isinstance(self.inline_weights, bool):
+            raise ValueError(f"inline_weights must be a bool, got {self.inline_weights!r}")
+        if self.weights_file is not None and (
+                not isinstance(self.weights_file, str) or not self.weights_file
+                or any(c in self.weights_file for c in "/\\\0")):
+            raise ValueError(f"weights_file must be a file stem (no folder), got "
+                             f"{self.weights_file!r}")
+        if self.inline_weights and self.weights_file is not None:
+            raise ValueError("inline_weights=True keeps the weights in the blob, so there is "
+                             "no .ptd to write; drop one of inline_weights and weights_file "
+                             "(external_weights)")
         if self.precision not in PRECISIONS:
             raise ValueError(
                 f"precision {self.precision!r} is not supported; choose one of {PRECISIONS}")

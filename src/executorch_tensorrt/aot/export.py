@@ -1,4 +1,5 @@
-"""export(): nn.Module -> .pte whose TensorRT partitions carry real engines,
+"""export(): nn.Module -> .pte (+ .ptd) whose TensorRT partitions carry their
+ONNX graphs and engines with the weights once in named data (docs/big-models.md),
 plus `<model>.expected` (+ `.expected.etensors`): the eager reference for the
 example inputs (docs/verification.md)."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..tools.expected import reference_source, write_export_reference
 from ..tools.program_info import describe_program
 from . import device_resident as dr
 from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
+from .memory_check import check_export_memory
 from .partitioner import BACKEND_ID, TensorRTPartitioner
 from .report import PartitionReport, format_report, write_report
 from .runtime_kernels import check_runtime_kernels
@@ -35,6 +37,7 @@ class ExportResult:
     backends: dict[str, list[str]] = field(default_factory=dict)  # method -> delegate ids
     reports: dict[str, PartitionReport] = field(default_factory=dict)  # method -> report
     report_path: Path | None = None
+    data_paths: list[Path] = field(default_factory=list)  # .ptd files (external_weights)
 
     @property
     def report(self) -> PartitionReport:
@@ -106,13 +109,17 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    reference_inputs: Sequence[Any] | None = None,
                    device_resident: bool = False, allow_no_tensorrt: bool = False,
                    progress: Progress | None = stderr_progress,
-                   etrecord_path: str | Path | None = None, **options) -> ExportResult:
+                   etrecord_path: str | Path | None = None, external_weights: bool = False,
+                   check_memory: bool = True, **options) -> ExportResult:
     """export() returning timings, backends and the partition reports too.
 
     `model` may also be a dict of method name -> ExportedProgram (several
     methods in one program, each partitioned on its own; example_inputs None).
     `etrecord_path`: also write ExecuTorch's ETRecord there, which Inspector
     needs to map profiling events to nodes (docs/profiling.md).
+    `external_weights=True`: the weights go to `<stem>.ptd` beside the .pte.
+    `check_memory=False`: export even when the memory estimate says it will
+    not fit (memory_check.py).
     """
     path = Path(path)
     if path.suffix != ".pte":
@@ -138,8 +145,17 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         programs = {"forward": torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)}
         reference = (model, inputs)
     seconds["torch_export"] = time.perf_counter() - t0
+    if external_weights:
+        if options.get("inline_weights"):
+            raise ValueError("external_weights=True and inline_weights=True contradict each "
+                             "other: inline weights live in the blob, not in a .ptd")
+        options["weights_file"] = path.stem
+    real_weights = [{**ep.state_dict, **ep.constants} for ep in programs.values()]
+    if check_memory:
+        check_export_memory(real_weights, options.get("inline_weights", False), progress)
     trt_partitioner = TensorRTPartitioner(exclude_ops=exclude_ops, progress=progress,
                                           keep_whole=partitioners, **options)
+    trt_partitioner.real_weights = real_weights
     if device_resident:
         dr.place_on_device(trt_partitioner)
     t1 = time.perf_counter()
@@ -171,7 +187,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         partial = {m: r for m, r in reports.items() if r.rejected and r.partitions}
         if partial:
             progress("TensorRT took part of the program:\n" + format_report(partial))
-    path.write_bytes(program.buffer)
+    data_paths = _write_program(program, path, progress)
     if etrecord_path is not None:
         program.get_etrecord().save(str(etrecord_path))
     written_report = write_report(path, reports) if reports else None
@@ -182,8 +198,30 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     # -- end of reference --
     seconds["total"] = time.perf_counter() - t0
     if progress:
-        progress(f"wrote {path} ({path.stat().st_size} bytes) in {seconds['total']:.1f} s")
-    return ExportResult(path, exp, seconds, trt_partitioner, backends, reports, written_report)
+        progress(f"exported {path} in {seconds['total']:.1f} s")
+    return ExportResult(path, exp, seconds, trt_partitioner, backends, reports, written_report,
+                        data_paths)
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 100_000 else f"{nbytes} bytes"
+
+
+def _write_program(program, path: Path, progress: Progress | None) -> list[Path]:
+    """Streams the .pte (and any .ptd) to disk: never one bytes object of the
+    whole program. Returns the .ptd paths written."""
+    with open(path, "wb") as f:
+        program.write_to_file(f)
+    written = [path]
+    data_paths: list[Path] = []
+    if program._tensor_data:  # noqa: SLF001 - ExecuTorch has no public "has .ptd"
+        program.write_tensor_data_to_file(str(path.parent))
+        data_paths = [path.parent / (tag if tag.endswith(".ptd") else f"{tag}.ptd")
+                      for tag in program._tensor_data]  # noqa: SLF001
+        written += data_paths
+    if progress:
+        progress("wrote " + ", ".join(f"{p} ({_size(p.stat().st_size)})" for p in written))
+    return data_paths
 
 
 def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | Path, *,
@@ -210,7 +248,12 @@ def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | Pa
     nothing from a method), `progress` (a callable, or None for silence),
     `device_resident=True` (method inputs and outputs stay in CUDA memory on
     device_id; fails naming any input or output that would need a copy; see
-    docs/device-resident.md).
+    docs/device-resident.md), `external_weights=True` (the weights go to
+    `<stem>.ptd` beside the .pte; load both: `Runtime.load_program(pte,
+    data_path=ptd)`), `inline_weights=True` (today's self-contained blob: the
+    engine and the ONNX model each carry the weights; no named data),
+    `check_memory=False` (skip the out-of-memory estimate). By default the
+    weights are stored once in the program's named data (docs/big-models.md).
     """
     return export_program(model, example_inputs, path, dynamic_shapes=dynamic_shapes,
                           partitioners=partitioners, exclude_ops=exclude_ops, **options).path

@@ -85,8 +85,9 @@ def _onnx_inferred(onnx_bytes: bytes) -> list[tuple[list | None, torch.dtype | N
     return result
 
 
-def _tensorrt_network(trt, onnx_bytes: bytes) -> list[tuple[list | None, torch.dtype | None]]:
-    _builder, network, _parser, _logger = parse_network(trt, onnx_bytes)
+def _tensorrt_network(trt, onnx_bytes: bytes,
+                      initializers) -> list[tuple[list | None, torch.dtype | None]]:
+    _builder, network, _parser, _logger = parse_network(trt, onnx_bytes, initializers)
     result = []
     for i in range(network.num_outputs):
         out = network.get_output(i)
@@ -95,11 +96,13 @@ def _tensorrt_network(trt, onnx_bytes: bytes) -> list[tuple[list | None, torch.d
     return result
 
 
-def output_mismatch(trt, sub_ep: torch.export.ExportedProgram, onnx_bytes: bytes) -> str | None:
-    """Why the partition's outputs disagree with the graph's, or None."""
+def output_mismatch(trt, sub_ep: torch.export.ExportedProgram, onnx_bytes: bytes,
+                    initializers=None) -> str | None:
+    """Why the partition's outputs disagree with the graph's, or None.
+    `initializers`: the graph's EXTERNAL weights by address (parser.Initializer)."""
     wants = _graph_outputs(sub_ep)
     for source, computed in (("ONNX shape inference", _onnx_inferred(onnx_bytes)),
-                             ("TensorRT's network", _tensorrt_network(trt, onnx_bytes))):
+                             ("TensorRT's network", _tensorrt_network(trt, onnx_bytes, initializers))):
         if len(computed) != len(wants):
             return (f"{source} gives {len(computed)} outputs where the graph has "
                     f"{len(wants)}")

@@ -7,9 +7,14 @@
    to TensorRT: nodes its parser places in no supported subgraph, then nodes
    a full parse rejects, are dropped; a partition whose engine does not build
    is dropped whole. Repeat until every partition builds.
-ExecuTorch hands partitioners programs with fake weights, so the engines
-built here use stand-in weights; preprocess builds the real one. Parser
-answers and engine builds are cached per ONNX model within a process.
+The ONNX graphs carry no weights (onnx_export.py); the parser reads them by
+address. ExecuTorch hands partitioners programs with fake weights: the check
+build uses zero pages instead (no memory) and keeps no plan when no engine is
+shipped (the default without a GPU), so preprocess builds nothing at all;
+partitions over CHECK_BUILD_MAX_WEIGHTS are then checked by a full parse only.
+When an engine is shipped and export() gave the real weights, the check
+builds with them and preprocess reuses that engine from the cache: one build
+per partition. Parser answers are cached per ONNX model within a process.
 """
 from __future__ import annotations
 
@@ -23,17 +28,19 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..errors import EngineBuildError
-from . import backend as _backend  # noqa: F401 - defines TensorRTBackend for to_backend
+from .backend import engine_kind, weights_id
 from .compile_spec import TensorRTCompileSpec
 from ..tensorrt.engine_builder import Progress, build_engine, stderr_progress
 from ..tensorrt.onnx_parser import ParseFailure, unsupported_nodes
-from .onnx_export import export_onnx, quiet
+from .onnx_export import export_onnx, keep_for_reuse, quiet
 from .partition_checks import options_error, output_mismatch
 from .partition_program import extract_partition
+from .program_copy import needs_stand_ins
 from .report import PartitionReport
 from .shapes import input_profiles
 from ..tensorrt.flavor import load_tensorrt
 from .translatable import aten_op, untranslatable_nodes
+from .weights import initializer_pointers
 
 BACKEND_ID = "TensorRTBackend"
 # dtypes TensorRT has no type for (ONNX would carry them; TensorRT would not).
@@ -45,6 +52,11 @@ _MAX_ROUNDS = 50
 KEEP_WHOLE = (torch.ops.aten.linear.default,)
 # Checks (export, parse, build) one method may spend splitting partitions that fail.
 DEFAULT_MAX_BUILDS = 64
+# A check build costs 1.5-2x its weights in memory while it runs (TensorRT's
+# copies and the plan; docs/big-models.md). Where no engine is shipped (no GPU
+# at export: it is built at load), partitions with more weights are checked
+# without a build, so the check never costs more than ~128 MB.
+CHECK_BUILD_MAX_WEIGHTS = 64 << 20
 _PROTO_LIMIT = ("the partition's ONNX model is larger than protobuf's 2 GB limit, so it "
                 "cannot be serialized for TensorRT's parser")
 
@@ -150,6 +162,9 @@ class TensorRTPartitioner(Partitioner):
         self.delegation_spec = DelegationSpec(BACKEND_ID, self.compile_spec.to_compile_specs())
         self.report = PartitionReport()
         self.reports: list[PartitionReport] = []  # one per partition() call (per method)
+        # Per method, in partition() call order: name -> real weight, so that a
+        # check build can be the shipped engine (export_program sets it).
+        self.real_weights: list[dict] = []
 
     # -- candidate selection -------------------------------------------------
     def _initial_rejections(self, ep) -> dict[str, str]:
@@ -191,25 +206,70 @@ class TensorRTPartitioner(Partitioner):
         names = {n.name for n in nodes}
         trt = load_tensorrt()
         self.report.builds += 1
+        real = self._method_weights()
         try:
-            sub_ep = extract_partition(ep, names)
+            sub_ep = extract_partition(ep, names, real)
             exported = export_onnx(sub_ep, self.compile_spec.precision)
         except Exception as e:  # noqa: BLE001 - the exporter raises many kinds
             return _export_reason(e)
+        kind = engine_kind(self.compile_spec)
+        all_real = not needs_stand_ins(ep, real)
+        real_build = kind != "none" and all_real
+        pointers, _alive = initializer_pointers(exported.weights, stand_ins=not real_build)
+        if kind == "none" and exported.weight_bytes > CHECK_BUILD_MAX_WEIGHTS:
+            # No engine is shipped, and a build costs twice the weights in
+            # memory: TensorRT's full parse and the output check must do.
+            if self.progress:
+                self.progress(f"{label}: {exported.weight_bytes / 1e9:.2f} GB of weights; "
+                              "checked by TensorRT's parser (the engine is built at load)")
+            return self._parse_checks(trt, sub_ep, exported, names, pointers, all_real)
         mapped = lambda idx: {exported.edge_node_of[i] for i in idx if i in exported.edge_node_of}  # noqa: E731
         bad = mapped(unsupported_nodes(trt, exported.onnx_bytes)) & names
         if bad:
             return {n: "TensorRT's ONNX parser does not support it" for n in bad}
         try:  # parses the whole partition first: ParseFailure names the nodes
             build_engine(exported.onnx_bytes, self.compile_spec.build_options(), label=label,
-                         profiles=input_profiles(sub_ep), progress=self.progress, trt=trt)
+                         profiles=input_profiles(sub_ep), progress=self.progress, trt=trt,
+                         initializers=pointers, keep_engine=real_build,
+                         weights_id=weights_id(exported) if real_build else "stand-ins",
+                         stripped=kind == "stripped")
         except ParseFailure as e:
-            bad = mapped(e.node_indices) & names
-            return {n: str(e) for n in bad} if bad else str(e)
+            return self._parse_rejections(e, exported, names)
         except EngineBuildError as e:
             # Without the partition's label, equal causes read (and group) the same.
             return f"engine build failed: {str(e).replace(f' for {label}', '')}"
-        return output_mismatch(trt, sub_ep, exported.onnx_bytes) or {}
+        return self._passed(sub_ep, exported, all_real,
+                            output_mismatch(trt, sub_ep, exported.onnx_bytes, pointers))
+
+    def _passed(self, sub_ep, exported, all_real: bool,
+                mismatch: str | None) -> dict[str, str] | str:
+        """The check's result; a partition that passed with its real weights
+        offers its ONNX export to preprocess (onnx_export.reused_export)."""
+        if mismatch:
+            return mismatch
+        if all_real:
+            keep_for_reuse(sub_ep, self.compile_spec.precision, exported)
+        return {}
+
+    @staticmethod
+    def _parse_rejections(e: ParseFailure, exported, names: set[str]) -> dict[str, str] | str:
+        bad = {exported.edge_node_of[i] for i in e.node_indices
+               if i in exported.edge_node_of} & names
+        return {n: str(e) for n in bad} if bad else str(e)
+
+    def _parse_checks(self, trt, sub_ep, exported, names, pointers,
+                      all_real: bool) -> dict[str, str] | str:
+        """The checks short of a build: a full parse, then output agreement
+        (output_mismatch parses too, so that is the full parse)."""
+        try:
+            return self._passed(sub_ep, exported, all_real,
+                                output_mismatch(trt, sub_ep, exported.onnx_bytes, pointers))
+        except ParseFailure as e:
+            return self._parse_rejections(e, exported, names)
+
+    def _method_weights(self) -> dict | None:
+        index = len(self.reports)  # partition() appends its report when done
+        return self.real_weights[index] if index < len(self.real_weights) else None
 
     def _check_or_split(self, ep, nodes: list[torch.fx.Node], label: str) -> dict[str, str]:
         """_check, and where the failure names no node, the partition split in two

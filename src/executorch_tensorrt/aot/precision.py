@@ -19,7 +19,14 @@ PRECISION_DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 class _CastBoundary(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, dtype: torch.dtype, out_dtypes: list):
         super().__init__()
-        self.module = module.to(dtype)
+        # The program's weights are shared with the caller's model (program_copy.py):
+        # convert into new Parameters instead of writing over theirs in place.
+        overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
+        torch.__future__.set_overwrite_module_params_on_conversion(True)
+        try:
+            self.module = module.to(dtype)
+        finally:
+            torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
         self.dtype = dtype
         self.out_dtypes = out_dtypes
 

@@ -3,7 +3,9 @@ in-process cache.
 
 The partitioner builds each candidate partition's engine as its final
 support check; preprocess then finds the same engine in the cache instead
-of building it twice.
+of building it twice (when it ships an engine at all). A graph without
+weights is built with them supplied by address (`initializers`); the cache
+key then includes `weights_id`, which names the weights' contents.
 """
 from __future__ import annotations
 
@@ -95,12 +97,26 @@ def _configure(trt: TensorRT, builder, options: BuildOptions):
 
 
 def _key(trt: TensorRT, onnx_bytes: bytes, options: BuildOptions, profiles,
-         weights_id: str = "") -> str:
+         weights_id: str = "", stripped: bool = False) -> str:
     h = hashlib.sha256(onnx_bytes)
     h.update(json.dumps([trt.flavor, trt.version, options.as_dict(),
-                         [p.as_dict("") for p in profiles or []], weights_id],
+                         [p.as_dict("") for p in profiles or []], weights_id]
+                        + (["stripped"] if stripped else []),
                         sort_keys=True).encode())
     return h.hexdigest()
+
+
+def _strip_weights(trt: TensorRT, config) -> None:
+    """A weight-stripped plan, refitted at load from the same weights
+    (REFIT_IDENTICAL lets the builder optimize for these exact values). Needs a
+    CUDA device: TensorRT-RTX fails in Myelin without one."""
+    flags = trt.module.BuilderFlag
+    config.set_flag(flags.STRIP_PLAN)
+    config.set_flag(flags.REFIT_IDENTICAL)
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 100_000 else f"{nbytes} bytes"
 
 
 def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "partition",
@@ -108,15 +124,19 @@ def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "part
                  progress: Progress | None = stderr_progress,
                  trt: TensorRT | None = None,
                  initializers: Sequence[Initializer] = (),
-                 weights_id: str | None = None) -> BuiltEngine:
+                 weights_id: str | None = None, stripped: bool = False,
+                 keep_engine: bool = True) -> BuiltEngine:
     """Builds (or returns the cached) engine for an ONNX model. `profiles` gives
     min/opt/max shapes per network input when any is dynamic. `initializers`:
     weights read from caller memory (onnx_parser.parse_network), valid until
     this returns; `weights_id` names their content (e.g. their digests) for
-    the in-process cache, which is skipped when initializers come without it."""
+    the in-process cache, which is skipped when initializers come without it.
+    `stripped` builds a weight-stripped refittable plan. `keep_engine=False`
+    (a build that only checks the model) returns no plan bytes and caches
+    nothing, so the plan's memory is freed at once."""
     trt = trt or load_tensorrt()
-    cacheable = not initializers or weights_id is not None
-    key = _key(trt, onnx_bytes, options, profiles, weights_id or "")
+    cacheable = keep_engine and (not initializers or weights_id is not None)
+    key = _key(trt, onnx_bytes, options, profiles, weights_id or "", stripped)
     with _cache_lock:
         hit = _cache.get(key) if cacheable else None
     if hit is not None:
@@ -124,9 +144,13 @@ def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "part
     builder, network, _parser, logger = parse_network(trt, onnx_bytes, initializers)
     config = _configure(trt, builder, options)
     _add_profile(builder, network, config, profiles)
+    if stripped:
+        _strip_weights(trt, config)
     if progress:
-        progress(f"building TensorRT engine for {label} ({network.num_layers} layers, "
-                 f"{trt.flavor} {trt.version})...")
+        weights = sum(n for _, _, n in initializers)
+        progress(f"building TensorRT engine for {label} ({network.num_layers} layers"
+                 + (f", {_mb(weights)} of weights" if weights else "")
+                 + f", {trt.flavor} {trt.version}{', weight-stripped' if stripped else ''})...")
     start = time.perf_counter()
     serialized = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - start
@@ -136,9 +160,12 @@ def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "part
             f"TensorRT ({trt.flavor} {trt.version}) could not build an engine for {label}: "
             f"{log}")
     if progress:
-        progress(f"built {label} in {seconds:.2f} s ({serialized.nbytes} bytes)")
+        progress(f"built {label} in {seconds:.2f} s ({_mb(serialized.nbytes)})")
+    if not keep_engine:
+        return BuiltEngine(b"", trt.flavor, trt.version, options.compute_capabilities, seconds)
     built = BuiltEngine(bytes(serialized), trt.flavor, trt.version,
                         options.compute_capabilities, seconds)
+    del serialized
     if cacheable:
         with _cache_lock:
             _cache[key] = built
