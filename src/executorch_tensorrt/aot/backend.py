@@ -12,6 +12,7 @@ from ..tensorrt.engine_builder import build_engine, current_progress
 from .debug_handles import debug_handle_map, onnx_node_sources
 from .onnx_export import export_onnx
 from .shapes import input_profiles
+from .state import finish_onnx, lift_state
 
 # ONNX TensorProto element type -> the blob's dtype string.
 _ONNX_DTYPE_NAMES = {
@@ -45,13 +46,21 @@ class TensorRTBackend(BackendDetails):
     def preprocess(edge_program: torch.export.ExportedProgram,
                    compile_specs: list[CompileSpec]) -> PreprocessResult:
         spec = TensorRTCompileSpec.from_compile_specs(compile_specs)
-        exported = export_onnx(edge_program, spec.precision)
+        lifted = lift_state(edge_program)  # delegate-owned buffers as graph I/O (state.py)
+        exported = export_onnx(lifted.program, spec.precision)
+        profiles = input_profiles(lifted.program)
+        state = None
+        if lifted.states:
+            state = finish_onnx(lifted, exported.onnx_bytes, exported.edge_node_of)
+            exported.onnx_bytes, exported.edge_node_of = state.onnx_bytes, state.edge_node_of
+            profiles = [profiles[i] for i in state.profile_order]
         model = onnx.load_model_from_string(exported.onnx_bytes)
-        profiles = input_profiles(edge_program)
         built = build_engine(exported.onnx_bytes, spec.build_options(), label="delegate",
                              profiles=profiles,
                              progress=current_progress())
         bindings = io_bindings(model)
+        if state is not None:  # the state pairs are the last inputs/outputs
+            bindings = [b for b in bindings if not b["name"].startswith(("state_in.", "state_out."))]
         inputs = [b["name"] for b in bindings if b["is_input"]]
         metadata = {
             "io_bindings": bindings,
@@ -65,9 +74,13 @@ class TensorRTBackend(BackendDetails):
                                if o.domain in ("", "ai.onnx")),
                               default=None),
         }
+        if state is not None:
+            metadata["state"] = state.entries
         sources = onnx_node_sources(model, exported.edge_node_of)
         if sources:
             metadata["onnx_node_sources"] = sources
+        extra = state.sections if state is not None else {}
         return PreprocessResult(processed_bytes=blob.write_blob(built.engine, metadata,
-                                                                onnx=exported.onnx_bytes),
+                                                                onnx=exported.onnx_bytes,
+                                                                **({"sections": extra} if extra else {})),
                                 debug_handle_map=debug_handle_map(edge_program, sources))

@@ -32,6 +32,7 @@ from .partition_checks import options_error, output_mismatch
 from .partition_program import extract_partition
 from .report import PartitionReport
 from .shapes import input_profiles
+from .state import tag_owned_state
 from ..tensorrt.flavor import load_tensorrt
 from .translatable import aten_op, untranslatable_nodes
 
@@ -291,6 +292,7 @@ class TensorRTPartitioner(Partitioner):
                 node.meta["delegation_tag"] = tag
             self.report.partitions.append([n.name for n in nodes])
         tag_constant_data(ep)
+        tag_owned_state(ep, self.report.state)  # KV caches live in the partition (state.py)
         self.report.rejected = rejected
         self.reports.append(self.report)
         return PartitionResult(tagged_exported_program=ep, partition_tags=tags)

@@ -29,7 +29,7 @@ import traceback
 
 from ..blob import read_blob
 from ..errors import ET_INTERNAL, ExecuTorchTensorRTError, error_code
-from . import executor_table
+from . import executor_table, state
 from ._native import install_executor_table, set_last_error
 from .executors import Executor, create_executor
 
@@ -70,6 +70,8 @@ class PythonExecutors:
             blob = read_blob(args.blob_bytes())
             fallback = args.fallback.decode() if args.fallback else None
             executor = create_executor(blob, fallback)
+            state.register(getattr(executor, "state", None),  # for reset_state(method)
+                           args.method_name.decode() if args.method_name else None)
             with self.lock:
                 handle = next(self.ids)
                 self.handles[handle] = executor

@@ -27,6 +27,7 @@ from .onnx_safety import self_contained_onnx
 from .onnx_upcast import upcast_to_fp32
 from .ort_capi import ELEMENT_TYPE_NAMES, OrtSession
 from .ort_node_profile import OrtNodeProfiler
+from .state import ExecutorState, OrtStatefulSession, state_specs
 
 
 class CudaStaging:
@@ -141,6 +142,10 @@ class OnnxRuntimeExecutor(Executor):
         self.node_profiler = OrtNodeProfiler(model) if profiling.nodes_requested() else None
         self.session = self.node_profiler.new_session() if self.node_profiler else OrtSession(model)
         self.api = self.session.api
+        # Delegate-owned state (KV caches): extra model inputs/outputs (state.py).
+        self.state = ExecutorState(state_specs(blob, self.inputs)) if blob.state else None
+        if self.state is not None:
+            self.session = OrtStatefulSession(self.session, self.state, _ORT_ELEMENT_TYPES)
         if len(self.session.inputs) != len(self.inputs) or \
                 len(self.session.outputs) != len(self.outputs):
             raise InvalidProgramError(
@@ -155,7 +160,8 @@ class OnnxRuntimeExecutor(Executor):
         self.bound: dict[tuple, _BoundValues] = {}
         # The plan for the last call (fixed outputs on the host only); the
         # adapter runs identical calls with it, without Python (native_plan.py).
-        self.publish_plans = native_plans_enabled()
+        # Not with state: every call must check the cache positions first.
+        self.publish_plans = native_plans_enabled() and self.state is None
         self.plan: OrtRunPlan | None = None
 
     def _element_type(self, arg: abi.EtrtArg, expected: int, what: str) -> int:
@@ -218,6 +224,8 @@ class OnnxRuntimeExecutor(Executor):
         t0 = profiling.now() if recorder else 0
         shapes = check_args(args, len(args) if num_args is None else num_args,
                             self.inputs, self.outputs, permuted_inputs=True)
+        if self.state is not None:
+            self.state.check_call(args, shapes, self._staged_positions(args))
         n = len(self.inputs) + len(self.outputs)
         if all(args[k].device_type == abi.ETRT_DEVICE_CPU for k in range(n)) and not any(
                 is_permuted(args[i]) for i in range(len(self.inputs))):
@@ -264,6 +272,12 @@ class OnnxRuntimeExecutor(Executor):
         finally:
             for value in owned:
                 self.api.ReleaseValue(value)
+
+    def _staged_positions(self, args):
+        if all(args[i].device_type == abi.ETRT_DEVICE_CPU for i in range(len(self.inputs))):
+            return None
+        return lambda k: (CudaStaging.get().to_host(args[k], (args[k].sizes[0],))
+                          if args[k].device_type != abi.ETRT_DEVICE_CPU else None)
 
     def _run_and_copy_out(self, args, inputs: ctypes.Array, recorder=None) -> None:
         outputs = OrtSession.values([None] * len(self.outputs))
