@@ -8,7 +8,9 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 from .. import blob
 from .compile_spec import TensorRTCompileSpec
+from ..errors import EngineBuildError
 from ..tensorrt.engine_builder import build_engine, current_progress
+from ..tensorrt.onnx_parser import ParseFailure
 from .debug_handles import debug_handle_map, onnx_node_sources
 from .onnx_export import export_onnx
 from .shapes import input_profiles
@@ -46,18 +48,23 @@ class TensorRTBackend(BackendDetails):
     def preprocess(edge_program: torch.export.ExportedProgram,
                    compile_specs: list[CompileSpec]) -> PreprocessResult:
         spec = TensorRTCompileSpec.from_compile_specs(compile_specs)
-        lifted = lift_state(edge_program)  # delegate-owned buffers as graph I/O (state.py)
-        exported = export_onnx(lifted.program, spec.precision)
-        profiles = input_profiles(lifted.program)
-        state = None
-        if lifted.states:
-            state = finish_onnx(lifted, exported.onnx_bytes, exported.edge_node_of)
-            exported.onnx_bytes, exported.edge_node_of = state.onnx_bytes, state.edge_node_of
-            profiles = [profiles[i] for i in state.profile_order]
+        for tensor_scatter in (True, False):  # in-place cache writes, else functional ones
+            lifted = lift_state(edge_program, tensor_scatter)  # state as graph I/O (state.py)
+            exported = export_onnx(lifted.program, spec.precision)
+            profiles = input_profiles(lifted.program)
+            state = None
+            if lifted.states:
+                state = finish_onnx(lifted, exported.onnx_bytes, exported.edge_node_of)
+                exported.onnx_bytes, exported.edge_node_of = state.onnx_bytes, state.edge_node_of
+                profiles = [profiles[i] for i in state.profile_order]
+            try:
+                built = build_engine(exported.onnx_bytes, spec.build_options(), label="delegate",
+                                     profiles=profiles, progress=current_progress())
+                break
+            except (ParseFailure, EngineBuildError):
+                if not (state and any(e["update"] == "in_place" for e in state.entries)):
+                    raise
         model = onnx.load_model_from_string(exported.onnx_bytes)
-        built = build_engine(exported.onnx_bytes, spec.build_options(), label="delegate",
-                             profiles=profiles,
-                             progress=current_progress())
         bindings = io_bindings(model)
         if state is not None:  # the state pairs are the last inputs/outputs
             bindings = [b for b in bindings if not b["name"].startswith(("state_in.", "state_out."))]

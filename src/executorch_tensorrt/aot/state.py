@@ -23,7 +23,7 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
-from .kv_update import KvUpdate, find_kv_updates, rewrite_tensor_scatter
+from .kv_update import KvUpdate, find_kv_updates, mark_kv_updates, rewrite_tensor_scatter
 
 STATE_INPUT_PREFIX = "state_in."
 STATE_OUTPUT_PREFIX = "state_out."
@@ -73,9 +73,10 @@ def tag_owned_state(ep: torch.export.ExportedProgram, notes: dict[str, str]) -> 
                if outside else f"read or written by several partitions {sorted(tags)}"))
 
 
-def lift_state(ep: torch.export.ExportedProgram) -> LiftedProgram:
+def lift_state(ep: torch.export.ExportedProgram, tensor_scatter: bool = True) -> LiftedProgram:
     """A copy of `ep` whose delegate-owned buffers are user inputs and whose
-    buffer mutations are user outputs (the original's user outputs first)."""
+    buffer mutations are user outputs; with `tensor_scatter`, contiguous cache
+    writes become kv_cache_update (exported as TensorScatter, kv_update.py)."""
     sig = ep.graph_signature
     mutated = set(sig.buffers_to_mutate.values())
     owned = [s for s in sig.input_specs
@@ -106,21 +107,29 @@ def lift_state(ep: torch.export.ExportedProgram) -> LiftedProgram:
         raise ValueError("a delegate-owned buffer has no mutation output in the partition")
     for s in mutation_specs.values():
         s.kind, s.target = OutputKind.USER_OUTPUT, None
-    out_node = ep.graph_module.graph.output_node()
-    program = _with_signature(ep, new_sig, [s.fqn for s in lifted.states])
+    gm = copy.deepcopy(ep.graph_module)  # the graph only: weights are placeholders
+    program = _with_signature(ep, gm, new_sig, [s.fqn for s in lifted.states])
     lifted.program = program
     user_outs = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
     names = [s.arg.name for s in user_outs]
     lifted.state_input_positions = [positions_in[s.fqn] for s in lifted.states]
     lifted.state_output_positions = [names.index(mutation_specs[s.fqn].arg.name)
                                      for s in lifted.states]
-    del out_node
     for state in lifted.states:
         state.kv_update = find_kv_updates(program, state.placeholder)
+    if tensor_scatter:
+        updates = [s.kv_update for s in lifted.states
+                   if s.kv_update is not None and s.kv_update.scatter]
+        before = [kv.update_node for kv in updates]
+        mark_kv_updates(gm, updates)
+        renamed = {old: kv.update_node for old, kv in zip(before, updates)}
+        for spec in program.graph_signature.output_specs:
+            if spec.arg.name in renamed:
+                spec.arg.name = renamed[spec.arg.name]
     return lifted
 
 
-def _with_signature(ep, new_sig, fqns: list[str]) -> torch.export.ExportedProgram:
+def _with_signature(ep, gm, new_sig, fqns: list[str]) -> torch.export.ExportedProgram:
     state_dict = {k: v for k, v in ep.state_dict.items() if k not in fqns}
     constants = {k: v for k, v in ep.constants.items() if k not in fqns}
     call_graph = copy.deepcopy(ep.module_call_graph)
@@ -129,7 +138,7 @@ def _with_signature(ep, new_sig, fqns: list[str]) -> torch.export.ExportedProgra
     call_graph[0].signature.in_spec = pytree.tree_flatten(((0,) * n_in, {}))[1]
     call_graph[0].signature.out_spec = pytree.tree_flatten((0,) * n_out)[1]
     return torch.export.ExportedProgram(
-        root=ep.graph_module, graph=ep.graph_module.graph, graph_signature=new_sig,
+        root=gm, graph=gm.graph, graph_signature=new_sig,
         state_dict=state_dict, range_constraints=ep.range_constraints,
         module_call_graph=call_graph, example_inputs=None,
         constants=constants, verifiers=[ep.verifier])
