@@ -27,7 +27,8 @@ from .onnx_safety import self_contained_onnx
 from .onnx_upcast import upcast_to_fp32
 from .ort_capi import ELEMENT_TYPE_NAMES, OrtSession
 from .ort_node_profile import OrtNodeProfiler
-from .state import ExecutorState, OrtStatefulSession, state_specs
+from .state import (ExecutorState, OrtStatefulSession, aliased_pairs, reflect_aliases,
+                    state_specs)
 
 
 class CudaStaging:
@@ -160,8 +161,10 @@ class OnnxRuntimeExecutor(Executor):
         self.bound: dict[tuple, _BoundValues] = {}
         # The plan for the last call (fixed outputs on the host only); the
         # adapter runs identical calls with it, without Python (native_plan.py).
+        # Torch-TensorRT's TR02 in-place outputs: (output index, input index) pairs.
+        self.aliases = aliased_pairs(blob, self.inputs, self.outputs)
         # Not with state: every call must check the cache positions first.
-        self.publish_plans = native_plans_enabled() and self.state is None
+        self.publish_plans = native_plans_enabled() and self.state is None and not self.aliases
         self.plan: OrtRunPlan | None = None
 
     def _element_type(self, arg: abi.EtrtArg, expected: int, what: str) -> int:
@@ -217,6 +220,11 @@ class OnnxRuntimeExecutor(Executor):
         self.bound.clear()
 
     def execute(self, args, num_args: int | None = None) -> None:
+        self._execute(args, num_args)
+        if self.aliases:  # TR02: the aliased input holds the new value too (state.py)
+            reflect_aliases(args, self.aliases, len(self.inputs), self.outputs)
+
+    def _execute(self, args, num_args: int | None = None) -> None:
         self.plan = None  # the adapter forgot it before calling; bound values may go below
         if self.session is None:
             raise ArgumentError("this executor was closed (the delegate was destroyed)")

@@ -15,6 +15,7 @@ outside the cache.
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 import weakref
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ import torch
 from ..blob import Blob
 from ..errors import ArgumentError, InvalidProgramError
 from . import executor_table as abi
-from .arguments import BLOB_DTYPE_TO_TORCH, Binding
+from .arguments import BLOB_DTYPE_TO_TORCH, SCALAR_TYPE_TO_TORCH, Binding
 
 SECTION_INIT_PREFIX = "section:"
 
@@ -212,6 +213,41 @@ class OrtStatefulSession:
             self.api.ReleaseValue(v)
         self._values.clear()
         self.inner.close()
+
+
+# -- Torch-TensorRT's TR02 aliased outputs ---------------------------------------
+def aliased_pairs(blob: Blob, inputs: Sequence[Binding],
+                  outputs: Sequence[Binding]) -> list[tuple[int, int]]:
+    """(output index, input index) for each aliased_io entry (names checked by
+    read_blob). The caller owns the state (a delegate input and output), so the
+    executor must leave the new value in the input's memory as TensorRT's
+    in-place layer does, and in the output."""
+    in_names, out_names = [b.name for b in inputs], [b.name for b in outputs]
+    return [(out_names.index(a["output"]), in_names.index(a["input"]))
+            for a in blob.aliased_io]
+
+
+def reflect_aliases(args, pairs: list[tuple[int, int]], n_inputs: int,
+                    outputs: Sequence[Binding]) -> None:
+    """Copies each aliased output into its input's memory (host arguments; the
+    onnxruntime fallback computes the output out of place)."""
+    for j, i in pairs:
+        out, inp = args[n_inputs + j], args[i]
+        if out.data == inp.data:
+            continue
+        if out.device_type != abi.ETRT_DEVICE_CPU or inp.device_type != abi.ETRT_DEVICE_CPU:
+            raise ArgumentError(f"aliased output {outputs[j].name!r} is in device memory; the "
+                                "onnxruntime fallback updates aliased inputs on the host only")
+        dtype = SCALAR_TYPE_TO_TORCH.get(out.dtype)
+        if dtype is None or out.dtype != inp.dtype or out.shape() != inp.shape():
+            raise ArgumentError(f"aliased output {outputs[j].name!r} ({out.shape()}, dtype "
+                                f"{out.dtype}) differs from its input ({inp.shape()}, dtype "
+                                f"{inp.dtype})")
+        nbytes = math.prod(out.shape()) * dtype.itemsize
+        if nbytes > min(out.nbytes, inp.nbytes):
+            raise ArgumentError(f"aliased output {outputs[j].name!r} needs {nbytes} bytes; "
+                                f"its buffers hold {out.nbytes} and {inp.nbytes}")
+        ctypes.memmove(inp.data, out.data, nbytes)
 
 
 # -- live states, for reset_state ---------------------------------------------------

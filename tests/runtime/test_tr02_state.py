@@ -1,0 +1,100 @@
+"""A Torch-TensorRT TR02 blob (aliased_io, caller-owned cache) built here from the
+published layout: header <4sIIIQ8s> with magic TR02, JSON metadata with
+io_bindings then aliased_io, the engine, and (our extension) the ONNX section
+the onnxruntime fallback runs. Its cache input keeps the new value across calls."""
+from __future__ import annotations
+
+import ctypes
+import json
+import struct
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from executorch_tensorrt.blob import read_blob
+from executorch_tensorrt.runtime import executor_table as abi
+from executorch_tensorrt.runtime.onnxruntime_executor import OnnxRuntimeExecutor
+
+CACHE = [1, 2, 8, 4]
+
+
+def _onnx() -> bytes:
+    g = helper.make_graph(
+        [helper.make_node("TensorScatter", ["cache", "update", "write_index"], ["cache_out"],
+                          axis=-2),
+         helper.make_node("ReduceSum", ["cache_out"], ["total"], keepdims=0)], "kv",
+        [helper.make_tensor_value_info("cache", TensorProto.FLOAT, CACHE),
+         helper.make_tensor_value_info("update", TensorProto.FLOAT, [1, 2, 1, 4]),
+         helper.make_tensor_value_info("write_index", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("cache_out", TensorProto.FLOAT, CACHE),
+         helper.make_tensor_value_info("total", TensorProto.FLOAT, [])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)]).SerializeToString()
+
+
+def _tr02_blob(engine: bytes, onnx: bytes) -> bytes:
+    def binding(name, dtype, shape, is_input):
+        return {"name": name, "dtype": dtype, "shape": shape, "is_input": is_input}
+
+    def layout(sections):
+        meta = {"io_bindings": [binding("cache", "float32", CACHE, True),
+                                binding("update", "float32", [1, 2, 1, 4], True),
+                                binding("write_index", "int64", [1], True),
+                                binding("cache_out", "float32", CACHE, False),
+                                binding("total", "float32", [], False)],
+                "aliased_io": [{"output": "cache_out", "input": "cache",
+                                "kind": "kv_cache_update"}],
+                "hardware_compatible": False, "device_id": 0, "serialized_metadata": "",
+                "target_platform": "linux_x86_64", "sections": sections}
+        text = json.dumps(meta, separators=(",", ":")).encode()
+        engine_off = (32 + len(text) + 15) // 16 * 16
+        onnx_off = (engine_off + len(engine) + 15) // 16 * 16
+        return text, engine_off, onnx_off
+
+    text, engine_off, onnx_off = layout([{"name": "onnx", "offset": 0, "size": len(onnx)}])
+    for _ in range(4):  # the offset's digits change the metadata's length
+        text, engine_off, new_off = layout([{"name": "onnx", "offset": onnx_off,
+                                             "size": len(onnx)}])
+        if new_off == onnx_off:
+            break
+        onnx_off = new_off
+    header = struct.pack("<4sIIIQ8s", b"TR02", 32, len(text), engine_off, len(engine),
+                         b"\x01" + b"\0" * 7)
+    out = header + text
+    out += b"\0" * (engine_off - len(out)) + engine
+    return out + b"\0" * (onnx_off - len(out)) + onnx
+
+
+def _arg(keep, array: np.ndarray, is_input: bool, dtype: int):
+    shape = array.shape
+    sizes = (ctypes.c_int32 * max(1, len(shape)))(*shape)
+    order = (ctypes.c_uint8 * max(1, len(shape)))(*range(len(shape)))
+    keep += [array, sizes, order]
+    a = abi.EtrtArg()
+    a.struct_size, a.kind, a.is_input, a.dtype = ctypes.sizeof(a), abi.ETRT_ARG_TENSOR, \
+        int(is_input), dtype
+    a.data, a.nbytes, a.ndim = array.ctypes.data, array.nbytes, len(shape)
+    a.sizes = ctypes.cast(sizes, ctypes.POINTER(ctypes.c_int32))
+    a.dim_order = ctypes.cast(order, ctypes.POINTER(ctypes.c_uint8))
+    return a
+
+
+def test_tr02_blob_loads_and_its_cache_survives_calls():
+    blob = read_blob(_tr02_blob(b"\x7fplan" * 8, _onnx()))
+    assert blob.aliased_io[0]["kind"] == "kv_cache_update" and blob.onnx is not None
+    executor = OnnxRuntimeExecutor(blob)
+    assert executor.aliases == [(0, 0)]
+    keep: list = []
+    cache = np.zeros(CACHE, np.float32)
+    cache_out, total = np.zeros(CACHE, np.float32), np.zeros((), np.float32)
+    want = np.zeros(CACHE, np.float32)
+    for pos in range(3):
+        update = np.full((1, 2, 1, 4), pos + 1.0, np.float32)
+        want[:, :, pos:pos + 1] = update
+        args = (abi.EtrtArg * 5)(_arg(keep, cache, True, 6), _arg(keep, update, True, 6),
+                                 _arg(keep, np.array([pos], np.int64), True, 4),
+                                 _arg(keep, cache_out, False, 6), _arg(keep, total, False, 6))
+        executor.execute(args, 5)
+        assert np.array_equal(cache, want)       # the caller's cache: updated
+        assert np.array_equal(cache_out, want)   # and the aliased output
+        assert float(total) == want.sum()
+    executor.close()
