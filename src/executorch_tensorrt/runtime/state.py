@@ -215,6 +215,82 @@ class OrtStatefulSession:
         self.inner.close()
 
 
+class DeviceState(ExecutorState):
+    """The TensorRT executor's states: CUDA buffers allocated once at init. An
+    "in_place" state binds one pointer as the engine's input and its aliased
+    output (TensorRT's KV_CACHE_UPDATE layer writes in place, checked with
+    engine.get_aliased_input_tensor); "functional" ones alternate two buffers.
+    GPU-only: no machine here runs it (docs/llm.md)."""
+
+    def __init__(self, specs: list[StateSpec], engine, device):
+        self.device = device
+        super().__init__(specs)
+        self.buffers = [b.to(device) for b in self.buffers]
+        self.spares = [None if s is None else torch.empty_like(b)
+                       for s, b in zip(self.spares, self.buffers)]
+        names = {engine.get_tensor_name(i) for i in range(engine.num_io_tensors)}
+        for spec in specs:
+            for name in (spec.onnx_input, spec.onnx_output):
+                if name not in names:
+                    raise InvalidProgramError(f"state {spec.fqn!r}: the engine has no tensor "
+                                              f"{name!r}; the blob is inconsistent")
+            aliased = getattr(engine, "get_aliased_input_tensor", None)
+            if spec.in_place and aliased is not None and \
+                    aliased(spec.onnx_output) != spec.onnx_input:
+                raise InvalidProgramError(
+                    f"state {spec.fqn!r} is updated in place, but the engine's output "
+                    f"{spec.onnx_output!r} aliases {aliased(spec.onnx_output)!r}, not "
+                    f"{spec.onnx_input!r}; re-export the program")
+
+    def reset(self) -> None:
+        with self._lock:
+            for spec, buf in zip(self.specs, self.buffers):
+                buf.copy_(_initial(spec).to(self.device))
+
+    def bind(self, context) -> None:
+        """Sets the state tensors' addresses on the execution context (before enqueue)."""
+        for spec, buf, spare in zip(self.specs, self.buffers, self.spares):
+            context.set_input_shape(spec.onnx_input, spec.shape)
+            context.set_tensor_address(spec.onnx_input, buf.data_ptr())
+            context.set_tensor_address(spec.onnx_output,
+                                       buf.data_ptr() if spare is None else spare.data_ptr())
+
+
+_driver = None
+
+
+def _cuda_driver():
+    """libcuda with the two copies used here (PyDLL: the GIL stays held). The
+    TensorRT executor has made the device's primary context current through torch."""
+    global _driver
+    if _driver is None:
+        c = ctypes
+        lib = c.PyDLL("libcuda.so.1")
+        lib.cuMemcpyDtoH_v2.argtypes = [c.c_void_p, c.c_uint64, c.c_size_t]
+        lib.cuMemcpyDtoDAsync_v2.argtypes = [c.c_uint64, c.c_uint64, c.c_size_t, c.c_void_p]
+        lib.cuMemcpyDtoH_v2.restype = lib.cuMemcpyDtoDAsync_v2.restype = c.c_int
+        _driver = lib
+    return _driver
+
+
+def cuda_positions(arg: abi.EtrtArg, count: int) -> torch.Tensor:
+    """A host copy of `count` int64 positions held in CUDA memory (a few bytes)."""
+    host = torch.empty(count, dtype=torch.int64)
+    if count:
+        status = _cuda_driver().cuMemcpyDtoH_v2(host.data_ptr(), arg.data, host.nbytes)
+        if status != 0:
+            raise ArgumentError(f"copying the cache positions from CUDA memory failed "
+                                f"(CUresult {status})")
+    return host
+
+
+def copy_device(dst: int, src: int, nbytes: int, stream) -> None:
+    """A device-to-device copy queued on `stream` (TR02's aliased output slot)."""
+    status = _cuda_driver().cuMemcpyDtoDAsync_v2(dst, src, nbytes, stream.cuda_stream)
+    if status != 0:
+        raise ArgumentError(f"copying an aliased output on the device failed (CUresult {status})")
+
+
 # -- Torch-TensorRT's TR02 aliased outputs ---------------------------------------
 def aliased_pairs(blob: Blob, inputs: Sequence[Binding],
                   outputs: Sequence[Binding]) -> list[tuple[int, int]]:

@@ -26,6 +26,7 @@ from .arguments import (
 from .cuda_probe import cuda_unavailable_reason
 from .engine_portability import built_here, rebuilt_engine
 from .executors import Executor
+from .state import DeviceState, aliased_pairs, copy_device, cuda_positions, state_specs
 from .tensorrt_profiling import attach_layer_profiler
 
 __all__ = ["BoundContext", "EngineUnavailable", "TensorRTExecutor"]
@@ -124,14 +125,19 @@ class TensorRTExecutor(Executor):
         if self.engine is None:
             raise EngineUnavailable("TensorRT could not deserialize the engine: "
                                     + ("; ".join(self.logger.messages[-3:]) or "no message"))
-        if self.engine.num_io_tensors != len(self.inputs) + len(self.outputs):
+        n_state = 2 * len(blob.state)  # delegate-owned state: engine inputs/outputs (state.py)
+        if self.engine.num_io_tensors != len(self.inputs) + len(self.outputs) + n_state:
             raise InvalidProgramError(
                 f"the engine has {self.engine.num_io_tensors} input and output tensors, the "
-                f"blob's io_bindings list {len(self.inputs) + len(self.outputs)}")
+                f"blob's io_bindings list {len(self.inputs) + len(self.outputs)} and its "
+                f"states {n_state}")
         self.inputs = [engine_binding(self.trt, self.engine, b) for b in self.inputs]
         self.outputs = [engine_binding(self.trt, self.engine, b) for b in self.outputs]
         self.bound = BoundContext(self.engine.create_execution_context(), self.inputs,
                                   self.outputs, device)
+        self.state = self.bound.state = (DeviceState(state_specs(blob, self.inputs), self.engine,
+                                                     device) if blob.state else None)
+        self.bound.aliases = aliased_pairs(blob, self.inputs, self.outputs)
         if profiling.nodes_requested():  # GPU-only, unverified (tensorrt_profiling.py)
             self.bound.layer_profiler = attach_layer_profiler(self.trt, self.bound.context)
 
@@ -170,6 +176,8 @@ class BoundContext:
         self.views = HostViews()
         self.staging: dict[str, torch.Tensor] = {}  # device buffers for host arguments
         self.layer_profiler = None  # set when per-layer profiling was asked for
+        self.state: DeviceState | None = None  # delegate-owned state (state.py)
+        self.aliases: list[tuple[int, int]] = []  # TR02: (output, input) written in place
 
     def _device_buffer(self, name: str, shape, dtype) -> torch.Tensor:
         buf = self.staging.get(name)
@@ -189,6 +197,11 @@ class BoundContext:
         shapes = check_args(args, len(args) if num_args is None else num_args,
                             self.inputs, self.outputs)
         copies_back = []
+        if self.state is not None:  # positions inside the cache before anything runs
+            self.state.check_call(args, shapes, lambda k: cuda_positions(
+                args[k], shapes[k][0]) if args[k].device_type == abi.ETRT_DEVICE_CUDA else None)
+        bound_inputs: dict[int, int] = {}
+        copies_aliased: list = []
         # CUDA inputs may come from work the caller queued on the device's
         # default stream; order the engine after it (outputs are complete on
         # return: the stream is synchronized below).
@@ -205,6 +218,8 @@ class BoundContext:
                     staged.copy_(self.views.view(arg, shape), non_blocking=True)
                     address = staged.data_ptr()
                 self.context.set_tensor_address(binding.name, address)
+                bound_inputs[i] = address
+            aliased = dict(self.aliases)
             for j, binding in enumerate(self.outputs):
                 arg = args[len(self.inputs) + j]
                 shape = tuple(self.context.get_tensor_shape(binding.name))
@@ -217,15 +232,26 @@ class BoundContext:
                                                  SCALAR_TYPE_TO_TORCH[arg.dtype])
                     copies_back.append((staged, arg, shape))
                     address = staged.data_ptr()
+                if j in aliased:  # TR02: written into the input; copied to `address` below
+                    copies_aliased.append((bound_inputs[aliased[j]], address, shape, arg))
+                    address = bound_inputs[aliased[j]]
                 self.context.set_tensor_address(binding.name, address)
+            if self.state is not None:
+                self.state.bind(self.context)
             t1 = profiling.now() if recorder else 0
             if not self.context.execute_async_v3(self.stream.cuda_stream):
                 raise RuntimeError("TensorRT failed to enqueue the engine; its log says why")
             t2 = profiling.now() if recorder else 0
+            for src, dst, shape, arg in copies_aliased:
+                if src != dst:
+                    copy_device(dst, src, math.prod(shape) * SCALAR_TYPE_TO_TORCH[arg.dtype].itemsize,
+                                self.stream)
             for staged, arg, shape in copies_back:
                 self.views.view(arg, shape).copy_(staged, non_blocking=True)
         t3 = profiling.now() if recorder else 0
         self.stream.synchronize()
+        if self.state is not None:
+            self.state.swap()
         if recorder:
             for name, start, end in (("bind", t0, t1), ("enqueue", t1, t2), ("copies", t2, t3),
                                      ("wait", t3, profiling.now())):
