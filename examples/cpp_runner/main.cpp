@@ -3,6 +3,7 @@
 //
 //   etrt_runner --model_path model.pte [--method forward] [--inputs FILE]
 //               [--fill pattern|ones] [--outputs FILE]
+//   etrt_runner --model_path llm.pte --decode 32 --prompt 3,4,5,6   (decode.h)
 //
 // Loads the program with ExecuTorch's C++ API (extension Module, shipped in
 // the wheel's libexecutorch.so), takes its inputs from --inputs FILE, else
@@ -27,6 +28,7 @@
 #include <executorch/runtime/platform/runtime.h>
 #include <executorch_tensorrt/executor_table.h>
 
+#include "decode.h"
 #include "device_memory.h"
 #include "input_fill.h"
 #include "tensor_file.h"
@@ -65,7 +67,7 @@ using etrt_runner::print_error;
 int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s --model_path <model.pte> [--method <name>] [--inputs <file>] "
-               "[--fill pattern|ones] [--outputs <file>]\n",
+               "[--fill pattern|ones] [--outputs <file>] [--decode <n> --prompt <ids>]\n",
                argv0);
   return 2;
 }
@@ -94,6 +96,8 @@ int main(int argc, char** argv) {
   std::string inputs_path;
   std::string outputs_path;
   std::string fill;
+  std::string decode_count;  // --decode N: greedy LLM decoding (decode.h)
+  std::string prompt_text;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* flag, std::string* dst) {
@@ -110,7 +114,8 @@ int main(int argc, char** argv) {
     };
     if (value("--model_path", &model_path) || value("--method", &method_name) ||
         value("--inputs", &inputs_path) || value("--outputs", &outputs_path) ||
-        value("--fill", &fill)) {
+        value("--fill", &fill) || value("--decode", &decode_count) ||
+        value("--prompt", &prompt_text)) {
       continue;
     }
     if (arg == "-h" || arg == "--help") {
@@ -190,6 +195,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   Method& method = *method_or.get();
+  if (!decode_count.empty()) {  // LLM greedy decoding (decode.h)
+    std::vector<int64_t> prompt;
+    const int n = std::atoi(decode_count.c_str());
+    if (n < 1 || !etrt_runner::parse_prompt(prompt_text, &prompt)) {
+      std::fprintf(stderr, "error: --decode takes a token count >= 1 and --prompt a "
+                           "comma-separated list of token ids, e.g. --prompt 3,4,5\n");
+      return 2;
+    }
+    return etrt_runner::run_decode(method, prompt, n);
+  }
   if (!stored.empty() && stored.size() != meta->num_inputs()) {
     std::fprintf(stderr, "error: %zu stored input tensors, method '%s' takes %zu inputs\n",
                  stored.size(), method_name.c_str(), meta->num_inputs());
