@@ -311,6 +311,8 @@ class OnnxRuntimeExecutor(Executor):
         for name, start, end in self.node_profiler.last_run_nodes(self.session, run_start_ns):
             recorder.event(name, start, end)
         old, self.session = self.session, self.node_profiler.new_session()
+        if self.state is not None:
+            self.session = OrtStatefulSession(self.session, self.state, _ORT_ELEMENT_TYPES)
         for bound in self.bound.values():
             bound.plan = None  # plans name the old session, released below
         old.close()
