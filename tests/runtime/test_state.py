@@ -58,4 +58,3 @@ def test_initial_value_from_section_and_ping_pong():
     st.buffers[0].fill_(5)
     st.reset()
     assert torch.equal(st.value("k").flatten(), torch.arange(64, dtype=torch.float32))
-    assert st.state_bytes_copied == 0

@@ -159,6 +159,7 @@ class OnnxRuntimeExecutor(Executor):
         # ExecuTorch's memory; others are allocated by onnxruntime and copied.
         self.fixed_outputs = all(b.shape is not None and -1 not in b.shape for b in self.outputs)
         self.bound: dict[tuple, _BoundValues] = {}
+        self.copied_bytes = 0  # argument bytes this executor copied (outputs onnxruntime allocated, staging)
         # The plan for the last call (fixed outputs on the host only); the
         # adapter runs identical calls with it, without Python (native_plan.py).
         # Torch-TensorRT's TR02 in-place outputs: (output index, input index) pairs.
@@ -267,6 +268,7 @@ class OnnxRuntimeExecutor(Executor):
                     if permuted:
                         host = permuted_to_contiguous(arg, shape, host)
                     staged.append(host)
+                    self.copied_bytes += host.nbytes
                     element = self._element_type(arg, self.input_types[i], f"input {i}")
                     inputs.append(self.api.tensor(host.data_ptr() or ctypes.addressof(_EMPTY),
                                                   host.nbytes, shape, element))
@@ -326,12 +328,14 @@ class OnnxRuntimeExecutor(Executor):
             nbytes = checked_nbytes(arg, shape)
             if nbytes:
                 _memmove(arg.data, data, nbytes)
+            self.copied_bytes += nbytes
             return
         checked_nbytes(arg, shape, "CUDA ")
         host = torch.empty(shape, dtype=SCALAR_TYPE_TO_TORCH[arg.dtype])
         if host.nbytes:
             _memmove(host.data_ptr(), data, host.nbytes)
         CudaStaging.get().to_device(arg, host)
+        self.copied_bytes += host.nbytes
 
     def native_plan(self) -> abi.EtrtNativePlan | None:
         return self.plan.struct if self.plan is not None else None

@@ -121,7 +121,6 @@ class ExecutorState:
         self.spares = [None if s.in_place else torch.empty_like(b)
                        for s, b in zip(specs, self.buffers)]
         self.calls = 0
-        self.state_bytes_copied = 0  # at the delegate boundary; stays 0 (asserted in tests)
         self.method: str | None = None
         self._lock = threading.Lock()
 
