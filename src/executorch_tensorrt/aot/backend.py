@@ -48,7 +48,9 @@ class TensorRTBackend(BackendDetails):
     def preprocess(edge_program: torch.export.ExportedProgram,
                    compile_specs: list[CompileSpec]) -> PreprocessResult:
         spec = TensorRTCompileSpec.from_compile_specs(compile_specs)
-        for tensor_scatter in (True, False):  # in-place cache writes, else functional ones
+        # In-place cache writes (TensorScatter), else functional ones. Not in fp16/bf16:
+        # the cache would be cast at the boundary, so the update could not alias it.
+        for tensor_scatter in (True, False) if spec.precision == "fp32" else (False,):
             lifted = lift_state(edge_program, tensor_scatter)  # state as graph I/O (state.py)
             exported = export_onnx(lifted.program, spec.precision)
             profiles = input_profiles(lifted.program)
