@@ -31,18 +31,24 @@ def _onnx() -> bytes:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)]).SerializeToString()
 
 
-def _tr02_blob(engine: bytes, onnx: bytes) -> bytes:
-    def binding(name, dtype, shape, is_input):
-        return {"name": name, "dtype": dtype, "shape": shape, "is_input": is_input}
+def _binding(name, dtype, shape, is_input):
+    return {"name": name, "dtype": dtype, "shape": shape, "is_input": is_input}
 
+
+BINDINGS = [_binding("cache", "float32", CACHE, True),
+            _binding("update", "float32", [1, 2, 1, 4], True),
+            _binding("write_index", "int64", [1], True),
+            _binding("cache_out", "float32", CACHE, False),
+            _binding("total", "float32", [], False)]
+
+
+def _tr02_blob(engine: bytes, onnx: bytes, bindings=BINDINGS, output="cache_out",
+               input="cache") -> bytes:
+    """Torch-TensorRT's layout: io_bindings, then aliased_io, then its scalar keys;
+    magic TR02 because aliased_io is non-empty; reserved byte 0 = 1."""
     def layout(sections):
-        meta = {"io_bindings": [binding("cache", "float32", CACHE, True),
-                                binding("update", "float32", [1, 2, 1, 4], True),
-                                binding("write_index", "int64", [1], True),
-                                binding("cache_out", "float32", CACHE, False),
-                                binding("total", "float32", [], False)],
-                "aliased_io": [{"output": "cache_out", "input": "cache",
-                                "kind": "kv_cache_update"}],
+        meta = {"io_bindings": bindings,
+                "aliased_io": [{"output": output, "input": input, "kind": "kv_cache_update"}],
                 "hardware_compatible": False, "device_id": 0, "serialized_metadata": "",
                 "target_platform": "linux_x86_64", "sections": sections}
         text = json.dumps(meta, separators=(",", ":")).encode()
@@ -98,3 +104,40 @@ def test_tr02_blob_loads_and_its_cache_survives_calls():
         assert np.array_equal(cache_out, want)   # and the aliased output
         assert float(total) == want.sum()
     executor.close()
+
+
+def test_tr02_blob_in_a_program_loads_and_its_state_survives_calls(allow_fallback):
+    """A program laid out as Torch-TensorRT's partitioner lays it out (the cache
+    stays with ExecuTorch: a delegate input and output, copied back by copy_;
+    state="caller" here), with its delegate replaced by a TR02 blob."""
+    import torch
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
+    from executorch.runtime import Runtime
+
+    from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
+
+    class KV(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("cache", torch.zeros(CACHE))
+
+        def forward(self, update, pos):
+            self.cache.index_copy_(2, pos, update)
+            return self.cache.sum()
+
+    ep = torch.export.export(KV().eval(), (torch.ones(1, 2, 1, 4), torch.tensor([0])))
+    program = to_edge_transform_and_lower(
+        ep, partitioner=[TensorRTPartitioner(progress=None, state="caller")]).to_executorch()
+    ours = read_blob(program.executorch_program.backend_delegate_data[0].data)
+    cache_in, cache_out = ours.io_bindings[0]["name"], ours.io_bindings[3]["name"]
+    assert ours.io_bindings[0]["shape"] == ours.io_bindings[3]["shape"] == CACHE
+    pte = deserialize_pte_binary(bytes(program.buffer))
+    pte.program.backend_delegate_data[0].data = _tr02_blob(
+        b"\x7fplan" * 8, ours.onnx, ours.io_bindings, cache_out, cache_in)
+    method = Runtime.get().load_program(bytes(serialize_pte_binary(pte))).load_method("forward")
+    want = torch.zeros(CACHE)
+    for pos in range(4):
+        update = torch.full((1, 2, 1, 4), pos + 1.0)
+        want[:, :, pos:pos + 1] = update
+        assert float(method.execute([update, torch.tensor([pos])])[0]) == float(want.sum())
