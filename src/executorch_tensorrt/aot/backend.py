@@ -55,17 +55,19 @@ class TensorRTBackend(BackendDetails):
             exported = export_onnx(lifted.program, spec.precision)
             profiles = input_profiles(lifted.program)
             state = None
-            if lifted.states:
-                state = finish_onnx(lifted, exported.onnx_bytes, exported.edge_node_of)
-                exported.onnx_bytes, exported.edge_node_of = state.onnx_bytes, state.edge_node_of
-                profiles = [profiles[i] for i in state.profile_order]
             try:
+                if lifted.states:
+                    state = finish_onnx(lifted, exported.onnx_bytes, exported.edge_node_of)
+                    exported.onnx_bytes = state.onnx_bytes
+                    exported.edge_node_of = state.edge_node_of
+                    profiles = [profiles[i] for i in state.profile_order]
                 built = build_engine(exported.onnx_bytes, spec.build_options(), label="delegate",
                                      profiles=profiles, progress=current_progress())
                 break
             except (ParseFailure, EngineBuildError):
-                if not (state and any(e["update"] == "in_place" for e in state.entries)):
-                    raise
+                if not tensor_scatter or not any(
+                        s.kv_update is not None and s.kv_update.scatter for s in lifted.states):
+                    raise  # nothing to fall back from
         model = onnx.load_model_from_string(exported.onnx_bytes)
         bindings = io_bindings(model)
         if state is not None:  # the state pairs are the last inputs/outputs

@@ -195,12 +195,15 @@ def rewrite_tensor_scatter(model: onnx.ModelProto, lifted: "LiftedProgram", entr
             continue
         entry["positions"] = {"input": user_names[lifted_user.index(kv.positions_input)],
                               "axis": kv.axis}
-    g = model.graph
-    markers = [i for i, n in enumerate(g.node) if n.domain == _DOMAIN and n.op_type == _MARKER]
-    if not markers:
+    is_marker = lambda n: n.domain == _DOMAIN and n.op_type == _MARKER  # noqa: E731
+    if not any(is_marker(n) for n in model.graph.node):
         return edge_node_of
+    count = len(model.graph.node)
     _to_opset(model, TENSOR_SCATTER_OPSET)
     g = model.graph  # CopyFrom above replaced the graph message
+    if len(g.node) != count:  # the converter rewrote nodes: the index map no longer holds
+        edge_node_of = {}
+    markers = {i for i, n in enumerate(g.node) if is_marker(n)}
     by_output = {e["onnx_output"]: e for e in entries}
     new_nodes, new_map = [], {}
     for i, node in enumerate(g.node):
@@ -243,8 +246,16 @@ def _rank_of(g: onnx.GraphProto, name: str) -> list:
 
 
 def _to_opset(model: onnx.ModelProto, version: int) -> None:
+    """Moves the model to `version` of the default domain; a model the converter
+    cannot move raises EngineBuildError, so preprocess keeps the functional form."""
+    from ..errors import EngineBuildError
+
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx") and imp.version < version:
-            converted = onnx.version_converter.convert_version(model, version)
+            try:
+                converted = onnx.version_converter.convert_version(model, version)
+            except Exception as e:  # noqa: BLE001 - the converter raises several kinds
+                raise EngineBuildError(f"the partition's ONNX model could not move to opset "
+                                       f"{version} for TensorScatter: {e}") from None
             model.CopyFrom(converted)
             return

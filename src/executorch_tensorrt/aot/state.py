@@ -84,7 +84,6 @@ def lift_state(ep: torch.export.ExportedProgram, tensor_scatter: bool = True) ->
     lifted = LiftedProgram(ep, user_inputs=len(sig.user_inputs), user_outputs=len(sig.user_outputs))
     if not owned:
         return lifted
-    program = copy.copy(ep)
     new_sig = copy.deepcopy(sig)
     positions_in, k = {}, 0
     for spec in new_sig.input_specs:
