@@ -186,3 +186,38 @@ def test_buffer_read_outside_tensorrt_stays_with_executorch(allow_fallback):
     assert "stays with ExecuTorch" in report.state["k"]
     ops = [o.name for o in program.executorch_program.execution_plan[0].operators]
     assert "aten::copy_" in ops
+
+
+def test_nonzero_initial_state_comes_from_the_blob(allow_fallback):
+    """A buffer that does not start at zero: its initial value travels in a blob
+    section ("section:state_init.0"), the executor starts from it, and reset
+    returns to it. (A rank-3 cache: the functional, ping-pong form.)"""
+    from executorch.runtime import Runtime
+
+    import executorch_tensorrt
+
+    class Toy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+            self.register_buffer("k", torch.arange(48.0).reshape(1, 6, 8) / 48)
+
+        def forward(self, x, pos):
+            self.k.index_copy_(1, pos, self.lin(x))
+            return self.k.sum(1)
+
+    torch.manual_seed(0)
+    model = Toy().eval().requires_grad_(False)
+    eager = copy.deepcopy(model)
+    program, _ = _lower(torch.export.export(model, (torch.randn(1, 2, 8), torch.arange(2))))
+    blob = read_blob(program.executorch_program.backend_delegate_data[0].data)
+    [entry] = blob.state
+    assert entry["init"] == "section:state_init.0" and entry["update"] == "functional"
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    for _ in range(2):
+        for pos in ([0, 1], [3, 4], [5, 0]):
+            x = torch.randn(1, 2, 8)
+            torch.testing.assert_close(method.execute([x, torch.tensor(pos)])[0],
+                                       eager(x, torch.tensor(pos)))
+        executorch_tensorrt.reset_state("forward")
+        eager.k.copy_(torch.arange(48.0).reshape(1, 6, 8) / 48)

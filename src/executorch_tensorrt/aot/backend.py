@@ -14,7 +14,7 @@ from ..tensorrt.onnx_parser import ParseFailure
 from .debug_handles import debug_handle_map, onnx_node_sources
 from .onnx_export import export_onnx
 from .shapes import input_profiles
-from .state import finish_onnx, lift_state
+from .state import STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX, finish_onnx, lift_state
 
 # ONNX TensorProto element type -> the blob's dtype string.
 _ONNX_DTYPE_NAMES = {
@@ -71,7 +71,8 @@ class TensorRTBackend(BackendDetails):
         model = onnx.load_model_from_string(exported.onnx_bytes)
         bindings = io_bindings(model)
         if state is not None:  # the state pairs are the last inputs/outputs
-            bindings = [b for b in bindings if not b["name"].startswith(("state_in.", "state_out."))]
+            bindings = [b for b in bindings
+                        if not b["name"].startswith((STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX))]
         inputs = [b["name"] for b in bindings if b["is_input"]]
         metadata = {
             "io_bindings": bindings,
@@ -90,8 +91,8 @@ class TensorRTBackend(BackendDetails):
         sources = onnx_node_sources(model, exported.edge_node_of)
         if sources:
             metadata["onnx_node_sources"] = sources
-        extra = state.sections if state is not None else {}
+        initial_values = state.sections if state is not None else {}  # non-zero states
         return PreprocessResult(processed_bytes=blob.write_blob(built.engine, metadata,
                                                                 onnx=exported.onnx_bytes,
-                                                                **({"sections": extra} if extra else {})),
+                                                                sections=initial_values or None),
                                 debug_handle_map=debug_handle_map(edge_program, sources))

@@ -109,8 +109,8 @@ def lift_state(ep: torch.export.ExportedProgram, tensor_scatter: bool = True) ->
     gm = copy.deepcopy(ep.graph_module)  # the graph only: weights are placeholders
     program = _with_signature(ep, gm, new_sig, [s.fqn for s in lifted.states])
     lifted.program = program
-    user_outs = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
-    names = [s.arg.name for s in user_outs]
+    names = [s.arg.name for s in program.graph_signature.output_specs
+             if s.kind == OutputKind.USER_OUTPUT]
     lifted.state_input_positions = [positions_in[s.fqn] for s in lifted.states]
     lifted.state_output_positions = [names.index(mutation_specs[s.fqn].arg.name)
                                      for s in lifted.states]

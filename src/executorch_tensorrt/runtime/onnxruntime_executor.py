@@ -159,7 +159,8 @@ class OnnxRuntimeExecutor(Executor):
         # ExecuTorch's memory; others are allocated by onnxruntime and copied.
         self.fixed_outputs = all(b.shape is not None and -1 not in b.shape for b in self.outputs)
         self.bound: dict[tuple, _BoundValues] = {}
-        self.copied_bytes = 0  # argument bytes this executor copied (outputs onnxruntime allocated, staging)
+        # Argument bytes this executor copied (outputs onnxruntime allocated, staging).
+        self.copied_bytes = 0
         # The plan for the last call (fixed outputs on the host only); the
         # adapter runs identical calls with it, without Python (native_plan.py).
         # Torch-TensorRT's TR02 in-place outputs: (output index, input index) pairs.

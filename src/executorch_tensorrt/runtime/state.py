@@ -160,19 +160,21 @@ class OrtStatefulSession:
 
     def __init__(self, session, state: ExecutorState, element_types: dict[torch.dtype, int]):
         self.inner, self.state, self.api = session, state, session.api
-        n_in, n_out = len(session.inputs) - len(state.specs), len(session.outputs) - len(state.specs)
+        n_state = len(state.specs)
+        n_in, n_out = len(session.inputs) - n_state, len(session.outputs) - n_state
         if n_in < 0 or n_out < 0:
             raise InvalidProgramError("the blob lists more states than the embedded ONNX model "
                                       "has inputs or outputs")
         for k, spec in enumerate(state.specs):
-            for described, name, what in ((session.inputs[n_in + k], spec.onnx_input, "input"),
-                                          (session.outputs[n_out + k], spec.onnx_output, "output")):
+            for index, described, name, what in (
+                    (n_in + k, session.inputs[n_in + k], spec.onnx_input, "input"),
+                    (n_out + k, session.outputs[n_out + k], spec.onnx_output, "output")):
                 got_name, element, dims = described
                 if got_name != name or element != element_types.get(spec.dtype) or \
                         tuple(dims) != spec.shape:
                     raise InvalidProgramError(
-                        f"state {spec.fqn!r}: the embedded ONNX model's {what} {n_in + k if what == 'input' else n_out + k} "
-                        f"is {got_name!r} (element type {element}, shape {list(dims)}); the blob "
+                        f"state {spec.fqn!r}: the embedded ONNX model's {what} {index} is "
+                        f"{got_name!r} (element type {element}, shape {list(dims)}); the blob "
                         f"says {name!r} {spec.dtype} {list(spec.shape)}")
         self.inputs, self.outputs = session.inputs[:n_in], session.outputs[:n_out]
         self.n_in, self.n_out = n_in, n_out

@@ -244,8 +244,8 @@ class BoundContext:
             t2 = profiling.now() if recorder else 0
             for src, dst, shape, arg in copies_aliased:
                 if src != dst:
-                    copy_device(dst, src, math.prod(shape) * SCALAR_TYPE_TO_TORCH[arg.dtype].itemsize,
-                                self.stream)
+                    itemsize = SCALAR_TYPE_TO_TORCH[arg.dtype].itemsize
+                    copy_device(dst, src, math.prod(shape) * itemsize, self.stream)
             for staged, arg, shape in copies_back:
                 self.views.view(arg, shape).copy_(staged, non_blocking=True)
         t3 = profiling.now() if recorder else 0
