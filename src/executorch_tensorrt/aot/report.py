@@ -82,6 +82,8 @@ def format_method(method: str, data: Mapping, *, reason_width: int = 600) -> str
             examples = ", ".join(entry["examples"])
             lines.append(f"      {entry['nodes']} x {_shorten(entry['reason'], reason_width)} "
                          f"[{examples}{', ...' if entry['nodes'] > len(entry['examples']) else ''}]")
+    for fqn, where in data.get("state", {}).items():  # mutable buffers (docs/llm.md)
+        lines.append(f"  state {fqn}: {_shorten(where, reason_width)}")
     return "\n".join(lines)
 
 
