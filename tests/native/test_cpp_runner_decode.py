@@ -67,3 +67,18 @@ def test_runner_decode_usage(runner, decoder_pte):
     proc = run(runner, "--model_path", str(decoder_pte[1]), "--decode", "4", "--prompt", "1,x",
                **FALLBACK)
     assert proc.returncode == 2 and "--prompt" in proc.stderr
+
+
+def test_runner_decode_prompts_each_start_from_the_initial_state(runner, decoder_pte):
+    """';' separates prompts; the runner reloads the method between them, which
+    destroys the delegate and its cache (the C++ way to reset)."""
+    from executorch_tensorrt.runtime.generate import greedy_decode
+
+    eager, path = decoder_pte
+    prompt = ",".join(map(str, PROMPT))
+    proc = run(runner, "--model_path", str(path), "--decode", "8", "--prompt",
+               f"{prompt};5,6;{prompt}", **FALLBACK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = [[int(t) for t in m.split(",")] for m in re.findall(r"tokens: (.*)", proc.stdout)]
+    fresh = lambda p: greedy_decode(copy.deepcopy(eager), p, 8).tokens  # noqa: E731
+    assert runs == [fresh(PROMPT), fresh([5, 6]), fresh(PROMPT)]
