@@ -9,6 +9,7 @@ import json
 import struct
 
 import numpy as np
+import torch
 from onnx import TensorProto, helper
 
 from executorch_tensorrt.blob import read_blob
@@ -106,29 +107,60 @@ def test_tr02_blob_loads_and_its_cache_survives_calls():
     executor.close()
 
 
+class _KV(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(CACHE))
+
+    def forward(self, update, pos):
+        self.cache.index_copy_(2, pos, update)
+        return self.cache.sum()
+
+
+def _caller_program():
+    from executorch.exir import to_edge_transform_and_lower
+
+    from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
+
+    ep = torch.export.export(_KV().eval(), (torch.ones(1, 2, 1, 4), torch.tensor([0])))
+    return to_edge_transform_and_lower(
+        ep, partitioner=[TensorRTPartitioner(progress=None, state="caller")]).to_executorch()
+
+
+def test_caller_owned_cache_is_written_as_tr02(allow_fallback):
+    """state="caller" (Torch-TensorRT's layout): our own blob is TR02, with the cache
+    pair in aliased_io and a KV_CACHE_UPDATE layer the alias comes from."""
+    from executorch.runtime import Runtime
+
+    from executorch_tensorrt.tensorrt.engine_builder import parse_network
+    from executorch_tensorrt.tensorrt.flavor import load_tensorrt
+
+    program = _caller_program()
+    data = bytes(program.executorch_program.backend_delegate_data[0].data)
+    blob = read_blob(data)
+    assert data[:4] == b"TR02" and len(blob.aliased_io) == 1
+    pair = blob.aliased_io[0]
+    names = [b["name"] for b in blob.io_bindings]
+    assert pair["kind"] == "kv_cache_update" and names.index(pair["input"]) == 0
+    _b, network, _p, _l = parse_network(load_tensorrt(), blob.onnx)
+    assert any("KV_CACHE_UPDATE" in str(network.get_layer(i).type)
+               for i in range(network.num_layers))
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    want = torch.zeros(CACHE)
+    for pos in range(4):
+        update = torch.full((1, 2, 1, 4), pos + 1.0)
+        want[:, :, pos:pos + 1] = update
+        assert float(method.execute([update, torch.tensor([pos])])[0]) == float(want.sum())
+
+
 def test_tr02_blob_in_a_program_loads_and_its_state_survives_calls(allow_fallback):
     """A program laid out as Torch-TensorRT's partitioner lays it out (the cache
     stays with ExecuTorch: a delegate input and output, copied back by copy_;
     state="caller" here), with its delegate replaced by a TR02 blob."""
-    import torch
-    from executorch.exir import to_edge_transform_and_lower
     from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
     from executorch.runtime import Runtime
 
-    from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
-
-    class KV(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("cache", torch.zeros(CACHE))
-
-        def forward(self, update, pos):
-            self.cache.index_copy_(2, pos, update)
-            return self.cache.sum()
-
-    ep = torch.export.export(KV().eval(), (torch.ones(1, 2, 1, 4), torch.tensor([0])))
-    program = to_edge_transform_and_lower(
-        ep, partitioner=[TensorRTPartitioner(progress=None, state="caller")]).to_executorch()
+    program = _caller_program()
     ours = read_blob(program.executorch_program.backend_delegate_data[0].data)
     cache_in, cache_out = ours.io_bindings[0]["name"], ours.io_bindings[3]["name"]
     assert ours.io_bindings[0]["shape"] == ours.io_bindings[3]["shape"] == CACHE
@@ -141,3 +173,27 @@ def test_tr02_blob_in_a_program_loads_and_its_state_survives_calls(allow_fallbac
         update = torch.full((1, 2, 1, 4), pos + 1.0)
         want[:, :, pos:pos + 1] = update
         assert float(method.execute([update, torch.tensor([pos])])[0]) == float(want.sum())
+
+
+def test_an_ordinary_input_is_never_aliased(allow_fallback):
+    """The same cache write on a plain input (not a buffer): no aliased_io, so the
+    caller's tensor is not overwritten."""
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
+
+    class Write(torch.nn.Module):
+        def forward(self, cache, update, pos):
+            return cache.index_copy(2, pos, update)
+
+    args = (torch.zeros(CACHE), torch.ones(1, 2, 1, 4), torch.tensor([1]))
+    program = to_edge_transform_and_lower(
+        torch.export.export(Write(), args),
+        partitioner=[TensorRTPartitioner(progress=None, state="caller")]).to_executorch()
+    data = bytes(program.executorch_program.backend_delegate_data[0].data)
+    assert data[:4] == b"TR01" and not read_blob(data).aliased_io
+    cache = torch.zeros(CACHE)
+    out = Runtime.get().load_program(program.buffer).load_method("forward").execute(
+        [cache, torch.ones(1, 2, 1, 4), torch.tensor([1])])[0]
+    assert float(out.sum()) == 8 and float(cache.abs().sum()) == 0

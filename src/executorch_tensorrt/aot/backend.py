@@ -14,7 +14,8 @@ from ..tensorrt.onnx_parser import ParseFailure
 from .debug_handles import debug_handle_map, onnx_node_sources
 from .onnx_export import export_onnx
 from .shapes import input_profiles
-from .state import STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX, finish_onnx, lift_state
+from .state import (STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX, aliased_io, finish_onnx,
+                    lift_state)
 
 # ONNX TensorProto element type -> the blob's dtype string.
 _ONNX_DTYPE_NAMES = {
@@ -54,8 +55,11 @@ class TensorRTBackend(BackendDetails):
             lifted = lift_state(edge_program, tensor_scatter)  # state as graph I/O (state.py)
             exported = export_onnx(lifted.program, spec.precision)
             profiles = input_profiles(lifted.program)
-            state = None
+            state, aliases = None, []
             try:
+                if lifted.aliases:  # caller-owned caches: Torch-TensorRT's TR02 form
+                    exported.onnx_bytes, exported.edge_node_of, aliases = aliased_io(
+                        lifted, exported.onnx_bytes, exported.edge_node_of)
                 if lifted.states:
                     state = finish_onnx(lifted, exported.onnx_bytes, exported.edge_node_of)
                     exported.onnx_bytes = state.onnx_bytes
@@ -65,8 +69,8 @@ class TensorRTBackend(BackendDetails):
                                      profiles=profiles, progress=current_progress())
                 break
             except (ParseFailure, EngineBuildError):
-                if not tensor_scatter or not any(
-                        s.kv_update is not None and s.kv_update.scatter for s in lifted.states):
+                if not tensor_scatter or not (lifted.aliases or any(
+                        s.kv_update is not None and s.kv_update.scatter for s in lifted.states)):
                     raise  # nothing to fall back from
         model = onnx.load_model_from_string(exported.onnx_bytes)
         bindings = io_bindings(model)
@@ -76,6 +80,7 @@ class TensorRTBackend(BackendDetails):
         inputs = [b["name"] for b in bindings if b["is_input"]]
         metadata = {
             "io_bindings": bindings,
+            **({"aliased_io": aliases} if aliases else {}),
             "profiles": [p.as_dict(n) for n, p in zip(inputs, profiles)],
             "trt_flavor": built.flavor,
             "trt_version": built.version,

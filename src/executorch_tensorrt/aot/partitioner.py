@@ -32,7 +32,7 @@ from .partition_checks import options_error, output_mismatch
 from .partition_program import extract_partition
 from .report import PartitionReport
 from .shapes import input_profiles
-from .state import tag_owned_state
+from .state import mark_caller_caches, tag_owned_state
 from ..tensorrt.flavor import load_tensorrt
 from .translatable import aten_op, untranslatable_nodes
 
@@ -299,6 +299,8 @@ class TensorRTPartitioner(Partitioner):
         tag_constant_data(ep)
         if self.state == "delegate":  # KV caches live in the partition (state.py)
             tag_owned_state(ep, self.report.state)
+        else:
+            mark_caller_caches(ep, self.report.state)
         self.report.rejected = rejected
         self.reports.append(self.report)
         return PartitionResult(tagged_exported_program=ep, partition_tags=tags)

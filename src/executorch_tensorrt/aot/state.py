@@ -45,6 +45,9 @@ class LiftedProgram:
     user_outputs: int = 0
     state_input_positions: list[int] = field(default_factory=list)  # in the lifted inputs
     state_output_positions: list[int] = field(default_factory=list)
+    # Caches ExecuTorch owns (state="caller"): (user input, user output) pairs the
+    # engine updates in place, written as Torch-TensorRT's aliased_io (TR02).
+    aliases: list[tuple[int, int]] = field(default_factory=list)
 
 
 def tag_owned_state(ep: torch.export.ExportedProgram, notes: dict[str, str]) -> None:
@@ -73,6 +76,20 @@ def tag_owned_state(ep: torch.export.ExportedProgram, notes: dict[str, str]) -> 
                if outside else f"read or written by several partitions {sorted(tags)}"))
 
 
+CALLER_CACHE_KEY = "etrt_caller_cache"
+
+
+def mark_caller_caches(ep: torch.export.ExportedProgram, notes: dict[str, str]) -> None:
+    """state="caller": buffers stay with ExecuTorch; the node writing each one is
+    marked, so preprocess may alias that output to its input (TR02). An ordinary
+    input is never aliased: the engine would overwrite the caller's tensor."""
+    by_name = {n.name: n for n in ep.graph.nodes}
+    for writer, fqn in ep.graph_signature.buffers_to_mutate.items():
+        if writer in by_name:
+            by_name[writer].meta[CALLER_CACHE_KEY] = fqn
+            notes[fqn] = "stays with ExecuTorch (state='caller'): copied back after each call"
+
+
 def lift_state(ep: torch.export.ExportedProgram, tensor_scatter: bool = True) -> LiftedProgram:
     """A copy of `ep` whose delegate-owned buffers are user inputs and whose
     buffer mutations are user outputs; with `tensor_scatter`, contiguous cache
@@ -83,7 +100,7 @@ def lift_state(ep: torch.export.ExportedProgram, tensor_scatter: bool = True) ->
              if s.kind == InputKind.BUFFER and s.target in mutated]
     lifted = LiftedProgram(ep, user_inputs=len(sig.user_inputs), user_outputs=len(sig.user_outputs))
     if not owned:
-        return lifted
+        return _caller_caches(lifted, tensor_scatter)
     new_sig = copy.deepcopy(sig)
     positions_in, k = {}, 0
     for spec in new_sig.input_specs:
@@ -126,6 +143,45 @@ def lift_state(ep: torch.export.ExportedProgram, tensor_scatter: bool = True) ->
             if spec.arg.name in renamed:
                 spec.arg.name = renamed[spec.arg.name]
     return lifted
+
+
+def _caller_caches(lifted: LiftedProgram, tensor_scatter: bool) -> LiftedProgram:
+    """Caches passed in and out by ExecuTorch (the partition's input, written at
+    contiguous positions into its output): rewritten as TensorScatter so the engine
+    updates the input in place, and recorded as aliased (output, input) pairs."""
+    ep = lifted.program
+    sig = ep.graph_signature
+    inputs = [s.arg.name for s in sig.input_specs if s.kind == InputKind.USER_INPUT]
+    outputs = [s.arg.name for s in sig.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    nodes = {n.name: n for n in ep.graph.nodes}
+    found = [(i, kv) for i, name in enumerate(inputs)
+             if (kv := find_kv_updates(ep, name)) is not None and kv.scatter
+             and kv.update_node in outputs
+             and nodes[kv.update_node].meta.get(CALLER_CACHE_KEY)]
+    if not found or not tensor_scatter:
+        return lifted
+    gm = copy.deepcopy(ep.graph_module)
+    program = _with_signature(ep, gm, copy.deepcopy(sig), [])
+    before = [kv.update_node for _, kv in found]
+    mark_kv_updates(gm, [kv for _, kv in found])
+    renamed = {old: kv.update_node for old, (_, kv) in zip(before, found)}
+    for spec in program.graph_signature.output_specs:
+        if spec.arg.name in renamed:
+            spec.arg.name = renamed[spec.arg.name]
+    lifted.program = program
+    lifted.aliases = [(i, outputs.index(old)) for (i, _), old in zip(found, before)]
+    return lifted
+
+
+def aliased_io(lifted: LiftedProgram, onnx_bytes: bytes,
+               edge_node_of: dict[int, str]) -> tuple[bytes, dict[int, str], list[dict]]:
+    """The caller-owned caches' TensorScatter rewrite and their aliased_io entries."""
+    model = onnx.load_model_from_string(onnx_bytes)
+    edge_node_of = rewrite_tensor_scatter(model, lifted, [], edge_node_of)
+    g = model.graph
+    entries = [{"output": g.output[o].name, "input": g.input[i].name, "kind": "kv_cache_update"}
+               for i, o in lifted.aliases]
+    return model.SerializeToString(), edge_node_of, entries
 
 
 def _with_signature(ep, gm, new_sig, fqns: list[str]) -> torch.export.ExportedProgram:
