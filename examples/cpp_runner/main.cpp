@@ -3,6 +3,8 @@
 //
 //   etrt_runner --model_path model.pte [--data model.ptd] [--method forward]
 //               [--inputs FILE] [--fill pattern|ones] [--outputs FILE]
+//   etrt_runner --model_path llm.pte [--data llm.ptd] --decode 32 --prompt 3,4,5,6[;7,8,...]
+//               (decode.h)
 //
 // --data names the program's weights file (.ptd), passed to ExecuTorch as
 // Module(pte, ptd); without it, model.ptd beside model.pte is used when it
@@ -31,6 +33,7 @@
 #include <executorch/runtime/platform/runtime.h>
 #include <executorch_tensorrt/executor_table.h>
 
+#include "decode.h"
 #include "device_memory.h"
 #include "input_fill.h"
 #include "tensor_file.h"
@@ -69,7 +72,8 @@ using etrt_runner::print_error;
 int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s --model_path <model.pte> [--data <model.ptd>] [--method <name>] "
-               "[--inputs <file>] [--fill pattern|ones] [--outputs <file>]\n",
+               "[--inputs <file>] [--fill pattern|ones] [--outputs <file>] "
+               "[--decode <n> --prompt <ids>]\n",
                argv0);
   return 2;
 }
@@ -114,6 +118,8 @@ int main(int argc, char** argv) {
   std::string outputs_path;
   std::string fill;
   std::string data_path;
+  std::string decode_count;  // --decode N: greedy LLM decoding (decode.h)
+  std::string prompt_text;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* flag, std::string* dst) {
@@ -130,7 +136,8 @@ int main(int argc, char** argv) {
     };
     if (value("--model_path", &model_path) || value("--method", &method_name) ||
         value("--inputs", &inputs_path) || value("--outputs", &outputs_path) ||
-        value("--fill", &fill) || value("--data", &data_path)) {
+        value("--fill", &fill) || value("--data", &data_path) ||
+        value("--decode", &decode_count) || value("--prompt", &prompt_text)) {
       continue;
     }
     if (arg == "-h" || arg == "--help") {
@@ -235,6 +242,48 @@ int main(int argc, char** argv) {
     return 1;
   }
   Method& method = *method_or.get();
+  if (!decode_count.empty()) {  // LLM greedy decoding (decode.h)
+    // Prompts separated by ';' each start from the initial state: the method is
+    // unloaded and loaded again between them, which destroys the delegates and
+    // their state (the C++ form of executorch_tensorrt.reset_state).
+    std::vector<std::vector<int64_t>> prompts(1);
+    const int n = std::atoi(decode_count.c_str());
+    bool ok = n >= 1;
+    for (size_t start = 0; ok;) {
+      const size_t end = prompt_text.find(';', start);
+      prompts.back().clear();
+      ok = etrt_runner::parse_prompt(prompt_text.substr(start, end == std::string::npos
+                                                                   ? std::string::npos
+                                                                   : end - start),
+                                     &prompts.back());
+      if (end == std::string::npos) break;
+      prompts.emplace_back();
+      start = end + 1;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "error: --decode takes a token count >= 1 and --prompt a "
+                           "comma-separated list of token ids (prompts separated by ';'), "
+                           "e.g. --prompt 3,4,5\n");
+      return 2;
+    }
+    Method* current = &method;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      if (p > 0) {
+        module.unload_method(method_name);
+        auto reloaded = module.load_method(method_name) == Error::Ok
+                            ? method_of(module, method_name)
+                            : executorch::runtime::Result<Method*>(Error::InvalidState);
+        if (!reloaded.ok()) {
+          print_error("cannot load method '" + method_name + "' again", reloaded.error());
+          return 1;
+        }
+        current = reloaded.get();
+      }
+      const int rc = etrt_runner::run_decode(*current, prompts[p], n);
+      if (rc != 0) return rc;
+    }
+    return 0;
+  }
   if (!stored.empty() && stored.size() != meta->num_inputs()) {
     std::fprintf(stderr, "error: %zu stored input tensors, method '%s' takes %zu inputs\n",
                  stored.size(), method_name.c_str(), meta->num_inputs());

@@ -20,7 +20,7 @@ import struct
 import sys
 from pathlib import Path
 
-NAMES = ("MAGIC", "HEADER_FORMAT", "HEADER_SIZE", "ALIGNMENT")
+NAMES = ("MAGIC", "MAGIC_ALIASED", "HEADER_FORMAT", "HEADER_SIZE", "ALIGNMENT")
 # What blob_header.cpp reads, in order; each entry: (C name, struct code).
 FIELDS = (("MAGIC", "s"), ("METADATA_OFFSET", "I"), ("METADATA_SIZE", "I"),
           ("ENGINE_OFFSET", "I"), ("ENGINE_SIZE", "Q"), ("RESERVED", "s"))
@@ -72,6 +72,9 @@ def header_text(values: dict, source: Path) -> str:
         "namespace blob {",
         'constexpr char kMagic[] = "' + "".join(f"\\x{b:02x}" for b in magic) + '";',
         f"constexpr uint64_t kMagicSize = {len(magic)};",
+        "/* Torch-TensorRT's TR02: the same layout, with aliased (in-place) outputs. */",
+        'constexpr char kMagicAliased[] = "'
+        + "".join(f"\\x{b:02x}" for b in values.get("MAGIC_ALIASED", magic)) + '";',
         f"constexpr uint64_t kHeaderSize = {size};",
         f"constexpr uint64_t kAlignment = {alignment};",
         f"/* Byte offset of each field in the header ({fmt!r}). */",

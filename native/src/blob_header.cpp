@@ -68,13 +68,14 @@ bool parse_blob_header(const void* data, uint64_t size, BlobHeader* out,
     return reject(err, err_len, "blob data pointer is NULL");
   }
   const auto* p = static_cast<const uint8_t*>(data);
-  if (std::memcmp(p + kMagicAt, kMagic, kMagicSize) != 0) {
+  if (std::memcmp(p + kMagicAt, kMagic, kMagicSize) != 0 &&
+      std::memcmp(p + kMagicAt, kMagicAliased, kMagicSize) != 0) {
     char found[4 * kMagicSize + 1];
     char wanted[4 * kMagicSize + 1];
     show_bytes(p + kMagicAt, kMagicSize, found, sizeof(found));
     show_bytes(reinterpret_cast<const uint8_t*>(kMagic), kMagicSize, wanted, sizeof(wanted));
-    return reject(err, err_len, "bad magic '%s' (expected '%s'): not a TensorRT blob this "
-                  "delegate reads", found, wanted);
+    return reject(err, err_len, "bad magic '%s' (expected '%s' or TR02): not a TensorRT blob "
+                  "this delegate reads", found, wanted);
   }
   const uint64_t meta_off = read_le(p + kMetadataOffsetAt, 4);
   const uint64_t meta_size = read_le(p + kMetadataSizeAt, 4);

@@ -66,6 +66,8 @@ _LAZY = {
     "TensorRTPartitioner": ("aot.partitioner", "TensorRTPartitioner"),
     "TensorRTBackend": ("aot.backend", "TensorRTBackend"),
     "TensorRTCompileSpec": ("aot.compile_spec", "TensorRTCompileSpec"),
+    "reset_state": ("runtime.state", "reset_state"),
+    "greedy_decode": ("runtime.generate", "greedy_decode"),
 }
 
 

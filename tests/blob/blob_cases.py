@@ -181,7 +181,6 @@ HEADER_MALFORMED = [
     ("wrong_magic", with_header(GOOD, magic=b"TRT1"), ["magic"]),
     ("lowercase_magic", with_header(GOOD, magic=b"tr01"), ["magic"]),
     ("binary_magic", with_header(GOOD, magic=b"\0\xff\n'"), ["magic"]),
-    ("tr02_aliased_io", with_header(GOOD, magic=b"TR02"), ["magic", "TR02"]),
     ("metadata_offset_inside_header", with_header(GOOD, meta_off=16), ["overlap", "header"]),
     ("metadata_offset_zero", with_header(GOOD, meta_off=0), ["overlap", "header"]),
     ("engine_offset_misaligned", with_header(GOOD, eng_off=ENGINE_OFFSET + 8), ["aligned"]),
@@ -204,6 +203,11 @@ HEADER_MALFORMED = [
 # Malformed metadata: read_blob refuses these; the C++ adapter, which checks
 # only the fixed header and regions, need not.
 METADATA_MALFORMED = [
+    # TR02 (Torch-TensorRT's aliased outputs) is a valid header; the magic must agree
+    # with the metadata: TR02 exactly when aliased_io is non-empty.
+    ("tr02_without_aliased_io", with_header(GOOD, magic=b"TR02"), ["TR02", "aliased"]),
+    ("tr01_with_aliased_io", meta_blob({**GOOD_META, "aliased_io": [
+        {"output": "y", "input": "x", "kind": "user"}]}), ["TR01", "aliased"]),
     ("metadata_size_zero", with_header(GOOD, meta_size=0), ["metadata is empty"]),
     # An empty engine region is the reader's call: legal only with "engine": "none".
     ("engine_size_zero", with_header(GOOD, eng_size=0), ["engine", "empty", '"none"']),
@@ -374,6 +378,8 @@ METADATA_MALFORMED = [
 # Blobs both readers must accept.
 VALID = [
     ("good", GOOD),
+    ("tr02_aliased_io", meta_blob({**GOOD_META, "aliased_io": [
+        {"output": "y", "input": "x", "kind": "user"}]}, magic=b"TR02")),
     ("empty_io_bindings", meta_blob({"io_bindings": []})),
     ("depth_64", meta_blob(nested(64))),
     ("keys_128", meta_blob(many_keys(128))),

@@ -91,7 +91,7 @@ BAD_WRITES = [
     ("binding_names_repeat", dict(metadata={"io_bindings": [binding(), binding()]}),
      "duplicate binding name"),
     ("sections_key_reserved", dict(metadata={**GOOD_META, "sections": []}), "written by write_blob"),
-    ("aliased_io", dict(metadata={**GOOD_META, "aliased_io": [{"output": "y", "input": "x"}]}),
+    ("aliased_io", dict(metadata={**GOOD_META, "aliased_io": [{"output": "y", "input": "z"}]}),
      "aliased_io"),
     ("device_id_string", dict(metadata={**GOOD_META, "device_id": "0"}), "device_id"),
     ("non_string_key", dict(metadata={**GOOD_META, "x": {1: 2}}), "not a string"),

@@ -24,12 +24,15 @@ from ..errors import EngineBuildError
 from ..runtime.cuda_probe import cuda_unavailable_reason
 from ..tensorrt.engine_builder import build_engine, current_progress
 from ..tensorrt.flavor import load_tensorrt
+from ..tensorrt.onnx_parser import ParseFailure, parse_network
 from .compile_spec import TensorRTCompileSpec
 from .debug_handles import debug_handle_map, onnx_node_sources
 from .named_data import store_weights
 from .onnx_export import OnnxExport, export_onnx, reused_export
 from .program_copy import copy_program
 from .shapes import input_profiles
+from .state import (STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX, aliased_io, finish_onnx,
+                    lift_state)
 from .weights import content_id, initializer_pointers
 
 # ONNX TensorProto element type -> the blob's dtype string.
@@ -126,13 +129,37 @@ class TensorRTBackend(BackendDetails):
         nodes = sum(1 for n in edge_program.graph.nodes if n.op == "call_function")
         if progress:
             progress(f"exporting a TensorRT partition ({nodes} nodes) to ONNX...")
-        exported = (reused_export(edge_program, spec.precision)
-                    or export_onnx(edge_program, spec.precision))
+        # In-place cache writes (TensorScatter), else functional ones. Not in fp16/bf16:
+        # the cache would be cast at the boundary, so the update could not alias it.
+        for tensor_scatter in (True, False) if spec.precision == "fp32" else (False,):
+            lifted = lift_state(edge_program, tensor_scatter)  # state as graph I/O (state.py)
+            scatters = bool(lifted.aliases or any(
+                s.kv_update is not None and s.kv_update.scatter for s in lifted.states))
+            stateful = bool(lifted.aliases or lifted.states)
+            exported = ((None if stateful else reused_export(edge_program, spec.precision))
+                        or export_onnx(lifted.program, spec.precision))
+            profiles = input_profiles(lifted.program)
+            state, aliases = None, []
+            try:
+                if lifted.aliases:  # caller-owned caches: Torch-TensorRT's TR02 form
+                    exported.onnx_bytes, exported.edge_node_of, aliases = aliased_io(
+                        lifted, exported.onnx_bytes, exported.edge_node_of)
+                if lifted.states:
+                    state = finish_onnx(lifted, exported.onnx_bytes, exported.edge_node_of)
+                    exported.onnx_bytes = state.onnx_bytes
+                    exported.edge_node_of = state.edge_node_of
+                    profiles = [profiles[i] for i in state.profile_order]
+                if scatters and tensor_scatter:  # does TensorRT's parser take the in-place writes?
+                    pointers, _alive = initializer_pointers(exported.weights, stand_ins=True)
+                    parse_network(load_tensorrt(), exported.onnx_bytes, pointers)
+                break
+            except (ParseFailure, EngineBuildError):
+                if not (tensor_scatter and scatters):
+                    raise  # nothing to fall back from
         if progress:
             progress(f"exported: graph {_mb(len(exported.onnx_bytes))}, "
                      f"{len(exported.weights)} weights ({_mb(exported.weight_bytes)})")
         model = onnx.load_model_from_string(exported.onnx_bytes)  # the graph alone: small
-        profiles = input_profiles(edge_program)
         kind = engine_kind(spec)
         stored = None if spec.inline_weights else store_weights(
             exported.weights, spec.weights_file, owned=spec.precision == "fp32")
@@ -147,9 +174,13 @@ class TensorRTBackend(BackendDetails):
                                  weights_id=weights_id(exported, stored))
             engine = built.engine
         bindings = io_bindings(model)
+        if state is not None:  # the state pairs are the last inputs/outputs
+            bindings = [b for b in bindings
+                        if not b["name"].startswith((STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX))]
         inputs = [b["name"] for b in bindings if b["is_input"]]
         metadata = {
             "io_bindings": bindings,
+            **({"aliased_io": aliases} if aliases else {}),
             "profiles": [p.as_dict(n) for n, p in zip(inputs, profiles)],
             **_builder_fields(built, spec),
             "device_id": spec.device_id,
@@ -158,6 +189,8 @@ class TensorRTBackend(BackendDetails):
                                if o.domain in ("", "ai.onnx")),
                               default=None),
         }
+        if state is not None:
+            metadata["state"] = state.entries
         sources = onnx_node_sources(model, exported.edge_node_of)
         if sources:
             metadata["onnx_node_sources"] = sources
@@ -171,7 +204,9 @@ class TensorRTBackend(BackendDetails):
                          f"named data in {where}")
         onnx_section = inline_onnx(exported) if spec.inline_weights else exported.onnx_bytes
         return PreprocessResult(
-            processed_bytes=blob.write_blob(engine, metadata, onnx=onnx_section),
+            processed_bytes=blob.write_blob(
+                engine, metadata, onnx=onnx_section,
+                sections=(state.sections or None) if state is not None else None),
             debug_handle_map=debug_handle_map(edge_program, sources),
             data_store_output=stored.store.get_named_data_store_output() if stored else None)
 

@@ -38,6 +38,7 @@ from .partition_program import extract_partition
 from .program_copy import needs_stand_ins
 from .report import PartitionReport
 from .shapes import input_profiles
+from .state import mark_caller_caches, tag_owned_state
 from ..tensorrt.flavor import load_tensorrt
 from .translatable import aten_op, untranslatable_nodes
 from .weights import initializer_pointers
@@ -149,10 +150,15 @@ class TensorRTPartitioner(Partitioner):
 
     def __init__(self, compile_spec: TensorRTCompileSpec | None = None, *,
                  exclude_ops: Iterable[str] = (), progress: Progress | None = stderr_progress,
-                 max_builds: int = DEFAULT_MAX_BUILDS, keep_whole: Iterable = (), **options):
+                 max_builds: int = DEFAULT_MAX_BUILDS, keep_whole: Iterable = (),
+                 state: str = "delegate", **options):
         if compile_spec is not None and options:
             raise TypeError("pass either compile_spec or keyword options, not both")
         self.compile_spec = compile_spec or TensorRTCompileSpec(**options)
+        if state not in ("delegate", "caller"):
+            raise ValueError(f"state must be 'delegate' (KV caches live in the TensorRT "
+                             f"partition) or 'caller' (they stay with ExecuTorch), got {state!r}")
+        self.state = state  # docs/llm.md
         self.exclude_ops = normalize_op_names(exclude_ops)
         self.max_builds = max_builds  # checks one method may spend splitting partitions
         self._split_builds_left = max_builds
@@ -351,6 +357,10 @@ class TensorRTPartitioner(Partitioner):
                 node.meta["delegation_tag"] = tag
             self.report.partitions.append([n.name for n in nodes])
         tag_constant_data(ep)
+        if self.state == "delegate":  # KV caches live in the partition (state.py)
+            tag_owned_state(ep, self.report.state)
+        else:
+            mark_caller_caches(ep, self.report.state)
         self.report.rejected = rejected
         self.reports.append(self.report)
         return PartitionResult(tagged_exported_program=ep, partition_tags=tags)

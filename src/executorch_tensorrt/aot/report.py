@@ -25,6 +25,7 @@ class PartitionReport:
     rejected: dict[str, str] = field(default_factory=dict)     # node -> reason
     ops_of: dict[str, str] = field(default_factory=dict)       # node -> op name
     builds: int = 0                                            # engine builds tried
+    state: dict[str, str] = field(default_factory=dict)        # buffer fqn -> where it lives
 
     @property
     def nodes_on_tensorrt(self) -> set[str]:
@@ -49,7 +50,8 @@ class PartitionReport:
         for row in rows:
             row["reasons"] = [{"reason": r, **e} for r, e in row["reasons"].items()]
         return {"partitions": len(self.partitions), "nodes_on_tensorrt": len(taken),
-                "nodes": len(self.ops_of), "engine_builds": self.builds, "ops": rows}
+                "nodes": len(self.ops_of), "engine_builds": self.builds, "ops": rows,
+                **({"state": dict(self.state)} if self.state else {})}
 
     def to_table(self) -> str:
         return format_method("", self.as_dict())
@@ -80,6 +82,8 @@ def format_method(method: str, data: Mapping, *, reason_width: int = 600) -> str
             examples = ", ".join(entry["examples"])
             lines.append(f"      {entry['nodes']} x {_shorten(entry['reason'], reason_width)} "
                          f"[{examples}{', ...' if entry['nodes'] > len(entry['examples']) else ''}]")
+    for fqn, where in data.get("state", {}).items():  # mutable buffers (docs/llm.md)
+        lines.append(f"  state {fqn}: {_shorten(where, reason_width)}")
     return "\n".join(lines)
 
 

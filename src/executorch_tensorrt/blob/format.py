@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import InvalidProgramError
 
 MAGIC = b"TR01"
+MAGIC_ALIASED = b"TR02"  # Torch-TensorRT: the same layout, with "aliased_io" entries
 HEADER_FORMAT = "<4sIIIQ8s"
 HEADER_SIZE = 32  # struct.calcsize(HEADER_FORMAT); a test checks they agree
 ALIGNMENT = 16
@@ -133,6 +134,16 @@ class Blob:
     def engine_kind(self) -> str:
         """One of ENGINE_KINDS ("full" when the metadata does not say)."""
         return self.metadata.get("engine", "full")
+
+    @property
+    def state(self) -> list:
+        """Delegate-owned state entries ([] when the partition has none)."""
+        return self.metadata.get("state", [])
+
+    @property
+    def aliased_io(self) -> list:
+        """Torch-TensorRT's in-place output pairs ([] for a TR01 blob)."""
+        return self.metadata.get("aliased_io", [])
 
     @property
     def weights(self) -> list:

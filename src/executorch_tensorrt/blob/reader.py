@@ -19,6 +19,7 @@ from .format import (
     HEADER_FORMAT,
     HEADER_SIZE,
     MAGIC,
+    MAGIC_ALIASED,
     MAX_JSON_DEPTH,
     READ_DTYPES,
     SECTION_DIGEST_KEY,
@@ -30,6 +31,7 @@ from .format import (
     show,
 )
 from .schema import check_digest, check_engine_kind, check_metadata, check_object_keys
+from .state_schema import check_state_sections
 
 
 class _Layout(NamedTuple):
@@ -80,11 +82,8 @@ def _parse_layout(mv: memoryview) -> _Layout:
                         "TR01 header")
     magic, meta_off, meta_size, eng_off, eng_size, reserved = struct.unpack_from(
         HEADER_FORMAT, mv, 0)
-    if magic != MAGIC:
-        if magic == b"TR02":
-            raise BlobError("unsupported magic b'TR02': a Torch-TensorRT blob with aliased "
-                            "(in-place) outputs, which this delegate does not support")
-        raise BlobError(f"bad magic {bytes(magic)!r}: not a TR01 TensorRT blob")
+    if magic not in (MAGIC, MAGIC_ALIASED):
+        raise BlobError(f"bad magic {bytes(magic)!r}: not a TR01 (or TR02) TensorRT blob")
     if meta_off < HEADER_SIZE:
         raise BlobError(f"metadata offset {meta_off} overlaps the {HEADER_SIZE}-byte header")
     if eng_off % ALIGNMENT:
@@ -138,6 +137,10 @@ def _parse_layout(mv: memoryview) -> _Layout:
     if engine_digest is not None:
         check_digest(engine_digest, f"'{ENGINE_DIGEST_KEY}'")
     check_metadata(meta, READ_DTYPES, key_info)
+    if (magic == MAGIC_ALIASED) != bool(meta.get("aliased_io")):
+        raise BlobError(f"magic {bytes(magic)!r} with {len(meta.get('aliased_io') or [])} "
+                        "aliased_io entries: a blob is TR02 exactly when it has aliased "
+                        "(in-place) outputs; the header or the metadata is corrupt")
 
     sections: list[tuple[str, int, int, str | None]] = []
     if "sections" in meta:
@@ -183,6 +186,7 @@ def _parse_layout(mv: memoryview) -> _Layout:
                         f"all ('{ENGINE_DIGEST_KEY}' and each section's "
                         f"'{SECTION_DIGEST_KEY}'): its metadata is corrupt; re-export the program")
     check_engine_kind(eng_size, meta, {name for name, *_ in sections})
+    check_state_sections(meta, {name: n for name, _, n, _ in sections})
     return _Layout(meta_off, meta_size, eng_off, eng_size, bytes(reserved), meta,
                    engine_digest, sections)
 

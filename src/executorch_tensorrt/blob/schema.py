@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .state_schema import check_aliased_io, check_state
 from .format import (
     DTYPE_ITEMSIZE,
     DTYPE_TO_SCALAR_TYPE,
@@ -159,12 +160,7 @@ def check_metadata(meta: dict, dtypes: frozenset, key_info: dict | None) -> None
         raise BlobError("metadata has no 'io_bindings' key")
     _check_bindings(meta["io_bindings"], dtypes, key_info)
     if "aliased_io" in meta:
-        a = meta["aliased_io"]
-        if not isinstance(a, list):
-            raise BlobError(f"'aliased_io' must be an array, got {type(a).__name__}")
-        if a:
-            raise BlobError("aliased_io entries (Torch-TensorRT in-place output "
-                            "aliasing) are not supported by this delegate")
+        check_aliased_io(meta["aliased_io"], meta["io_bindings"], key_info)
     if "hardware_compatible" in meta and not isinstance(meta["hardware_compatible"], bool):
         raise BlobError("'hardware_compatible' must be true or false, got "
                         f"{show(meta['hardware_compatible'])}")
@@ -178,6 +174,8 @@ def check_metadata(meta: dict, dtypes: frozenset, key_info: dict | None) -> None
         _check_node_sources(meta["onnx_node_sources"], key_info)
     _check_runtime_fields(meta)
     _check_weights(meta, key_info)
+    if "state" in meta:
+        check_state(meta["state"], meta["io_bindings"], key_info)
 
 
 def check_engine_kind(engine_size: int, meta: dict, sections: set[str]) -> None:

@@ -12,6 +12,7 @@ from .format import (
     HEADER_FORMAT,
     HEADER_SIZE,
     MAGIC,
+    MAGIC_ALIASED,
     MAX_JSON_DEPTH,
     SCHEMA_VERSION,
     SECTION_DIGEST_KEY,
@@ -24,6 +25,7 @@ from .format import (
 )
 from .reader import parse
 from .schema import check_engine_kind, check_metadata
+from .state_schema import check_state_sections
 
 # Keys write_blob fills in itself.
 _RESERVED_WRITE_KEYS = ("sections", ENGINE_DIGEST_KEY)
@@ -143,6 +145,7 @@ def write_blob(
             raise BlobError(f"duplicate section name {name!r}")
         seen.add(name)
     check_engine_kind(len(engine), meta, seen)
+    check_state_sections(meta, {name: len(data) for name, data in named})
 
     engine_sha256 = hashlib.sha256(engine).hexdigest()
     digests = [hashlib.sha256(data).hexdigest() for _, data in named]
@@ -186,7 +189,8 @@ def write_blob(
                             f"blob's {key}. Set a top-level {key!r}.")
 
     out = bytearray()
-    out += struct.pack(HEADER_FORMAT, MAGIC, HEADER_SIZE, len(meta_bytes), engine_offset,
+    magic = MAGIC_ALIASED if meta.get("aliased_io") else MAGIC  # as Torch-TensorRT writes
+    out += struct.pack(HEADER_FORMAT, magic, HEADER_SIZE, len(meta_bytes), engine_offset,
                        len(engine), bytes([SCHEMA_VERSION]) + b"\0" * 7)
     out += meta_bytes
     out += b"\0" * (engine_offset - len(out))

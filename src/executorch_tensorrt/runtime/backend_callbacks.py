@@ -29,7 +29,7 @@ import traceback
 
 from ..blob import read_blob
 from ..errors import ET_INTERNAL, ExecuTorchTensorRTError, error_code
-from . import executor_table
+from . import executor_table, state
 from ._native import install_executor_table, set_last_error
 from .executors import Executor, create_executor
 from .named_data import AdapterNamedData
@@ -72,6 +72,8 @@ class PythonExecutors:
             fallback = args.fallback.decode() if args.fallback else None
             named_data = AdapterNamedData(args) if args.has_named_data() else None
             executor = create_executor(blob, fallback, named_data, device=args.device_option())
+            state.register(getattr(executor, "state", None),  # for reset_state(method)
+                           args.method_name.decode() if args.method_name else None)
             with self.lock:
                 handle = next(self.ids)
                 self.handles[handle] = executor

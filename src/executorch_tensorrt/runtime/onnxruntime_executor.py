@@ -29,6 +29,8 @@ from .named_data import NamedData, blob_weights
 from .ort_capi import ELEMENT_TYPE_NAMES, OrtApi, OrtSession
 from .ort_named_weights import OrtNamedWeights
 from .ort_node_profile import OrtNodeProfiler
+from .state import (ExecutorState, OrtStatefulSession, aliased_pairs, reflect_aliases,
+                    state_specs)
 
 
 class CudaStaging:
@@ -155,6 +157,10 @@ class OnnxRuntimeExecutor(Executor):
                 self.weights.release()
             raise
         self.api = self.session.api
+        # Delegate-owned state (KV caches): extra model inputs/outputs (state.py).
+        self.state = ExecutorState(state_specs(blob, self.inputs)) if blob.state else None
+        if self.state is not None:
+            self.session = OrtStatefulSession(self.session, self.state, _ORT_ELEMENT_TYPES)
         if len(self.session.inputs) != len(self.inputs) or \
                 len(self.session.outputs) != len(self.outputs):
             raise InvalidProgramError(
@@ -167,9 +173,14 @@ class OnnxRuntimeExecutor(Executor):
         # ExecuTorch's memory; others are allocated by onnxruntime and copied.
         self.fixed_outputs = all(b.shape is not None and -1 not in b.shape for b in self.outputs)
         self.bound: dict[tuple, _BoundValues] = {}
+        # Argument bytes this executor copied (outputs onnxruntime allocated, staging).
+        self.copied_bytes = 0
         # The plan for the last call (fixed outputs on the host only); the
         # adapter runs identical calls with it, without Python (native_plan.py).
-        self.publish_plans = native_plans_enabled()
+        # Torch-TensorRT's TR02 in-place outputs: (output index, input index) pairs.
+        self.aliases = aliased_pairs(blob, self.inputs, self.outputs)
+        # Not with state: every call must check the cache positions first.
+        self.publish_plans = native_plans_enabled() and self.state is None and not self.aliases
         self.plan: OrtRunPlan | None = None
 
     def _element_type(self, arg: abi.EtrtArg, expected: int, what: str) -> int:
@@ -225,6 +236,11 @@ class OnnxRuntimeExecutor(Executor):
         self.bound.clear()
 
     def execute(self, args, num_args: int | None = None) -> None:
+        self._execute(args, num_args)
+        if self.aliases:  # TR02: the aliased input holds the new value too (state.py)
+            reflect_aliases(args, self.aliases, len(self.inputs), self.outputs)
+
+    def _execute(self, args, num_args: int | None = None) -> None:
         self.plan = None  # the adapter forgot it before calling; bound values may go below
         if self.session is None:
             raise ArgumentError("this executor was closed (the delegate was destroyed)")
@@ -232,6 +248,8 @@ class OnnxRuntimeExecutor(Executor):
         t0 = profiling.now() if recorder else 0
         shapes = check_args(args, len(args) if num_args is None else num_args,
                             self.inputs, self.outputs, permuted_inputs=True)
+        if self.state is not None:
+            self.state.check_call(args, shapes, self._staged_positions(args))
         n = len(self.inputs) + len(self.outputs)
         if all(args[k].device_type == abi.ETRT_DEVICE_CPU for k in range(n)) and not any(
                 is_permuted(args[i]) for i in range(len(self.inputs))):
@@ -265,6 +283,7 @@ class OnnxRuntimeExecutor(Executor):
                     if permuted:
                         host = permuted_to_contiguous(arg, shape, host)
                     staged.append(host)
+                    self.copied_bytes += host.nbytes
                     element = self._element_type(arg, self.input_types[i], f"input {i}")
                     inputs.append(self.api.tensor(host.data_ptr() or ctypes.addressof(_EMPTY),
                                                   host.nbytes, shape, element))
@@ -278,6 +297,12 @@ class OnnxRuntimeExecutor(Executor):
         finally:
             for value in owned:
                 self.api.ReleaseValue(value)
+
+    def _staged_positions(self, args):
+        if all(args[i].device_type == abi.ETRT_DEVICE_CPU for i in range(len(self.inputs))):
+            return None
+        return lambda k: (CudaStaging.get().to_host(args[k], (args[k].sizes[0],))
+                          if args[k].device_type != abi.ETRT_DEVICE_CPU else None)
 
     def _run_and_copy_out(self, args, inputs: ctypes.Array, recorder=None) -> None:
         outputs = OrtSession.values([None] * len(self.outputs))
@@ -303,6 +328,8 @@ class OnnxRuntimeExecutor(Executor):
         for name, start, end in self.node_profiler.last_run_nodes(self.session, run_start_ns):
             recorder.event(name, start, end)
         old, self.session = self.session, self.node_profiler.new_session()
+        if self.state is not None:
+            self.session = OrtStatefulSession(self.session, self.state, _ORT_ELEMENT_TYPES)
         for bound in self.bound.values():
             bound.plan = None  # plans name the old session, released below
         old.close()
@@ -316,12 +343,14 @@ class OnnxRuntimeExecutor(Executor):
             nbytes = checked_nbytes(arg, shape)
             if nbytes:
                 _memmove(arg.data, data, nbytes)
+            self.copied_bytes += nbytes
             return
         checked_nbytes(arg, shape, "CUDA ")
         host = torch.empty(shape, dtype=SCALAR_TYPE_TO_TORCH[arg.dtype])
         if host.nbytes:
             _memmove(host.data_ptr(), data, host.nbytes)
         CudaStaging.get().to_device(arg, host)
+        self.copied_bytes += host.nbytes
 
     def native_plan(self) -> abi.EtrtNativePlan | None:
         return self.plan.struct if self.plan is not None else None

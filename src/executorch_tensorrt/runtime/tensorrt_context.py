@@ -29,6 +29,7 @@ from . import profiling
 from .arguments import (
     SCALAR_TYPE_TO_TORCH, Binding, HostViews, check_args, checked_nbytes, resize_output)
 from .cuda_graphs import EnqueueGraph, cuda_graphs_enabled, enqueue
+from .state import DeviceState, copy_device, cuda_positions
 
 __all__ = ["SHARED_SCRATCH_ENV", "BoundContext", "SharedScratch", "create_context",
            "shared_scratch_enabled"]
@@ -146,6 +147,12 @@ class BoundContext:
         self.views = HostViews()
         self.staging: dict[str, torch.Tensor] = {}  # device buffers for host arguments
         self.layer_profiler = None  # set when per-layer profiling was asked for
+        # Delegate-owned state (state.py) and TR02 aliases (output, input), set
+        # by the executor. State binds its own tensors on every call (functional
+        # states alternate two buffers), so contexts with state or aliases run
+        # plain enqueues, not graphs.
+        self.state: DeviceState | None = None
+        self.aliases: list[tuple[int, int]] = []
         graphs = cuda_graphs_enabled() if graphs is None else graphs
         self.graph = EnqueueGraph() if graphs else None
         self._ready = torch.cuda.Event()  # recorded on the caller's stream
@@ -215,6 +222,9 @@ class BoundContext:
         t0 = profiling.now() if recorder else 0
         shapes = check_args(args, len(args) if num_args is None else num_args,
                             self.inputs, self.outputs)
+        if self.state is not None:  # positions inside the cache before anything runs
+            self.state.check_call(args, shapes, lambda k: cuda_positions(
+                args[k], shapes[k][0]) if args[k].device_type == _CUDA else None)
         resident = True
         for k in range(len(self._names)):
             if args[k].device_type != _CUDA:
@@ -257,6 +267,8 @@ class BoundContext:
         """Tells TensorRT what changed, stages host inputs (on the current
         stream, ours), launches; returns the launch's start and end times."""
         n_in = len(self.inputs)
+        if self.state is not None:  # its shapes first: output shapes may depend on them
+            self.state.bind(self.context)
         changed = False
         for i in range(n_in):
             if shapes[i] != self._shapes[i]:
@@ -282,6 +294,8 @@ class BoundContext:
                                              SCALAR_TYPE_TO_TORCH[arg.dtype])
                 staged.copy_(self.views.view(arg, shape), non_blocking=True)
                 self._set_address(i, staged.data_ptr())
+        aliased = dict(self.aliases)
+        reflect: list[tuple[int, int, int]] = []  # TR02: (input address, output address, bytes)
         for j, binding in enumerate(self.outputs):
             k = n_in + j
             arg = args[k]
@@ -289,15 +303,27 @@ class BoundContext:
             resize_output(arg, shape, binding)
             if arg.device_type == _CUDA:
                 checked_nbytes(arg, shape, "CUDA ")  # TensorRT writes this many bytes
-                self._set_address(k, arg.data)
+                address = arg.data
             else:
                 staged = self._device_buffer(k, binding.name, shape,
                                              SCALAR_TYPE_TO_TORCH[arg.dtype])
                 copies_back.append((staged, arg, shape))
-                self._set_address(k, staged.data_ptr())
+                address = staged.data_ptr()
+            if j in aliased:  # TR02: the engine writes into the input; copied out below
+                source = self._addresses[aliased[j]]
+                reflect.append((source, address,
+                                math.prod(shape) * SCALAR_TYPE_TO_TORCH[arg.dtype].itemsize))
+                address = source
+            self._set_address(k, address)
         t1 = profiling.now() if recorder else 0
-        if self.graph is not None and self.layer_profiler is None:
+        if (self.graph is not None and self.layer_profiler is None and self.state is None
+                and not self.aliases):
             self.graph.launch(self.context, self.stream, self.generation)
         else:  # per-layer times need TensorRT's own enqueue
             enqueue(self.context, self.stream)
+        for source, target, nbytes in reflect:
+            if source != target:
+                copy_device(target, source, nbytes, self.stream)
+        if self.state is not None:
+            self.state.swap()  # the next call reads what this one wrote (stream order)
         return t1, profiling.now() if recorder else 0

@@ -27,6 +27,7 @@ from .engine_refit import refit_engine
 from .executors import Executor
 from .named_data import NamedData, WeightBuffer, blob_weights
 from .onnx_safety import self_contained_onnx
+from .state import DeviceState, aliased_pairs, state_specs
 from .tensorrt_context import BoundContext, create_context
 from .tensorrt_profiling import attach_layer_profiler
 
@@ -135,16 +136,21 @@ class TensorRTExecutor(Executor):
         if blob.engine_kind == "stripped" and engine is blob.engine:  # not rebuilt with weights
             refit_engine(self.trt, self.engine, self_contained_onnx(blob), named_weights(),
                          self.logger)
-        if self.engine.num_io_tensors != len(self.inputs) + len(self.outputs):
+        n_state = 2 * len(blob.state)  # delegate-owned state: engine inputs/outputs (state.py)
+        if self.engine.num_io_tensors != len(self.inputs) + len(self.outputs) + n_state:
             raise InvalidProgramError(
                 f"the engine has {self.engine.num_io_tensors} input and output tensors, the "
-                f"blob's io_bindings list {len(self.inputs) + len(self.outputs)}")
+                f"blob's io_bindings list {len(self.inputs) + len(self.outputs)} and its "
+                f"states {n_state}")
         self.inputs = [engine_binding(self.trt, self.engine, b) for b in self.inputs]
         self.outputs = [engine_binding(self.trt, self.engine, b) for b in self.outputs]
         self.kernel_cache = KernelCache(self.trt, engine, torch.cuda.get_device_name(device))
         self.bound = create_context(self.trt, self.engine, device,
                                     kernel_cache=self.kernel_cache)  # tensorrt_context.py
         self.bound.bind(self.inputs, self.outputs)
+        self.state = self.bound.state = (DeviceState(state_specs(blob, self.inputs), self.engine,
+                                                     device) if blob.state else None)
+        self.bound.aliases = aliased_pairs(blob, self.inputs, self.outputs)
         if profiling.nodes_requested():  # GPU-only, unverified (tensorrt_profiling.py)
             self.bound.layer_profiler = attach_layer_profiler(self.trt, self.bound.context)
 

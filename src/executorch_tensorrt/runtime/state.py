@@ -1,0 +1,356 @@
+"""State a partition owns between calls (KV caches), for the executors.
+
+ExecuTorch never passes a delegate-owned buffer (docs/llm.md): the executor
+allocates it at init from the blob's "state" entries, feeds it to the engine
+as an extra input and takes the new value from an extra output, without a
+copy. "in_place" states (the ONNX updates them with TensorScatter) bind one
+buffer as both the input and the output; "functional" ones alternate between
+two buffers (ping-pong). Before each call the write positions of every cache
+with a "positions" entry are checked against the cache, so a bad
+cache_position is an error naming the value and the limit, never a write
+outside the cache.
+
+`reset_state(method)` re-initializes the states of live executors.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ..blob import Blob
+from ..errors import ArgumentError, InvalidProgramError
+from . import executor_table as abi
+from .arguments import BLOB_DTYPE_TO_TORCH, SCALAR_TYPE_TO_TORCH, Binding
+
+SECTION_INIT_PREFIX = "section:"
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    fqn: str
+    onnx_input: str
+    onnx_output: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    in_place: bool
+    init: bytes | None                    # None: zeros
+    positions_input: int | None = None    # index of the user input holding the positions
+    positions_axis: int | None = None
+
+    @property
+    def capacity(self) -> int:
+        """Entries along the written axis (max_cache_len for a KV cache)."""
+        return self.shape[self.positions_axis] if self.positions_axis is not None else 0
+
+
+def state_specs(blob: Blob, inputs: Sequence[Binding]) -> list[StateSpec]:
+    """The blob's states (already schema-checked by read_blob)."""
+    names = [b.name for b in inputs]
+    specs = []
+    for e in blob.state:
+        dtype = BLOB_DTYPE_TO_TORCH.get(e["dtype"])
+        if dtype is None:
+            raise InvalidProgramError(f"state {e['fqn']!r} has dtype {e['dtype']!r}, which "
+                                      "this runtime has no tensor type for")
+        init = None
+        if e["init"] != "zeros":
+            init = blob.section(e["init"][len(SECTION_INIT_PREFIX):])
+        pos = e.get("positions")
+        specs.append(StateSpec(e["fqn"], e["onnx_input"], e["onnx_output"], dtype,
+                               tuple(e["shape"]), e.get("update") == "in_place", init,
+                               names.index(pos["input"]) if pos else None,
+                               pos["axis"] if pos else None))
+    return specs
+
+
+def _initial(spec: StateSpec) -> torch.Tensor:
+    if spec.init is None:
+        return torch.zeros(spec.shape, dtype=spec.dtype)
+    flat = torch.frombuffer(bytearray(spec.init), dtype=torch.uint8)
+    return flat.view(spec.dtype).reshape(spec.shape).clone()
+
+
+def read_positions(arg: abi.EtrtArg, count: int, staged: torch.Tensor | None = None) -> list[int]:
+    """The int64 write positions an argument holds (host memory, or `staged`)."""
+    if staged is not None:
+        return staged.reshape(-1).tolist()
+    if arg.device_type != abi.ETRT_DEVICE_CPU:
+        raise ArgumentError("the cache positions are in CUDA memory and could not be read to "
+                            "check them")
+    if count == 0:
+        return []
+    return list((ctypes.c_int64 * count).from_address(arg.data))
+
+
+def check_positions(spec: StateSpec, positions: Sequence[int]) -> None:
+    """Raises ArgumentError unless every write of `spec` lands inside it (and, for
+    an in-place TensorScatter update, the positions are contiguous)."""
+    cap, n = spec.capacity, len(positions)
+    what = f"state {spec.fqn!r} (axis {spec.positions_axis} holds {cap} positions)"
+    if n > cap:
+        raise ArgumentError(f"a sequence of {n} tokens is longer than the cache: {what}; "
+                            f"split the prompt or export with a larger cache")
+    if n == 0:
+        return
+    first = positions[0]
+    for i, p in enumerate(positions):
+        if not 0 <= p < cap:
+            raise ArgumentError(f"cache position {p} (index {i} of the positions input) is "
+                                f"outside the cache: {what}, valid positions are 0..{cap - 1}; "
+                                "reset the state (executorch_tensorrt.reset_state) or shorten "
+                                "the sequence")
+        if spec.in_place and p != first + i:
+            raise ArgumentError(f"cache positions must be contiguous (the cache is updated in "
+                                f"place from position {first}), got {list(positions)[:8]} for "
+                                f"{what}")
+
+
+class ExecutorState:
+    """Host-memory states for one executor; `buffers[k]` is state k's current value."""
+
+    def __init__(self, specs: list[StateSpec]):
+        self.specs = specs
+        self.buffers = [_initial(s) for s in specs]
+        # functional states: the buffer the next call writes (ping-pong)
+        self.spares = [None if s.in_place else torch.empty_like(b)
+                       for s, b in zip(specs, self.buffers)]
+        self.calls = 0
+        self.method: str | None = None
+        self._lock = threading.Lock()
+
+    def check_call(self, args, shapes: Sequence[Sequence[int]], staged=None) -> None:
+        for spec in self.specs:
+            if spec.positions_input is None:
+                continue
+            k = spec.positions_input
+            count = int(shapes[k][0]) if len(shapes[k]) else 1
+            check_positions(spec, read_positions(args[k], count,
+                                                 staged(k) if staged else None))
+
+    def swap(self) -> None:
+        """After a call: functional states now live in the buffer just written."""
+        for k, spare in enumerate(self.spares):
+            if spare is not None:
+                self.buffers[k], self.spares[k] = spare, self.buffers[k]
+        self.calls += 1
+
+    def reset(self) -> None:
+        with self._lock:
+            for spec, buf in zip(self.specs, self.buffers):
+                buf.copy_(_initial(spec))
+
+    def value(self, fqn: str) -> torch.Tensor:
+        """A copy of the state's current value (for tests and tools)."""
+        for spec, buf in zip(self.specs, self.buffers):
+            if spec.fqn == fqn:
+                return buf.clone()
+        raise KeyError(f"no state {fqn!r}; states: {[s.fqn for s in self.specs]}")
+
+
+class OrtStatefulSession:
+    """An OrtSession seen as having only the user inputs/outputs: run() adds the
+    state values (the last inputs and outputs of the model) and updates them
+    in place or swaps them, without copying."""
+
+    def __init__(self, session, state: ExecutorState, element_types: dict[torch.dtype, int]):
+        self.inner, self.state, self.api = session, state, session.api
+        n_state = len(state.specs)
+        n_in, n_out = len(session.inputs) - n_state, len(session.outputs) - n_state
+        if n_in < 0 or n_out < 0:
+            raise InvalidProgramError("the blob lists more states than the embedded ONNX model "
+                                      "has inputs or outputs")
+        for k, spec in enumerate(state.specs):
+            for index, described, name, what in (
+                    (n_in + k, session.inputs[n_in + k], spec.onnx_input, "input"),
+                    (n_out + k, session.outputs[n_out + k], spec.onnx_output, "output")):
+                got_name, element, dims = described
+                if got_name != name or element != element_types.get(spec.dtype) or \
+                        tuple(dims) != spec.shape:
+                    raise InvalidProgramError(
+                        f"state {spec.fqn!r}: the embedded ONNX model's {what} {index} is "
+                        f"{got_name!r} (element type {element}, shape {list(dims)}); the blob "
+                        f"says {name!r} {spec.dtype} {list(spec.shape)}")
+        self.inputs, self.outputs = session.inputs[:n_in], session.outputs[:n_out]
+        self.n_in, self.n_out = n_in, n_out
+        self._types = element_types
+        self._values: dict[int, ctypes.c_void_p] = {}  # data_ptr -> OrtValue over it
+
+    @property
+    def session(self):
+        return self.inner.session
+
+    def _value(self, tensor: torch.Tensor):
+        v = self._values.get(tensor.data_ptr())
+        if v is None:
+            v = self._values[tensor.data_ptr()] = self.api.tensor(
+                tensor.data_ptr(), tensor.nbytes, tensor.shape, self._types[tensor.dtype])
+        return v
+
+    def run(self, inputs: ctypes.Array, outputs: ctypes.Array) -> None:
+        st = self.state
+        state_in = [self._value(b) for b in st.buffers]
+        state_out = [self._value(b if s is None else s) for b, s in zip(st.buffers, st.spares)]
+        full_in = (ctypes.c_void_p * (self.n_in + len(state_in)))(
+            *[inputs[i] for i in range(self.n_in)], *(getattr(v, "value", v) for v in state_in))
+        full_out = (ctypes.c_void_p * (self.n_out + len(state_out)))(
+            *[outputs[i] for i in range(self.n_out)], *(getattr(v, "value", v) for v in state_out))
+        with st._lock:
+            self.inner.run(full_in, full_out)
+            st.swap()
+        for j in range(self.n_out):  # outputs onnxruntime allocated: the caller releases them
+            outputs[j] = full_out[j]
+
+    def end_profiling(self) -> str:
+        return self.inner.end_profiling()
+
+    def close(self) -> None:
+        for v in self._values.values():
+            self.api.ReleaseValue(v)
+        self._values.clear()
+        self.inner.close()
+
+
+class DeviceState(ExecutorState):
+    """The TensorRT executor's states: CUDA buffers allocated once at init. An
+    "in_place" state binds one pointer as the engine's input and its aliased
+    output (TensorRT's KV_CACHE_UPDATE layer writes in place, checked with
+    engine.get_aliased_input_tensor); "functional" ones alternate two buffers.
+    GPU-only: no machine here runs it (docs/llm.md)."""
+
+    def __init__(self, specs: list[StateSpec], engine, device):
+        self.device = device
+        super().__init__(specs)
+        self.buffers = [b.to(device) for b in self.buffers]
+        self.spares = [None if s is None else torch.empty_like(b)
+                       for s, b in zip(self.spares, self.buffers)]
+        names = {engine.get_tensor_name(i) for i in range(engine.num_io_tensors)}
+        for spec in specs:
+            for name in (spec.onnx_input, spec.onnx_output):
+                if name not in names:
+                    raise InvalidProgramError(f"state {spec.fqn!r}: the engine has no tensor "
+                                              f"{name!r}; the blob is inconsistent")
+            aliased = getattr(engine, "get_aliased_input_tensor", None)
+            if spec.in_place and aliased is not None and \
+                    aliased(spec.onnx_output) != spec.onnx_input:
+                raise InvalidProgramError(
+                    f"state {spec.fqn!r} is updated in place, but the engine's output "
+                    f"{spec.onnx_output!r} aliases {aliased(spec.onnx_output)!r}, not "
+                    f"{spec.onnx_input!r}; re-export the program")
+
+    def reset(self) -> None:
+        with self._lock:
+            for spec, buf in zip(self.specs, self.buffers):
+                buf.copy_(_initial(spec).to(self.device))
+
+    def bind(self, context) -> None:
+        """Sets the state tensors' addresses on the execution context (before enqueue)."""
+        for spec, buf, spare in zip(self.specs, self.buffers, self.spares):
+            context.set_input_shape(spec.onnx_input, spec.shape)
+            context.set_tensor_address(spec.onnx_input, buf.data_ptr())
+            context.set_tensor_address(spec.onnx_output,
+                                       buf.data_ptr() if spare is None else spare.data_ptr())
+
+
+_driver = None
+
+
+def _cuda_driver():
+    """libcuda with the two copies used here (PyDLL: the GIL stays held). The
+    TensorRT executor has made the device's primary context current through torch."""
+    global _driver
+    if _driver is None:
+        c = ctypes
+        lib = c.PyDLL("libcuda.so.1")
+        lib.cuMemcpyDtoH_v2.argtypes = [c.c_void_p, c.c_uint64, c.c_size_t]
+        lib.cuMemcpyDtoDAsync_v2.argtypes = [c.c_uint64, c.c_uint64, c.c_size_t, c.c_void_p]
+        lib.cuMemcpyDtoH_v2.restype = lib.cuMemcpyDtoDAsync_v2.restype = c.c_int
+        _driver = lib
+    return _driver
+
+
+def cuda_positions(arg: abi.EtrtArg, count: int) -> torch.Tensor:
+    """A host copy of `count` int64 positions held in CUDA memory (a few bytes)."""
+    host = torch.empty(count, dtype=torch.int64)
+    if count:
+        status = _cuda_driver().cuMemcpyDtoH_v2(host.data_ptr(), arg.data, host.nbytes)
+        if status != 0:
+            raise ArgumentError(f"copying the cache positions from CUDA memory failed "
+                                f"(CUresult {status})")
+    return host
+
+
+def copy_device(dst: int, src: int, nbytes: int, stream) -> None:
+    """A device-to-device copy queued on `stream` (TR02's aliased output slot)."""
+    status = _cuda_driver().cuMemcpyDtoDAsync_v2(dst, src, nbytes, stream.cuda_stream)
+    if status != 0:
+        raise ArgumentError(f"copying an aliased output on the device failed (CUresult {status})")
+
+
+# -- Torch-TensorRT's TR02 aliased outputs ---------------------------------------
+def aliased_pairs(blob: Blob, inputs: Sequence[Binding],
+                  outputs: Sequence[Binding]) -> list[tuple[int, int]]:
+    """(output index, input index) for each aliased_io entry (names checked by
+    read_blob). The caller owns the state (a delegate input and output), so the
+    executor must leave the new value in the input's memory as TensorRT's
+    in-place layer does, and in the output."""
+    in_names, out_names = [b.name for b in inputs], [b.name for b in outputs]
+    return [(out_names.index(a["output"]), in_names.index(a["input"]))
+            for a in blob.aliased_io]
+
+
+def reflect_aliases(args, pairs: list[tuple[int, int]], n_inputs: int,
+                    outputs: Sequence[Binding]) -> None:
+    """Copies each aliased output into its input's memory (host arguments; the
+    onnxruntime fallback computes the output out of place)."""
+    for j, i in pairs:
+        out, inp = args[n_inputs + j], args[i]
+        if out.data == inp.data:
+            continue
+        if out.device_type != abi.ETRT_DEVICE_CPU or inp.device_type != abi.ETRT_DEVICE_CPU:
+            raise ArgumentError(f"aliased output {outputs[j].name!r} is in device memory; the "
+                                "onnxruntime fallback updates aliased inputs on the host only")
+        dtype = SCALAR_TYPE_TO_TORCH.get(out.dtype)
+        if dtype is None or out.dtype != inp.dtype or out.shape() != inp.shape():
+            raise ArgumentError(f"aliased output {outputs[j].name!r} ({out.shape()}, dtype "
+                                f"{out.dtype}) differs from its input ({inp.shape()}, dtype "
+                                f"{inp.dtype})")
+        nbytes = math.prod(out.shape()) * dtype.itemsize
+        if nbytes > min(out.nbytes, inp.nbytes):
+            raise ArgumentError(f"aliased output {outputs[j].name!r} needs {nbytes} bytes; "
+                                f"its buffers hold {out.nbytes} and {inp.nbytes}")
+        ctypes.memmove(inp.data, out.data, nbytes)
+
+
+# -- live states, for reset_state ---------------------------------------------------
+_live: "weakref.WeakSet[ExecutorState]" = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+def register(state: ExecutorState | None, method: str | None) -> None:
+    if state is None:
+        return
+    state.method = method
+    with _live_lock:
+        _live.add(state)
+
+
+def live_states(method: str | None = None) -> list[ExecutorState]:
+    with _live_lock:
+        return [s for s in _live if method is None or s.method == method]
+
+
+def reset_state(method: str | None = None) -> int:
+    """Re-initializes (zeros, or the exported initial value) the state of every
+    live TensorRT partition, or only of those in method `method`; returns how
+    many partitions were reset. Call it between prompts: a KV cache then starts
+    empty, and cache_position may start at 0 again."""
+    states = live_states(method)
+    for s in states:
+        s.reset()
+    return len(states)

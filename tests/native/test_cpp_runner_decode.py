@@ -1,0 +1,84 @@
+"""The C++ runner's decode mode (examples/cpp_runner/decode.h): greedy decoding of
+an exported LLM through ExecuTorch's C++ API, KV cache inside the TensorRT
+delegate (onnxruntime fallback, in the interpreter the adapter embeds), gives
+eager PyTorch's tokens."""
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import FALLBACK
+from test_cmake_package import ROUTES, cmake_for, configure_and_build, prefix_path_args
+from test_cpp_runner import RUNNER_SRC, run
+
+PROMPT = list(range(3, 11))
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory) -> Path:
+    build = tmp_path_factory.mktemp("cpp-runner-decode")
+    configure_and_build(cmake_for(ROUTES[0]), RUNNER_SRC, build, *prefix_path_args())
+    return build / "etrt_runner"
+
+
+@pytest.fixture(scope="module")
+def decoder_pte(tmp_path_factory):
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
+    from executorch_tensorrt.tools import llm_models as lm
+
+    torch.manual_seed(1)
+    model = lm.CachedDecoder().eval().requires_grad_(False)
+    eager = copy.deepcopy(model)
+    edge = to_edge_transform_and_lower(
+        lm.export_cached_decoder(model), partitioner=[TensorRTPartitioner(progress=None)],
+        compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    path = tmp_path_factory.mktemp("llm") / "decoder.pte"
+    path.write_bytes(edge.to_executorch().buffer)
+    return eager, path
+
+
+def test_runner_decode_matches_eager(runner, decoder_pte):
+    from executorch_tensorrt.runtime.generate import greedy_decode
+
+    eager, path = decoder_pte
+    proc = run(runner, "--model_path", str(path), "--decode", "32", "--prompt",
+               ",".join(map(str, PROMPT)), **FALLBACK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tokens = [int(t) for t in re.search(r"tokens: (.*)", proc.stdout).group(1).split(",")]
+    assert tokens == greedy_decode(eager, PROMPT, 32).tokens
+    assert re.search(r"decode: [0-9.]+ us/token over 31 calls", proc.stdout)
+
+
+def test_runner_decode_past_the_cache_names_the_limit(runner, decoder_pte):
+    _eager, path = decoder_pte
+    proc = run(runner, "--model_path", str(path), "--decode", "48", "--prompt", "1,2,3",
+               **FALLBACK)
+    assert proc.returncode == 1
+    assert "cache position 48" in proc.stderr and "valid positions are 0..47" in proc.stderr
+
+
+def test_runner_decode_usage(runner, decoder_pte):
+    proc = run(runner, "--model_path", str(decoder_pte[1]), "--decode", "4", "--prompt", "1,x",
+               **FALLBACK)
+    assert proc.returncode == 2 and "--prompt" in proc.stderr
+
+
+def test_runner_decode_prompts_each_start_from_the_initial_state(runner, decoder_pte):
+    """';' separates prompts; the runner reloads the method between them, which
+    destroys the delegate and its cache (the C++ way to reset)."""
+    from executorch_tensorrt.runtime.generate import greedy_decode
+
+    eager, path = decoder_pte
+    prompt = ",".join(map(str, PROMPT))
+    proc = run(runner, "--model_path", str(path), "--decode", "8", "--prompt",
+               f"{prompt};5,6;{prompt}", **FALLBACK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = [[int(t) for t in m.split(",")] for m in re.findall(r"tokens: (.*)", proc.stdout)]
+    fresh = lambda p: greedy_decode(copy.deepcopy(eager), p, 8).tokens  # noqa: E731
+    assert runs == [fresh(PROMPT), fresh([5, 6]), fresh(PROMPT)]
