@@ -55,6 +55,37 @@ def test_runner_decode_matches_eager(runner, decoder_pte):
     assert re.search(r"decode: [0-9.]+ us/token over 31 calls", proc.stdout)
 
 
+@pytest.fixture(scope="module")
+def llama_pte(tmp_path_factory):
+    """transformers' own ExecuTorch flow (TorchExportableModuleForDecoderOnlyLM,
+    one method with a dynamic sequence), tiny random Llama."""
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
+    from executorch_tensorrt.tools import llm_models as lm
+
+    wrapper = lm.hf_tiny_llama()
+    wrapper.requires_grad_(False)
+    eager = copy.deepcopy(wrapper)
+    edge = to_edge_transform_and_lower(
+        lm.export_hf(wrapper), partitioner=[TensorRTPartitioner(progress=None)],
+        compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    path = tmp_path_factory.mktemp("llama") / "llama.pte"
+    path.write_bytes(edge.to_executorch().buffer)
+    return (lambda t, p: eager.model(input_ids=t, cache_position=p)), path
+
+
+def test_runner_decode_matches_eager_for_transformers_llama(runner, llama_pte):
+    from executorch_tensorrt.runtime.generate import greedy_decode
+
+    eager, path = llama_pte
+    proc = run(runner, "--model_path", str(path), "--decode", "32", "--prompt",
+               ",".join(map(str, PROMPT)), **FALLBACK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tokens = [int(t) for t in re.search(r"tokens: (.*)", proc.stdout).group(1).split(",")]
+    assert tokens == greedy_decode(eager, PROMPT, 32).tokens
+
+
 def test_runner_decode_past_the_cache_names_the_limit(runner, decoder_pte):
     _eager, path = decoder_pte
     proc = run(runner, "--model_path", str(path), "--decode", "48", "--prompt", "1,2,3",
