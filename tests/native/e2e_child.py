@@ -395,7 +395,8 @@ def scenario_last_error_and_validate():
     _native.set_last_error("ünïcode ✓ message")
     assert _native.last_error() == "ünïcode ✓ message"
     assert _native.validate_blob(BLOB) is None
-    reason = _native.validate_blob(b"TR02" + BLOB[4:])
+    assert _native.validate_blob(b"TR02" + BLOB[4:]) is None  # aliased_io: the reader's call
+    reason = _native.validate_blob(b"TR03" + BLOB[4:])
     assert reason and "magic" in reason.lower(), reason
     assert _native.validate_blob(BLOB[:20])
 

@@ -140,7 +140,7 @@ HEADER_FAULTS = [
     ("empty", b"", ["truncated", "0 bytes"]),
     ("shorter_than_header", GOOD[:31], ["truncated", "31 bytes"]),
     ("bad_magic", header(magic=b"XR01"), ["magic", "XR01", "TR01"]),
-    ("tr02_magic", header(magic=b"TR02"), ["magic", "TR02"]),
+    ("tr03_magic", header(magic=b"TR03"), ["magic", "TR03"]),
     ("binary_magic", header(magic=b"\0\xff'\\"), ["magic", "\\x00\\xff\\x27\\x5c"]),
     ("metadata_in_header", header(mo=0), ["metadata offset 0", "header"]),
     ("metadata_at_31", header(mo=31), ["metadata offset 31", "header"]),
@@ -164,6 +164,8 @@ METADATA_FAULTS = [
     ("section_past_end", GOOD[:len(GOOD) - 4]),
     # Legal only with "engine": "none" in the metadata.
     ("engine_empty", header(es=0)),
+    # Torch-TensorRT's in-place blobs: legal only with aliased_io entries.
+    ("tr02_magic", header(magic=b"TR02")),
 ]
 
 
@@ -266,10 +268,11 @@ def _mutate(rng: random.Random, data: bytes) -> bytes:
 def _with_minimal_metadata(data: bytes) -> bytes | None:
     """The blob with its metadata replaced by the smallest valid JSON, padded
     with spaces; None if the region is too small to hold it, or if the engine
-    region is empty (legal only with metadata naming an ONNX section)."""
-    _, mo, ms, _, es, _ = struct.unpack_from(FMT, data)
+    region is empty (legal only with metadata naming an ONNX section), or for
+    TR02 (legal only with aliased_io entries)."""
+    magic, mo, ms, _, es, _ = struct.unpack_from(FMT, data)
     text = b'{"io_bindings":[]}'
-    if ms < len(text) or es == 0:
+    if ms < len(text) or es == 0 or magic == b"TR02":
         return None
     return data[:mo] + text + b" " * (ms - len(text)) + data[mo + ms:]
 

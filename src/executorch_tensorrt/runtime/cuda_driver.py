@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
-__all__ = ["graph_launcher"]
+__all__ = ["driver", "graph_launcher"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -25,3 +25,16 @@ def graph_launcher():
     launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     launch.restype = ctypes.c_int
     return launch
+
+
+@functools.lru_cache(maxsize=None)
+def driver() -> ctypes.PyDLL:
+    """libcuda with the copies the state path makes (runtime/state.py): the
+    blocking cuMemcpyDtoH_v2 and cuMemcpyDtoDAsync_v2 on a given stream. The
+    TensorRT executor has made the device's primary context current (torch)."""
+    lib = ctypes.PyDLL("libcuda.so.1")
+    c = ctypes
+    lib.cuMemcpyDtoH_v2.argtypes = [c.c_void_p, c.c_uint64, c.c_size_t]
+    lib.cuMemcpyDtoDAsync_v2.argtypes = [c.c_uint64, c.c_uint64, c.c_size_t, c.c_void_p]
+    lib.cuMemcpyDtoH_v2.restype = lib.cuMemcpyDtoDAsync_v2.restype = c.c_int
+    return lib

@@ -27,6 +27,7 @@ from ..blob import Blob
 from ..errors import ArgumentError, InvalidProgramError
 from . import executor_table as abi
 from .arguments import BLOB_DTYPE_TO_TORCH, SCALAR_TYPE_TO_TORCH, Binding
+from .cuda_driver import driver
 
 SECTION_INIT_PREFIX = "section:"
 
@@ -257,28 +258,11 @@ class DeviceState(ExecutorState):
                                        buf.data_ptr() if spare is None else spare.data_ptr())
 
 
-_driver = None
-
-
-def _cuda_driver():
-    """libcuda with the two copies used here (PyDLL: the GIL stays held). The
-    TensorRT executor has made the device's primary context current through torch."""
-    global _driver
-    if _driver is None:
-        c = ctypes
-        lib = c.PyDLL("libcuda.so.1")
-        lib.cuMemcpyDtoH_v2.argtypes = [c.c_void_p, c.c_uint64, c.c_size_t]
-        lib.cuMemcpyDtoDAsync_v2.argtypes = [c.c_uint64, c.c_uint64, c.c_size_t, c.c_void_p]
-        lib.cuMemcpyDtoH_v2.restype = lib.cuMemcpyDtoDAsync_v2.restype = c.c_int
-        _driver = lib
-    return _driver
-
-
 def cuda_positions(arg: abi.EtrtArg, count: int) -> torch.Tensor:
     """A host copy of `count` int64 positions held in CUDA memory (a few bytes)."""
     host = torch.empty(count, dtype=torch.int64)
     if count:
-        status = _cuda_driver().cuMemcpyDtoH_v2(host.data_ptr(), arg.data, host.nbytes)
+        status = driver().cuMemcpyDtoH_v2(host.data_ptr(), arg.data, host.nbytes)
         if status != 0:
             raise ArgumentError(f"copying the cache positions from CUDA memory failed "
                                 f"(CUresult {status})")
@@ -287,7 +271,7 @@ def cuda_positions(arg: abi.EtrtArg, count: int) -> torch.Tensor:
 
 def copy_device(dst: int, src: int, nbytes: int, stream) -> None:
     """A device-to-device copy queued on `stream` (TR02's aliased output slot)."""
-    status = _cuda_driver().cuMemcpyDtoDAsync_v2(dst, src, nbytes, stream.cuda_stream)
+    status = driver().cuMemcpyDtoDAsync_v2(dst, src, nbytes, stream.cuda_stream)
     if status != 0:
         raise ArgumentError(f"copying an aliased output on the device failed (CUresult {status})")
 
