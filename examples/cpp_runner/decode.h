@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,41 @@ inline int run_decode(executorch::runtime::Method& method, const std::vector<int
     std::printf("%s %lld", i ? "," : "", static_cast<long long>(generated[i]));
   std::printf("\ndecode: %.1f us/token over %d calls\n",
               n > 1 ? 1e6 * seconds / (n - 1) : 0.0, n - 1);
+  return 0;
+}
+
+// --decode N --prompt "3,4,5[;6,7]": each prompt (';'-separated) decodes N tokens
+// from the initial state. `reload()` unloads and loads the method again, which
+// destroys the delegates and their state (the C++ form of
+// executorch_tensorrt.reset_state); it returns nullptr after printing why it failed.
+template <typename Reload>
+inline int run_decode_mode(executorch::runtime::Method& method, const std::string& count_text,
+                           const std::string& prompt_text, Reload reload) {
+  std::vector<std::vector<int64_t>> prompts(1);
+  const int n = std::atoi(count_text.c_str());
+  bool ok = n >= 1;
+  for (size_t start = 0; ok;) {
+    const size_t end = prompt_text.find(';', start);
+    prompts.back().clear();
+    ok = parse_prompt(prompt_text.substr(start, end == std::string::npos ? std::string::npos
+                                                                        : end - start),
+                      &prompts.back());
+    if (end == std::string::npos) break;
+    prompts.emplace_back();
+    start = end + 1;
+  }
+  if (!ok) {
+    std::fprintf(stderr, "error: --decode takes a token count >= 1 and --prompt a "
+                         "comma-separated list of token ids (prompts separated by ';'), "
+                         "e.g. --prompt 3,4,5\n");
+    return 2;
+  }
+  executorch::runtime::Method* current = &method;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    if (p > 0 && (current = reload()) == nullptr) return 1;
+    const int rc = run_decode(*current, prompts[p], n);
+    if (rc != 0) return rc;
+  }
   return 0;
 }
 

@@ -243,46 +243,17 @@ int main(int argc, char** argv) {
   }
   Method& method = *method_or.get();
   if (!decode_count.empty()) {  // LLM greedy decoding (decode.h)
-    // Prompts separated by ';' each start from the initial state: the method is
-    // unloaded and loaded again between them, which destroys the delegates and
-    // their state (the C++ form of executorch_tensorrt.reset_state).
-    std::vector<std::vector<int64_t>> prompts(1);
-    const int n = std::atoi(decode_count.c_str());
-    bool ok = n >= 1;
-    for (size_t start = 0; ok;) {
-      const size_t end = prompt_text.find(';', start);
-      prompts.back().clear();
-      ok = etrt_runner::parse_prompt(prompt_text.substr(start, end == std::string::npos
-                                                                   ? std::string::npos
-                                                                   : end - start),
-                                     &prompts.back());
-      if (end == std::string::npos) break;
-      prompts.emplace_back();
-      start = end + 1;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "error: --decode takes a token count >= 1 and --prompt a "
-                           "comma-separated list of token ids (prompts separated by ';'), "
-                           "e.g. --prompt 3,4,5\n");
-      return 2;
-    }
-    Method* current = &method;
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      if (p > 0) {
-        module.unload_method(method_name);
-        auto reloaded = module.load_method(method_name) == Error::Ok
-                            ? method_of(module, method_name)
-                            : executorch::runtime::Result<Method*>(Error::InvalidState);
-        if (!reloaded.ok()) {
-          print_error("cannot load method '" + method_name + "' again", reloaded.error());
-          return 1;
-        }
-        current = reloaded.get();
+    return etrt_runner::run_decode_mode(method, decode_count, prompt_text, [&]() -> Method* {
+      module.unload_method(method_name);
+      auto reloaded = module.load_method(method_name) == Error::Ok
+                          ? method_of(module, method_name)
+                          : executorch::runtime::Result<Method*>(Error::InvalidState);
+      if (!reloaded.ok()) {
+        print_error("cannot load method '" + method_name + "' again", reloaded.error());
+        return nullptr;
       }
-      const int rc = etrt_runner::run_decode(*current, prompts[p], n);
-      if (rc != 0) return rc;
-    }
-    return 0;
+      return reloaded.get();
+    });
   }
   if (!stored.empty() && stored.size() != meta->num_inputs()) {
     std::fprintf(stderr, "error: %zu stored input tensors, method '%s' takes %zu inputs\n",
