@@ -43,18 +43,6 @@ def decoder_pte(tmp_path_factory):
     return eager, path
 
 
-def test_runner_decode_matches_eager(runner, decoder_pte):
-    from executorch_tensorrt.runtime.generate import greedy_decode
-
-    eager, path = decoder_pte
-    proc = run(runner, "--model_path", str(path), "--decode", "32", "--prompt",
-               ",".join(map(str, PROMPT)), **FALLBACK)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    tokens = [int(t) for t in re.search(r"tokens: (.*)", proc.stdout).group(1).split(",")]
-    assert tokens == greedy_decode(eager, PROMPT, 32).tokens
-    assert re.search(r"decode: [0-9.]+ us/token over 31 calls", proc.stdout)
-
-
 @pytest.fixture(scope="module")
 def llama_pte(tmp_path_factory):
     """transformers' own ExecuTorch flow (TorchExportableModuleForDecoderOnlyLM,
@@ -75,15 +63,17 @@ def llama_pte(tmp_path_factory):
     return (lambda t, p: eager.model(input_ids=t, cache_position=p)), path
 
 
-def test_runner_decode_matches_eager_for_transformers_llama(runner, llama_pte):
+@pytest.mark.parametrize("program", ["decoder_pte", "llama_pte"])
+def test_runner_decode_matches_eager(runner, program, request):
     from executorch_tensorrt.runtime.generate import greedy_decode
 
-    eager, path = llama_pte
+    eager, path = request.getfixturevalue(program)
     proc = run(runner, "--model_path", str(path), "--decode", "32", "--prompt",
                ",".join(map(str, PROMPT)), **FALLBACK)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     tokens = [int(t) for t in re.search(r"tokens: (.*)", proc.stdout).group(1).split(",")]
     assert tokens == greedy_decode(eager, PROMPT, 32).tokens
+    assert re.search(r"decode: [0-9.]+ us/token over 31 calls", proc.stdout)
 
 
 def test_runner_decode_past_the_cache_names_the_limit(runner, decoder_pte):

@@ -192,7 +192,7 @@ def test_tr02_aliased_output_is_written_in_place_then_into_its_slot():
     inputs, outputs = split_bindings(meta)
     context = StandInAliasContext()
     bound = BoundContext(context, inputs, outputs, CUDA, graphs=False)
-    bound.aliases = [(0, 0)]  # output 0 aliases input 0
+    bound.aliases = {0: 0}  # output 0 aliases input 0
     cache, slot = torch.ones(2, 3, device="cuda"), torch.zeros(2, 3, device="cuda")
     keep: list = []
     for expected in (2.0, 3.0):  # the state survives calls in the caller's buffer

@@ -74,6 +74,12 @@ def _region(a: int, n: int) -> str:
     return f"[{a}, {a + n})"
 
 
+def _check_in_bounds(what: str, off: int, n: int, size: int) -> None:
+    """`n` bytes at `off` lie inside a blob of `size` bytes (no wrap-around)."""
+    if off > size or n > size - off:
+        raise BlobError(f"{what} region {_region(off, n)} is out of bounds (blob has {size} bytes)")
+
+
 def _parse_layout(mv: memoryview) -> _Layout:
     """Header, regions, metadata schema and section table; no digests."""
     size = len(mv)
@@ -88,12 +94,8 @@ def _parse_layout(mv: memoryview) -> _Layout:
         raise BlobError(f"metadata offset {meta_off} overlaps the {HEADER_SIZE}-byte header")
     if eng_off % ALIGNMENT:
         raise BlobError(f"engine offset {eng_off} is not {ALIGNMENT}-byte aligned")
-    if meta_off > size or meta_size > size - meta_off:
-        raise BlobError(f"metadata region {_region(meta_off, meta_size)} is out of bounds "
-                        f"(blob has {size} bytes)")
-    if eng_off > size or eng_size > size - eng_off:
-        raise BlobError(f"engine region {_region(eng_off, eng_size)} is out of bounds "
-                        f"(blob has {size} bytes)")
+    _check_in_bounds("metadata", meta_off, meta_size, size)
+    _check_in_bounds("engine", eng_off, eng_size, size)
     if meta_off < eng_off + eng_size and eng_off < meta_off + meta_size:
         raise BlobError(f"metadata region {_region(meta_off, meta_size)} overlaps the engine "
                         f"region {_region(eng_off, eng_size)}")
@@ -163,9 +165,7 @@ def _parse_layout(mv: memoryview) -> _Layout:
                 raise BlobError(f"{where}.size must be a non-negative integer, got {show(n)}")
             if off % ALIGNMENT:
                 raise BlobError(f"section {name!r} offset {off} is not {ALIGNMENT}-byte aligned")
-            if off > size or n > size - off:
-                raise BlobError(f"section {name!r} region {_region(off, n)} is out of bounds "
-                                f"(blob has {size} bytes)")
+            _check_in_bounds(f"section {name!r}", off, n, size)
             if off < prev_end:
                 raise BlobError(f"section {name!r} region {_region(off, n)} overlaps or "
                                 f"precedes {prev_what} (sections follow the engine, in order)")

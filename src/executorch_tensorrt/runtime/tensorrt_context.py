@@ -147,12 +147,12 @@ class BoundContext:
         self.views = HostViews()
         self.staging: dict[str, torch.Tensor] = {}  # device buffers for host arguments
         self.layer_profiler = None  # set when per-layer profiling was asked for
-        # Delegate-owned state (state.py) and TR02 aliases (output, input), set
+        # Delegate-owned state (state.py) and TR02 aliases (output -> input), set
         # by the executor. State binds its own tensors on every call (functional
         # states alternate two buffers), so contexts with state or aliases run
         # plain enqueues, not graphs.
         self.state: DeviceState | None = None
-        self.aliases: list[tuple[int, int]] = []
+        self.aliases: dict[int, int] = {}  # output index -> input index
         graphs = cuda_graphs_enabled() if graphs is None else graphs
         self.graph = EnqueueGraph() if graphs else None
         self._ready = torch.cuda.Event()  # recorded on the caller's stream
@@ -294,7 +294,6 @@ class BoundContext:
                                              SCALAR_TYPE_TO_TORCH[arg.dtype])
                 staged.copy_(self.views.view(arg, shape), non_blocking=True)
                 self._set_address(i, staged.data_ptr())
-        aliased = dict(self.aliases)
         reflect: list[tuple[int, int, int]] = []  # TR02: (input address, output address, bytes)
         for j, binding in enumerate(self.outputs):
             k = n_in + j
@@ -309,8 +308,8 @@ class BoundContext:
                                              SCALAR_TYPE_TO_TORCH[arg.dtype])
                 copies_back.append((staged, arg, shape))
                 address = staged.data_ptr()
-            if j in aliased:  # TR02: the engine writes into the input; copied out below
-                source = self._addresses[aliased[j]]
+            if j in self.aliases:  # TR02: the engine writes into the input; copied out below
+                source = self._addresses[self.aliases[j]]
                 reflect.append((source, address,
                                 math.prod(shape) * SCALAR_TYPE_TO_TORCH[arg.dtype].itemsize))
                 address = source

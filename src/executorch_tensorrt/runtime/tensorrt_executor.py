@@ -47,27 +47,27 @@ def engine_for_this_gpu(blob: Blob, trt, device: torch.device,
     here = device_capability(device)
     if blob.engine_kind != "none" and built_here(blob, trt, here):
         return blob.engine
-    meta = blob.metadata
+    try:
+        return rebuilt_engine(blob, trt, here, weights())
+    except RebuildImpossible as e:
+        raise EngineUnavailable(f"{_why_rebuilt(blob, trt, device, here)}; rebuilding it from "
+                                f"the embedded ONNX failed: {e}") from None
+
+
+def _why_rebuilt(blob: Blob, trt, device: torch.device, here: str) -> str:
     if blob.engine_kind == "none":
-        try:
-            return rebuilt_engine(blob, trt, here, weights())
-        except RebuildImpossible as e:
-            raise EngineUnavailable(
-                f"the program ships no engine for this partition (it is built at load from "
-                f"the embedded ONNX and the named-data weights), and building it with "
-                f"{trt.flavor} {trt.version} for this GPU ({here}) failed: {e}") from None
+        return (f"the program ships no engine for this partition (it is built at load from the "
+                f"embedded ONNX and the named-data weights) with {trt.flavor} {trt.version} "
+                f"for this GPU ({here})")
+    meta = blob.metadata
     built = meta.get("compute_capabilities")
     if built == "all":
         built = [k for k in trt.module.ComputeCapability.__members__ if k.startswith("SM")]
     was = (f"{meta.get('trt_flavor')} {meta.get('trt_version')} for "
            f"{', '.join(built) if isinstance(built, list) and built else 'its GPU'}")
-    try:
-        return rebuilt_engine(blob, trt, here, weights())
-    except RebuildImpossible as e:
-        raise EngineUnavailable(
-            f"the engine was built with {was}, and this GPU ({torch.cuda.get_device_name(device)})"
+    return (f"the engine was built with {was}, and this GPU ({torch.cuda.get_device_name(device)})"
             f" is {here}, compute capability {here[2:-1]}.{here[-1]}, with {trt.flavor} "
-            f"{trt.version} here; rebuilding it from the embedded ONNX failed: {e}") from None
+            f"{trt.version} here")
 
 
 def engine_binding(trt, engine, binding: Binding) -> Binding:
@@ -150,7 +150,7 @@ class TensorRTExecutor(Executor):
         self.bound.bind(self.inputs, self.outputs)
         self.state = self.bound.state = (DeviceState(state_specs(blob, self.inputs), self.engine,
                                                      device) if blob.state else None)
-        self.bound.aliases = aliased_pairs(blob, self.inputs, self.outputs)
+        self.bound.aliases = dict(aliased_pairs(blob, self.inputs, self.outputs))
         if profiling.nodes_requested():  # GPU-only, unverified (tensorrt_profiling.py)
             self.bound.layer_profiler = attach_layer_profiler(self.trt, self.bound.context)
 
