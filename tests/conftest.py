@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["ci_guard"]
+pytest_plugins = ["ci_guard", "blob_check"]
 
 from executorch_tensorrt.runtime.executors import FALLBACK_ENV
 

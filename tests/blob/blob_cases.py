@@ -1,112 +1,18 @@
-"""Shared pieces of the blob tests: the format package loaded by path, blob
-builders, the malformed/valid cases, and the C++ validator built for tests.
-
-The format package is loaded from the source tree by path: it has no
-dependencies, and importing ``executorch_tensorrt`` would load the native
-adapter and torch, which these tests do not need.
+"""Shared pieces of the blob tests: blob builders and the malformed/valid
+cases. The C++ validator built for tests comes from tests/blob_check.py
+(session fixtures, shared with tests/native/test_blob_header.py).
 """
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
 import json
-import shutil
 import struct
-import subprocess
-import sys
-from pathlib import Path
 
-import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-VALIDATOR_CPP = REPO / "native" / "src" / "blob_header.cpp"
-DRIVER_CPP = REPO / "tests" / "native" / "blob_validate_main.cpp"
-INCLUDES = ["-I", str(REPO / "native" / "include"), "-I", str(REPO / "native" / "src")]
-GENERATOR = REPO / "native" / "cmake" / "gen_blob_constants.py"
-FORMAT_PY = REPO / "src" / "executorch_tensorrt" / "blob" / "format.py"
-
-
-import executorch_tensorrt.blob as blob  # noqa: E402 - the installed package, like every suite
+import executorch_tensorrt.blob as blob  # the installed package, like every suite
 BlobError = blob.BlobError
 FMT = blob.HEADER_FORMAT
 
 U64_MAX = 2**64 - 1
-
-
-# ----------------------------------------------------------------- the two readers
-
-
-def _compiler() -> str:
-    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.fail("no C++ compiler (g++, c++ or clang++) on PATH: the blob validator "
-                    "cannot be tested")
-    return cxx
-
-
-def _compile(args: list[str]) -> None:
-    proc = subprocess.run(args, capture_output=True, text=True)
-    assert proc.returncode == 0, f"{' '.join(args)}\n{proc.stdout}\n{proc.stderr}"
-
-
-@pytest.fixture(scope="session")
-def generated_includes(tmp_path_factory) -> list[str]:
-    """The include flags for blob_header.cpp, with the constants header the
-    native build generates from the format module."""
-    out = tmp_path_factory.mktemp("blob_gen")
-    subprocess.run([sys.executable, str(GENERATOR), str(FORMAT_PY),
-                    str(out / "etrt_blob_constants.h")], check=True, capture_output=True)
-    return [*INCLUDES, "-I", str(out)]
-
-
-@pytest.fixture(scope="session")
-def cpp_check(tmp_path_factory, generated_includes):
-    """etrt_validate_blob through ctypes: returns None if valid, else the reason."""
-    out = tmp_path_factory.mktemp("blob_cpp") / "libetrt_blob_validate.so"
-    _compile([_compiler(), "-std=c++17", "-O1", "-g", "-shared", "-fPIC", "-Wall", "-Wextra",
-              "-Werror", *generated_includes, "-o", str(out),
-              str(VALIDATOR_CPP)])
-    lib = ctypes.CDLL(str(out))
-    fn = lib.etrt_validate_blob
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint64]
-    fn.restype = ctypes.c_int32
-
-    def check(data: bytes) -> str | None:
-        err = ctypes.create_string_buffer(1024)
-        buf = ctypes.create_string_buffer(data, len(data)) if data else None
-        rc = fn(buf, len(data), err, len(err))
-        if rc == 0:
-            assert err.value == b"", "a valid blob left an error message"
-            return None
-        msg = err.value.decode("utf-8", "replace")
-        assert msg, "rejected without a reason"
-        return msg
-
-    check.fn = fn
-    return check
-
-
-@pytest.fixture(scope="session")
-def sanitized_driver(tmp_path_factory, generated_includes):
-    """tests/native/blob_validate_main.cpp built with ASan+UBSan: runs many
-    blobs in one process and returns None/reason for each."""
-    out = tmp_path_factory.mktemp("blob_asan") / "blob_validate_main"
-    _compile([_compiler(), "-std=c++17", "-O1", "-g", "-fno-omit-frame-pointer",
-              "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-Wall", "-Wextra",
-              "-Werror", *generated_includes, "-o", str(out), str(DRIVER_CPP), str(VALIDATOR_CPP)])
-
-    def run(blobs: list[bytes]) -> list[str | None]:
-        stdin = b"".join(struct.pack("<Q", len(b)) + b for b in blobs)
-        proc = subprocess.run([str(out), "-"], input=stdin, capture_output=True, timeout=600)
-        stderr = proc.stderr.decode("utf-8", "replace")
-        assert proc.returncode == 0 and "Sanitizer" not in stderr and "runtime error" not in stderr, (
-            f"sanitized validator failed (rc={proc.returncode}):\n{stderr[-4000:]}")
-        lines = proc.stdout.decode("utf-8", "replace").splitlines()
-        assert len(lines) == len(blobs)
-        return [None if line == "0" else line[2:] for line in lines]
-
-    return run
 
 
 # ----------------------------------------------------------------- blob builders

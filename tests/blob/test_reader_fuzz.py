@@ -12,8 +12,7 @@ import json
 import random
 import struct
 
-from blob_cases import (  # noqa: F401 (fixtures)
-    generated_includes,
+from blob_cases import (
     FMT,
     GOOD,
     HEADER_MALFORMED,
@@ -23,11 +22,9 @@ from blob_cases import (  # noqa: F401 (fixtures)
     VALID,
     binding,
     blob,
-    cpp_check,
     entry_text,
     meta_blob,
     py_check,
-    sanitized_driver,
     sections_blob,
 )
 from upstream_blobs import torch_tensorrt_style_blob
@@ -148,7 +145,7 @@ def _structured_case(rng: random.Random) -> bytes:
     return meta_blob(text, tail=bytes(rng.randrange(256) for _ in range(rng.choice([0, 16, 64]))))
 
 
-def test_fuzz_python_and_cpp_agree(cpp_check, sanitized_driver):
+def test_fuzz_python_and_cpp_agree(cpp_check, sanitized_check):
     rng = random.Random(20240611)
     seeds = _seed_blobs()
     cases = [d for _, d, _ in HEADER_MALFORMED + METADATA_MALFORMED] + [d for _, d in VALID] + seeds
@@ -160,7 +157,7 @@ def test_fuzz_python_and_cpp_agree(cpp_check, sanitized_driver):
     cases += [_structured_case(rng) for _ in range(3000)]
     disagreements = []
     py = [py_check(d) for d in cases]
-    asan = sanitized_driver(cases)
+    asan = sanitized_check(cases)
     valid = 0
     for data, p, a in zip(cases, py, asan):
         c = cpp_check(data)

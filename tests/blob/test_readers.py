@@ -13,20 +13,16 @@ import ctypes
 import struct
 
 import pytest
-from blob_cases import (  # noqa: F401 (fixtures)
-    generated_includes,
+from blob_check import INCLUDES, compile_cxx
+from blob_cases import (
     ENGINE,
     GOOD,
     HEADER_MALFORMED,
-    INCLUDES,
     METADATA_MALFORMED,
     VALID,
     BlobError,
-    _compile,
-    _compiler,
     assert_keywords,
     blob,
-    cpp_check,
     py_check,
 )
 from upstream_blobs import executorch_style_blob, torch_tensorrt_style_blob
@@ -114,4 +110,4 @@ def test_cpp_declarations_match_public_header(tmp_path):
     src = tmp_path / "decl.cpp"
     src.write_text('#include "blob_header.h"\n#include <executorch_tensorrt/executor_table.h>\n'
                    "int32_t (*p)(const void*, uint64_t, char*, uint64_t) = &etrt_validate_blob;\n")
-    _compile([_compiler(), "-std=c++17", "-fsyntax-only", *INCLUDES, str(src)])
+    compile_cxx(["-fsyntax-only", *INCLUDES, src])

@@ -8,7 +8,7 @@ import random
 import struct
 
 import pytest
-from blob_cases import GOOD_META, BlobError, binding, blob, cpp_check, generated_includes  # noqa: F401
+from blob_cases import GOOD_META, BlobError, binding, blob
 
 
 # ----------------------------------------------------------------- round trips

@@ -16,11 +16,8 @@ tests/blob/) validates the metadata where it is used. Here:
 
 from __future__ import annotations
 
-import ctypes
 import random
-import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -28,88 +25,9 @@ import pytest
 from executorch_tensorrt import blob
 from executorch_tensorrt.blob import BlobError, read_blob, write_blob
 
-REPO = Path(__file__).resolve().parents[2]
-NATIVE = REPO / "native"
-GENERATOR = NATIVE / "cmake" / "gen_blob_constants.py"
-CHECK_CPP = NATIVE / "src" / "blob_header.cpp"
-DRIVER_CPP = Path(__file__).resolve().parent / "blob_validate_main.cpp"
-PACKAGE_SRC = REPO / "src" / "executorch_tensorrt"
-# What CMake reads the constants from.
-FORMAT_SOURCE = PACKAGE_SRC / "blob" / "format.py"
-SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+from blob_check import SANITIZE, compile_cxx, generate_constants, run, run_sanitized
+
 FMT = blob.HEADER_FORMAT
-
-
-def _compiler() -> str:
-    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.fail("no C++ compiler (g++, c++ or clang++) on PATH: the blob check cannot be tested")
-    return cxx
-
-
-def _run(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True)
-
-
-def _compile(args: list) -> None:
-    proc = _run([_compiler(), "-std=c++17", "-g", "-Wall", "-Wextra", "-Werror", *args])
-    assert proc.returncode == 0, f"{' '.join(map(str, args))}\n{proc.stdout}\n{proc.stderr}"
-
-
-def _generate(source: Path, out_dir: Path) -> subprocess.CompletedProcess:
-    import sys
-
-    return _run([sys.executable, GENERATOR, source, out_dir / "etrt_blob_constants.h"])
-
-
-@pytest.fixture(scope="module")
-def includes(tmp_path_factory) -> list[str]:
-    gen = tmp_path_factory.mktemp("blob_constants")
-    proc = _generate(FORMAT_SOURCE, gen)
-    assert proc.returncode == 0, proc.stderr
-    return ["-I", str(NATIVE / "include"), "-I", str(NATIVE / "src"), "-I", str(gen)]
-
-
-@pytest.fixture(scope="module")
-def cpp_check(includes, tmp_path_factory):
-    """etrt_validate_blob through ctypes: None if accepted, else the reason."""
-    out = tmp_path_factory.mktemp("blob_cpp") / "libetrt_blob_check.so"
-    _compile(["-O1", "-shared", "-fPIC", *includes, "-o", out, CHECK_CPP])
-    fn = ctypes.CDLL(str(out)).etrt_validate_blob
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint64]
-    fn.restype = ctypes.c_int32
-
-    def check(data: bytes) -> str | None:
-        err = ctypes.create_string_buffer(b"stale", 512)
-        rc = fn(ctypes.create_string_buffer(data, len(data)) if data else None, len(data), err,
-                len(err))
-        if rc == 0:
-            assert err.value == b"", "an accepted blob left a message"
-            return None
-        assert err.value, "rejected without a reason"
-        return err.value.decode()
-
-    check.fn = fn
-    return check
-
-
-def _run_sanitized(binary: Path, blobs: list[bytes]) -> list[str | None]:
-    """Runs the driver over the blobs in one process; fails on any sanitizer report."""
-    stdin = b"".join(struct.pack("<Q", len(b)) + b for b in blobs)
-    proc = subprocess.run([str(binary), "-"], input=stdin, capture_output=True, timeout=600)
-    stderr = proc.stderr.decode("utf-8", "replace")
-    assert proc.returncode == 0 and "Sanitizer" not in stderr and "runtime error" not in stderr, (
-        f"sanitized blob check failed (rc={proc.returncode}):\n{stderr[-4000:]}")
-    lines = proc.stdout.decode("utf-8", "replace").splitlines()
-    assert len(lines) == len(blobs), (len(lines), len(blobs))
-    return [None if line == "0" else line[2:] for line in lines]
-
-
-@pytest.fixture(scope="module")
-def sanitized(includes, tmp_path_factory):
-    out = tmp_path_factory.mktemp("blob_asan") / "blob_validate_main"
-    _compile(["-O1", *SANITIZE, *includes, "-o", out, DRIVER_CPP, CHECK_CPP])
-    return lambda blobs: _run_sanitized(out, blobs)
 
 
 def py_check(data: bytes) -> str | None:
@@ -193,21 +111,9 @@ def test_written_blobs_pass(cpp_check):
             assert cpp_check(data) is None, (onnx, n)
 
 
-def test_error_buffer_is_respected(cpp_check):
-    fn, bad = cpp_check.fn, GOOD[:10]
-    buf = ctypes.create_string_buffer(b"\x5a" * 16, 16)
-    assert fn(bad, len(bad), None, 0) != 0
-    assert fn(bad, len(bad), buf, 0) != 0 and buf.raw == b"\x5a" * 16
-    assert fn(bad, len(bad), buf, 1) != 0 and buf.raw == b"\0" + b"\x5a" * 15
-    assert fn(bad, len(bad), buf, 6) != 0 and buf.raw == b"trunc\0" + b"\x5a" * 10
-    big = ctypes.create_string_buffer(64)
-    assert fn(None, 64, big, 64) != 0 and b"NULL" in big.value
-    assert fn(GOOD, len(GOOD), big, 64) == 0 and big.value == b""
-
-
 # ------------------------------------------------------------------ constants
 
-def test_generated_constants_are_the_python_ones(includes, tmp_path):
+def test_generated_constants_are_the_python_ones(blob_check_includes, tmp_path):
     """A program compiled with the generated header prints the Python values."""
     src = tmp_path / "print.cpp"
     src.write_text('#include "etrt_blob_constants.h"\n#include <cstdio>\n'
@@ -216,8 +122,8 @@ def test_generated_constants_are_the_python_ones(includes, tmp_path):
                    "    (unsigned long long)kHeaderSize, (unsigned long long)kAlignment,\n"
                    "    (unsigned long long)kMetadataOffsetAt, (unsigned long long)kMetadataSizeAt,\n"
                    "    (unsigned long long)kEngineOffsetAt, (unsigned long long)kEngineSizeAt); }\n")
-    _compile([*includes, "-o", tmp_path / "print", src])
-    out = _run([tmp_path / "print"]).stdout.split()
+    compile_cxx([*blob_check_includes, "-o", tmp_path / "print", src])
+    out = run([tmp_path / "print"]).stdout.split()
     offsets = [struct.calcsize(p) for p in ("<4s", "<4sI", "<4sII", "<4sIII")]
     assert out == [blob.MAGIC.decode(), str(blob.HEADER_SIZE), str(blob.ALIGNMENT),
                    *map(str, offsets)]
@@ -234,7 +140,7 @@ def test_generated_constants_are_the_python_ones(includes, tmp_path):
 def test_generator_refuses_what_the_check_cannot_use(tmp_path, text, message):
     source = tmp_path / "blob.py"
     source.write_text(text)
-    proc = _generate(source, tmp_path)
+    proc = generate_constants(source, tmp_path)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
 
 
@@ -277,7 +183,7 @@ def _with_minimal_metadata(data: bytes) -> bytes | None:
     return data[:mo] + text + b" " * (ms - len(text)) + data[mo + ms:]
 
 
-def test_fuzz_sanitized_and_differential(cpp_check, sanitized):
+def test_fuzz_sanitized_and_differential(cpp_check, sanitized_check):
     rng = random.Random(20261130)
     seeds = [GOOD, write_blob(b"E", {"io_bindings": []}),
              write_blob(b"x" * 17, {"io_bindings": [], "note": "é"}, b"o" * 3)]
@@ -287,7 +193,7 @@ def test_fuzz_sanitized_and_differential(cpp_check, sanitized):
         for _ in range(rng.choice([1, 1, 2, 3])):
             data = _mutate(rng, data)
         cases.append(data)
-    asan_verdicts = sanitized(cases)
+    asan_verdicts = sanitized_check(cases)
     problems, accepted = [], 0
     for data, asan in zip(cases, asan_verdicts):
         cpp, py = cpp_check(data), py_check(data)
@@ -314,6 +220,6 @@ def test_sanitizer_reports_fail_the_run(tmp_path):
                    "  std::memset(p, 0, 8); volatile char c = p[argc + 6]; (void)c;\n"
                    '  unsigned char len[8]; while (std::fread(len, 1, 8, stdin) == 8) {}\n'
                    '  std::printf("0\\n"); std::free(p); }\n')
-    _compile(["-O0", *SANITIZE, "-o", tmp_path / "overread", src])
+    compile_cxx(["-O0", *SANITIZE, "-o", tmp_path / "overread", src])
     with pytest.raises(AssertionError, match="sanitized blob check failed"):
-        _run_sanitized(tmp_path / "overread", [GOOD])
+        run_sanitized(tmp_path / "overread", [GOOD])
