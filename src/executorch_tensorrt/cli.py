@@ -257,6 +257,12 @@ def cmd_demo(args) -> int:
 
 # ---- parser ------------------------------------------------------------------
 
+def _add_data_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", metavar="PTD",
+                   help="the program's weights file (.ptd; default: MODEL with the suffix "
+                        ".ptd, when it exists)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
@@ -335,9 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", action="store_true",
                    help="also print the partition report export wrote (model.report.json): "
                         "per ATen op, nodes on TensorRT and elsewhere, and why")
-    p.add_argument("--data", metavar="PTD",
-                   help="the program's weights file (.ptd; default: MODEL with the suffix "
-                        ".ptd, when it exists)")
+    _add_data_argument(p)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser(
@@ -351,9 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fill", choices=("pattern", "ones"),
                    help="ignore stored inputs: fill with the pattern, or with 1")
     p.add_argument("--outputs", metavar="FILE", help="write the full outputs to a tensor file")
-    p.add_argument("--data", metavar="PTD",
-                   help="the program's weights file (.ptd; default: MODEL with the suffix "
-                        ".ptd, when it exists)")
+    _add_data_argument(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -374,9 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", metavar="FILE", help="tensor file with input.0, input.1, ...")
     p.add_argument("--etrecord", metavar="FILE", help="the ETRecord written at export")
     p.add_argument("--etdump", metavar="FILE", help="also keep the ETDump there")
-    p.add_argument("--data", metavar="PTD",
-                   help="the program's weights file (.ptd; default: MODEL with the suffix "
-                        ".ptd, when it exists)")
+    _add_data_argument(p)
     p.set_defaults(func=cmd_profile)
     return parser
 
