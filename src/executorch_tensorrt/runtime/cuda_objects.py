@@ -93,11 +93,12 @@ class Stream:
     __slots__ = ("handle", "device", "__weakref__")
 
     def __init__(self, device: int) -> None:
+        self.handle, self.device = None, device
         make_current(device)
         handle = ctypes.c_void_p()
         check(driver().cuStreamCreate(ctypes.byref(handle), _STREAM_NON_BLOCKING),
               "creating a CUDA stream")
-        self.handle, self.device = handle.value, device
+        self.handle = handle.value
 
     def synchronize(self) -> None:
         check(driver().cuStreamSynchronize(self.handle), "waiting for a CUDA stream")
@@ -117,17 +118,20 @@ class Stream:
 
     def __del__(self) -> None:
         try:  # the driver releases it once its queued work is done
-            driver().cuStreamDestroy_v2(self.handle)
+            if self.handle:
+                driver().cuStreamDestroy_v2(self.handle)
         except Exception:  # noqa: BLE001 - finalizers must not raise (interpreter exit)
             pass
 
 
 class Event:
-    """A CUDA event (no timing), recorded on a stream handle."""
+    """A CUDA event of one device (no timing), recorded on a stream handle."""
 
     __slots__ = ("handle",)
 
-    def __init__(self) -> None:
+    def __init__(self, device: int) -> None:
+        self.handle = None
+        make_current(device)
         handle = ctypes.c_void_p()
         check(driver().cuEventCreate(ctypes.byref(handle), _EVENT_DISABLE_TIMING),
               "creating a CUDA event")
@@ -138,7 +142,8 @@ class Event:
 
     def __del__(self) -> None:
         try:
-            driver().cuEventDestroy_v2(self.handle)
+            if self.handle:
+                driver().cuEventDestroy_v2(self.handle)
         except Exception:  # noqa: BLE001 - finalizers must not raise
             pass
 

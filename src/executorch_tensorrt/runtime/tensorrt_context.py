@@ -151,8 +151,8 @@ class BoundContext:
         self.aliases: dict[int, int] = {}  # output index -> input index
         graphs = cuda_graphs_enabled() if graphs is None else graphs
         self.graph = EnqueueGraph() if graphs else None
-        self._ready = Event()  # recorded on the caller's stream
-        self._done = Event()  # recorded on ours after the engine
+        self._ready = Event(device)  # recorded on the caller's stream
+        self._done = Event(device)  # recorded on ours after the engine
         # Bumped by every change TensorRT is told of, never reset: a captured
         # graph is valid for one generation.
         self.generation = 0
