@@ -143,8 +143,9 @@ def raw_engine(blob_path: Path, calls: int) -> dict:
     inputs, outputs = split_bindings(blob.metadata)
     device, host = {}, {}
     for b in inputs + outputs:
-        device[b.name] = torch.randn(b.shape, device="cuda").to(b.dtype)
-        host[b.name] = torch.empty(b.shape, dtype=b.dtype).pin_memory()
+        dtype = getattr(torch, b.dtype.name)  # bindings carry numpy dtypes
+        device[b.name] = torch.randn(b.shape, device="cuda").to(dtype)
+        host[b.name] = torch.empty(b.shape, dtype=dtype).pin_memory()
         if b.is_input:
             context.set_input_shape(b.name, b.shape)
         context.set_tensor_address(b.name, device[b.name].data_ptr())
@@ -268,7 +269,7 @@ def overhead(calls: int) -> dict:
             for graphs in ((False, True) if has_graphs else (None,)):
                 options = {} if graphs is None else {"graphs": graphs}
                 bound = BoundContext(KernelsContext(kernels), inputs, outputs,
-                                     torch.device("cuda", 0), **options)
+                                     0, **options)  # CUDA device 0 (old and new BoundContext)
                 keep: list = []
                 tensors = [torch.zeros(2, 3, device=where) for _ in range(3)]
                 args = (abi.EtrtArg * 3)(*(_arg(t, k < 2, keep) for k, t in enumerate(tensors)))

@@ -14,10 +14,11 @@ from pathlib import Path
 SRC = Path(sys.argv[1])  # the repository's src/
 CTX = "executorch_tensorrt/runtime/tensorrt_context.py"
 GUARDS = {
-    "no_caller_wait": (CTX, "            caller.wait_event(self._done)\n", "\n"),
+    "no_caller_wait": (CTX, "            check(driver().cuStreamWaitEvent(caller, self._done.handle, 0),\n"
+                            "                  \"ordering the caller's stream after the engine\")\n", ""),
     "host_sync": (CTX, "            t3 = t2\n", "            t3 = t2\n            self.stream.synchronize()\n"),
-    "scratch_own_stream": (CTX, "self.stream = scratch.stream if scratch is not None else torch.cuda.Stream(device)",
-                           "self.stream = torch.cuda.Stream(device)"),
+    "scratch_own_stream": (CTX, "self.stream = scratch.stream if scratch is not None else Stream(device)",
+                           "self.stream = Stream(device)"),
     "address_keeps_graph": (CTX, "            self._addresses[k] = address\n            self.generation += 1\n",
                             "            self._addresses[k] = address\n"),
     "set_every_call": (CTX, "        if address != self._addresses[k]:\n", "        if True:\n"),

@@ -1,9 +1,12 @@
-"""runtime/ and tensorrt/ never import aot/ or executorch.exir.
+"""runtime/ and tensorrt/ never import aot/ or executorch.exir, and the
+runtime never imports torch (a C++ process embedding it starts fast:
+docs/cpp.md; tests/native/test_cpp_runner_no_torch.py checks the embedded
+interpreter itself).
 
 One fresh child interpreter:
 1. imports the package with registration skipped, then every module the
    executors and the rebuild path import, and checks that neither
-   `executorch.exir` nor `executorch_tensorrt.aot` came with them;
+   `executorch.exir` nor `executorch_tensorrt.aot` nor torch came with them;
 2. loads the adapter, installs the executors, loads and runs a program through
    `executorch.runtime` and rebuilds an engine from a blob's embedded ONNX
    (the load-time rebuild path), with an import hook that records which module
@@ -49,6 +52,7 @@ CHILD = textwrap.dedent(r'''
     for module in json.loads(sys.argv[1]):
         importlib.import_module(module)
     step1 = forbidden_loaded()
+    torch_step1 = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
 
     # 2. Load the adapter, install the executors, run a program, rebuild an engine.
     del os.environ["EXECUTORCH_TENSORRT_SKIP_REGISTRATION"]
@@ -67,7 +71,7 @@ CHILD = textwrap.dedent(r'''
                                  onnx=old.onnx))
     engine = rebuilt_engine(stale, load_tensorrt(), "SM89")
     ours = [(n, who) for n, who in asked if (who or "").startswith("executorch_tensorrt")]
-    print(json.dumps({"step1": step1, "ours": ours, "out": out.tolist(),
+    print(json.dumps({"step1": step1, "torch": torch_step1, "ours": ours, "out": out.tolist(),
                       "aot": [m for m in sys.modules if m.startswith("executorch_tensorrt.aot")],
                       "engine": len(engine)}))
 ''')
@@ -85,6 +89,16 @@ RUNTIME_MODULES = [
     "executorch_tensorrt.runtime.onnx_safety",
     "executorch_tensorrt.runtime.engine_portability",
     "executorch_tensorrt.runtime.embedded",
+    "executorch_tensorrt.runtime.state",
+    "executorch_tensorrt.runtime.named_data",
+    "executorch_tensorrt.runtime.native_plan",
+    "executorch_tensorrt.runtime.profiling",
+    "executorch_tensorrt.runtime.cuda_device",
+    "executorch_tensorrt.runtime.cuda_graphs",
+    "executorch_tensorrt.runtime.cuda_objects",
+    "executorch_tensorrt.runtime.tensorrt_context",
+    "executorch_tensorrt.runtime.cuda_kernel_cache",
+    "executorch_tensorrt.runtime.engine_cache",
     "executorch_tensorrt.tensorrt.flavor",
     "executorch_tensorrt.tensorrt.options",
     "executorch_tensorrt.tensorrt.engine_builder",
@@ -105,6 +119,7 @@ def test_runtime_imports_neither_aot_nor_exir(exported, tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["step1"] == [], f"importing the runtime loaded {result['step1']}"
+    assert result["torch"] == [], f"importing the runtime loaded torch: {result['torch'][:5]}"
     assert result["ours"] == [], f"this package's modules imported {result['ours']}"
     assert result["aot"] == []
     assert result["out"] == [[2.0] * 3] * 2

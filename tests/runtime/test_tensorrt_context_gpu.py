@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(),
     reason="needs CUDA PyTorch and an NVIDIA GPU (device memory, streams and events)")
 
-CUDA = torch.device("cuda", 0)
+CUDA = 0  # the runtime's device: a CUDA device index
 DYNAMIC = {"io_bindings": [
     {"name": n, "dtype": "float32", "shape": [-1, 3], "is_input": n != "out"}
     for n in ("x", "y", "out")],
@@ -212,7 +212,7 @@ def test_partitions_share_one_scratch_area_sized_for_the_largest():
 
 def test_device_from_the_environment(monkeypatch):
     monkeypatch.setenv(DEVICE_ENV, "cuda:0")
-    assert chosen_device({"device_id": 7}) == torch.device("cuda", 0)
+    assert chosen_device({"device_id": 7}) == 0
     count = torch.cuda.device_count()
     monkeypatch.setenv(DEVICE_ENV, str(count))
     with pytest.raises(ArgumentError, match=rf"{DEVICE_ENV}={count} asks for CUDA device "

@@ -101,12 +101,12 @@ class StandInContext:
             self.calls[k] = 0
 
     def execute_async_v3(self, stream: int) -> bool:
-        capturing = torch.cuda.is_current_stream_capturing()
-        self.streams.append(stream)
-        self.captured.append(capturing)
-        if capturing and self.capturable == "refuse":
-            return False
         with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+            capturing = torch.cuda.is_current_stream_capturing()  # the stream it was given
+            self.streams.append(stream)
+            self.captured.append(capturing)
+            if capturing and self.capturable == "refuse":
+                return False
             shape = self.shapes["x"]
             x, y, out = (self.view(self.addresses[n], shape) for n in ("x", "y", "out"))
             if self.device_memory is not None:  # through the scratch area
@@ -140,7 +140,7 @@ def arg(tensor: torch.Tensor, is_input: bool, keep: list, dtype: int = 6) -> abi
 def run(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, context=None):
     context = context or StandInContext()
     inputs, outputs = split_bindings(METADATA)
-    bound = BoundContext(context, inputs, outputs, torch.device("cuda", 0))
+    bound = BoundContext(context, inputs, outputs, 0)  # CUDA device 0
     keep: list = []
     args = (abi.EtrtArg * 3)(arg(x, True, keep), arg(y, True, keep), arg(out, False, keep))
     bound.execute(args)
@@ -154,7 +154,7 @@ def test_device_arguments_are_bound_at_their_own_addresses():
     bound, context = run(x, y, out)
     assert context.addresses == {"x": x.data_ptr(), "y": y.data_ptr(), "out": out.data_ptr()}
     assert bound.staging == {}, "a device-resident argument was staged"
-    assert context.streams == [bound.stream.cuda_stream]
+    assert context.streams == [bound.stream.handle]
     # execute returned, so the output must be complete without any further sync.
     assert torch.equal(out.cpu(), (2 * x + y).cpu())
 
@@ -164,7 +164,7 @@ def test_host_arguments_are_staged_and_copied_back():
     y = torch.full(SHAPE, -1.0)
     out = torch.zeros(SHAPE)
     bound, context = run(x, y, out)
-    staged = {name: buf.data_ptr() for name, buf in bound.staging.items()}
+    staged = {name: buf.address for name, buf in bound.staging.items()}
     assert set(staged) == {"x", "y", "out"} and context.addresses == staged
     assert context.shapes == {"x": SHAPE, "y": SHAPE}
     assert torch.equal(out, 2 * x + y)
@@ -202,7 +202,7 @@ def test_output_of_another_dtype_is_refused_before_binding(device):
     out = torch.zeros(SHAPE, dtype=torch.uint8, device=device)
     context = StandInContext()
     inputs, outputs = split_bindings(METADATA)
-    bound = BoundContext(context, inputs, outputs, torch.device("cuda", 0))
+    bound = BoundContext(context, inputs, outputs, 0)
     keep: list = []
     args = (abi.EtrtArg * 3)(arg(x, True, keep), arg(y, True, keep),
                              arg(out, False, keep, dtype=0))

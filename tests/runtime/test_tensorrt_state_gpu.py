@@ -10,6 +10,7 @@ from device memory, stream ordering across calls. Skips without CUDA.
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(),
     reason="needs CUDA PyTorch and an NVIDIA GPU (device-resident state)")
 
-CUDA = torch.device("cuda", 0)
+CUDA = 0  # the runtime's device: a CUDA device index
 L, D = 8, 4  # cache length, width
 METADATA = {"io_bindings": [
     {"name": "x", "dtype": "float32", "shape": [-1, D], "is_input": True},
@@ -99,7 +100,7 @@ def stateful_context(in_place: bool) -> tuple[BoundContext, StandInKVContext]:
     inputs, outputs = split_bindings(METADATA)
     context = StandInKVContext()
     bound = BoundContext(context, inputs, outputs, CUDA, graphs=True)
-    spec = StateSpec("layers.0.k_cache", "state_in.k", "state_out.k", torch.float32,
+    spec = StateSpec("layers.0.k_cache", "state_in.k", "state_out.k", np.dtype(np.float32),
                      (1, L, D), in_place, None, positions_input=1, positions_axis=1)
     bound.state = DeviceState([spec], StandInEngine(), CUDA)
     return bound, context
@@ -119,8 +120,8 @@ def call(bound: BoundContext, tokens: torch.Tensor, first: int, device: str = "c
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
 def test_the_cache_lives_on_the_gpu_across_calls(in_place, device):
     bound, context = stateful_context(in_place)
-    buffers = {t.data_ptr() for t in bound.state.buffers + [s for s in bound.state.spares if s is not None]}
-    assert all(t.is_cuda for t in bound.state.buffers)
+    buffers = {t.address for t in bound.state.buffers + [s for s in bound.state.spares if s is not None]}
+    assert all(t.nbytes == L * D * 4 for t in bound.state.buffers)  # read as CUDA memory below
     torch.manual_seed(0)
     reference = torch.zeros(L, D)
     first = 0
@@ -132,9 +133,10 @@ def test_the_cache_lives_on_the_gpu_across_calls(in_place, device):
         assert torch.allclose(out.cpu(), reference.sum(0).expand(n, D), atol=1e-5)
         first += n
     # The state never left the GPU and no buffer was allocated per call.
-    now = {t.data_ptr() for t in bound.state.buffers + [s for s in bound.state.spares if s is not None]}
+    now = {t.address for t in bound.state.buffers + [s for s in bound.state.spares if s is not None]}
     assert now == buffers
-    assert torch.allclose(bound.state.buffers[0][0, :first].cpu(), reference[:first])
+    cache = view(bound.state.buffers[0].address, (1, L, D), "<f4")
+    assert torch.allclose(cache[0, :first].cpu(), reference[:first])
     if in_place:
         assert context.addresses["state_in.k"] == context.addresses["state_out.k"]
     assert bound.graph is None or bound.graph.captures == 0  # stateful: plain enqueues

@@ -1,6 +1,7 @@
 """Delegate arguments: the bindings a blob declares, the checks every call's
-arguments pass before any executor reads or writes their memory, and
-zero-copy host views.
+arguments pass before any executor reads or writes their memory, and the
+one dtype table (numpy dtypes: the runtime never imports torch, so a C++
+process that embeds it starts fast; docs/cpp.md).
 
 `check_args` is the one gate: a program is untrusted input, and ExecuTorch
 passes whatever tensors the program's plan says. An output smaller than its
@@ -14,25 +15,30 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-import torch
+import ml_dtypes  # bfloat16 for numpy; onnx, which the runtime imports, depends on it
+import numpy as np
 
 from ..blob import DTYPE_TO_SCALAR_TYPE
 from ..errors import ArgumentError, InvalidProgramError
 from . import executor_table as abi
 from ._native import last_error, resize_tensor
 
-__all__ = ["ArgumentError", "Binding", "HostViews", "SCALAR_TYPE_TO_TORCH", "check_args",
-           "checked_nbytes", "resize_output", "split_bindings"]
+__all__ = ["ArgumentError", "Binding", "SCALAR_TYPE_TO_NUMPY", "check_args", "checked_nbytes",
+           "dtype_name", "host_array", "resize_output", "split_bindings"]
 
-# ExecuTorch ScalarType code -> torch dtype (the codes are c10's).
-SCALAR_TYPE_TO_TORCH: dict[int, torch.dtype] = {
-    0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64,
-    5: torch.float16, 6: torch.float32, 7: torch.float64, 11: torch.bool, 15: torch.bfloat16,
+# ExecuTorch ScalarType code -> numpy dtype (the codes are c10's).
+SCALAR_TYPE_TO_NUMPY: dict[int, np.dtype] = {code: np.dtype(t) for code, t in {
+    0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16,
+    6: np.float32, 7: np.float64, 11: np.bool_, 15: ml_dtypes.bfloat16}.items()}
+BLOB_DTYPE_TO_NUMPY: dict[str, np.dtype] = {
+    name: SCALAR_TYPE_TO_NUMPY[code] for name, code in DTYPE_TO_SCALAR_TYPE.items()
+    if code in SCALAR_TYPE_TO_NUMPY
 }
-BLOB_DTYPE_TO_TORCH: dict[str, torch.dtype] = {
-    name: SCALAR_TYPE_TO_TORCH[code] for name, code in DTYPE_TO_SCALAR_TYPE.items()
-    if code in SCALAR_TYPE_TO_TORCH
-}
+
+
+def dtype_name(dtype: np.dtype | None) -> str:
+    """A dtype as ExecuTorch's (PyTorch's) users know it, for messages: "torch.float32"."""
+    return f"torch.{dtype.name}" if dtype is not None else "None"
 _KINDS = {abi.ETRT_ARG_TENSOR: "tensor", abi.ETRT_ARG_INT: "int", abi.ETRT_ARG_DOUBLE: "double",
           abi.ETRT_ARG_BOOL: "bool", abi.ETRT_ARG_NONE: "none"}
 
@@ -40,7 +46,7 @@ _KINDS = {abi.ETRT_ARG_TENSOR: "tensor", abi.ETRT_ARG_INT: "int", abi.ETRT_ARG_D
 @dataclass(frozen=True)
 class Binding:
     name: str
-    dtype: torch.dtype | None  # None: not recorded (Torch-TensorRT blobs); the engine knows
+    dtype: np.dtype | None  # None: not recorded (Torch-TensorRT blobs); the engine knows
     shape: tuple[int, ...] | None  # -1 for a dynamic dimension; None: not recorded
     is_input: bool
     min_shape: tuple[int, ...] | None = None  # optimization profile bounds
@@ -49,7 +55,7 @@ class Binding:
     @classmethod
     def from_metadata(cls, entry: dict, profile: dict | None) -> "Binding":
         recorded = entry["dtype"].removeprefix("torch.")
-        dtype = BLOB_DTYPE_TO_TORCH.get(recorded) if recorded else None
+        dtype = BLOB_DTYPE_TO_NUMPY.get(recorded) if recorded else None
         if recorded and dtype is None:
             raise InvalidProgramError(f"binding {entry['name']!r} has dtype {entry['dtype']!r}, "
                                       "which this runtime cannot map to a tensor type")
@@ -92,10 +98,11 @@ def _check_one(arg: abi.EtrtArg, binding: Binding, what: str,
     if bool(arg.is_input) != binding.is_input:
         raise ArgumentError(f"{what} is passed as an {'input' if arg.is_input else 'output'}, "
                             f"the partition declares it an {'input' if binding.is_input else 'output'}")
-    dtype = SCALAR_TYPE_TO_TORCH.get(arg.dtype)
+    dtype = SCALAR_TYPE_TO_NUMPY.get(arg.dtype)
     if dtype is None or (binding.dtype is not None and dtype != binding.dtype):
-        raise ArgumentError(f"{what} has dtype {dtype or f'code {arg.dtype}'}, the partition "
-                            f"expects {binding.dtype or 'a supported dtype'}")
+        got = dtype_name(dtype) if dtype is not None else f"code {arg.dtype}"
+        want = dtype_name(binding.dtype) if binding.dtype is not None else "a supported dtype"
+        raise ArgumentError(f"{what} has dtype {got}, the partition expects {want}")
     if arg.ndim < 0 or (arg.ndim and not arg.sizes):
         raise ArgumentError(f"{what} has no valid sizes (ndim {arg.ndim})")
     shape = arg.shape()
@@ -130,7 +137,7 @@ def _check_one(arg: abi.EtrtArg, binding: Binding, what: str,
     if static is not None:  # an output is written at its binding's size, whatever it says now
         needed = max(needed, static)
     if needed > arg.nbytes:
-        raise ArgumentError(f"{what} needs {needed} bytes ({dtype}, shape "
+        raise ArgumentError(f"{what} needs {needed} bytes ({dtype_name(dtype)}, shape "
                             f"{list(expected if static is not None else shape)}), its buffer "
                             f"holds {arg.nbytes}")
     if needed and not arg.data:
@@ -188,22 +195,30 @@ def check_args(args: Sequence[abi.EtrtArg], num_args: int, inputs: list[Binding]
     return shapes
 
 
+def host_array(address: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A zero-copy array over host memory at `address` (checked by the caller)."""
+    count = math.prod(shape)
+    if count == 0:
+        return np.empty(shape, dtype=dtype)
+    buffer = (ctypes.c_uint8 * (count * dtype.itemsize)).from_address(address)
+    return np.frombuffer(buffer, dtype=dtype, count=count).reshape(shape)
+
+
 def permuted_to_contiguous(arg: abi.EtrtArg, shape: tuple[int, ...],
-                           memory: torch.Tensor | None = None) -> torch.Tensor:
+                           memory: np.ndarray | None = None) -> np.ndarray:
     """A contiguous copy of an input whose memory is in another dim order
     (e.g. [1, 0] or channels-last [0, 2, 3, 1]), read from the argument's host
     memory or from `memory` (its bytes copied from the device); checked by
     check_args first."""
     order = dim_order(arg)
     physical = tuple(shape[d] for d in order)
-    dtype = SCALAR_TYPE_TO_TORCH[arg.dtype]
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes == 0:
-        return torch.empty(shape, dtype=dtype)
+    dtype = SCALAR_TYPE_TO_NUMPY[arg.dtype]
+    if math.prod(shape) == 0:
+        return np.empty(shape, dtype=dtype)
     if memory is None:
-        memory = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(arg.data), dtype=dtype)
+        memory = host_array(arg.data, physical, dtype)
     inverse = sorted(range(len(order)), key=order.__getitem__)
-    return memory.reshape(physical).permute(inverse).contiguous()
+    return np.ascontiguousarray(memory.reshape(physical).transpose(inverse))
 
 
 def resize_output(arg: abi.EtrtArg, shape: tuple[int, ...], binding: Binding) -> None:
@@ -220,33 +235,8 @@ def resize_output(arg: abi.EtrtArg, shape: tuple[int, ...], binding: Binding) ->
 def checked_nbytes(arg: abi.EtrtArg, shape: tuple[int, ...], where: str = "") -> int:
     """Bytes a tensor of `shape` and the argument's dtype needs; raises if the
     argument's buffer (`where`: e.g. "CUDA ") is smaller."""
-    nbytes = math.prod(shape) * SCALAR_TYPE_TO_TORCH[arg.dtype].itemsize
+    nbytes = math.prod(shape) * SCALAR_TYPE_TO_NUMPY[arg.dtype].itemsize
     if nbytes > arg.nbytes:
         raise ArgumentError(f"tensor of shape {list(shape)} needs {nbytes} bytes, "
                             f"its {where}buffer holds {arg.nbytes}")
     return nbytes
-
-
-class HostViews:
-    """Cached zero-copy torch views of host argument memory."""
-
-    def __init__(self) -> None:
-        self._cache: dict[tuple, torch.Tensor] = {}
-
-    def view(self, arg: abi.EtrtArg, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-        shape = arg.shape() if shape is None else shape
-        nbytes = checked_nbytes(arg, shape)  # on every call: the cache is keyed by address
-        dtype = SCALAR_TYPE_TO_TORCH[arg.dtype]
-        key = (arg.data, shape, dtype)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        if nbytes == 0:
-            tensor = torch.empty(shape, dtype=dtype)
-        else:
-            buffer = (ctypes.c_uint8 * nbytes).from_address(arg.data)
-            tensor = torch.frombuffer(buffer, dtype=dtype, count=math.prod(shape)).view(shape)
-        if len(self._cache) > 64:
-            self._cache.clear()
-        self._cache[key] = tensor
-        return tensor

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import os
 
-import torch
-
 from ..errors import ArgumentError, EngineUnavailable
+from .cuda_objects import device_count
 from .cuda_probe import cuda_unavailable_reason
 
 __all__ = ["DEVICE_ENV", "chosen_device", "parse_device"]
@@ -28,9 +27,9 @@ def parse_device(text: str, source: str) -> int:
     return int(value)
 
 
-def chosen_device(meta: dict, option: str | None = None) -> torch.device:
-    """The device for a partition: the load-time option, else the environment,
-    else the blob's device_id; checked against the GPUs present."""
+def chosen_device(meta: dict, option: str | None = None) -> int:
+    """The CUDA device index for a partition: the load-time option, else the
+    environment, else the blob's device_id; checked against the GPUs present."""
     if option:
         source = f"the load-time backend option device={option!r}"
         index = parse_device(option, "the load-time backend option \"device\"")
@@ -43,15 +42,11 @@ def chosen_device(meta: dict, option: str | None = None) -> torch.device:
     reason = cuda_unavailable_reason()
     if reason is not None:
         raise EngineUnavailable(reason)
-    if not torch.cuda.is_available():
-        raise EngineUnavailable(
-            "this PyTorch build has no CUDA support (the TensorRT executor uses it for device "
-            "buffers and streams); install a CUDA build of PyTorch")
-    count = torch.cuda.device_count()
+    count = device_count()
     if index >= count:
         # A device the caller named is a mistake to report, not a reason to
         # fall back to the CPU; the program's own device_id may be either.
         error = EngineUnavailable if source.startswith("the program") else ArgumentError
         raise error(f"{source} asks for CUDA device {index}, but only {count} device(s) "
                     f"exist (0..{count - 1}); set {DEVICE_ENV} to one of them")
-    return torch.device("cuda", index)
+    return index

@@ -28,16 +28,17 @@ it is set.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 
-import torch
-
-from .cuda_driver import graph_launcher
+from .cuda_driver import driver
+from .cuda_objects import Stream
 
 __all__ = ["CUDA_GRAPHS_ENV", "EnqueueGraph", "cuda_graphs_enabled", "enqueue"]
 
 CUDA_GRAPHS_ENV = "EXECUTORCH_TENSORRT_CUDA_GRAPHS"
+_CAPTURE_THREAD_LOCAL = 1  # CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 log = logging.getLogger(__name__)
 
 
@@ -48,9 +49,9 @@ def cuda_graphs_enabled(option: str | None = None) -> bool:
     return value.strip().lower() not in ("0", "off", "false", "no")
 
 
-def enqueue(context, stream: torch.cuda.Stream) -> None:
+def enqueue(context, stream: Stream) -> None:
     """One plain enqueue of the engine on `stream`."""
-    if not context.execute_async_v3(stream.cuda_stream):
+    if not context.execute_async_v3(stream.handle):
         raise RuntimeError("TensorRT failed to enqueue the engine; its log says why")
 
 
@@ -60,72 +61,88 @@ class EnqueueGraph:
     __slots__ = ("graph", "exec", "generation", "seen", "off_reason", "captures", "replays")
 
     def __init__(self) -> None:
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.exec = 0  # the graph's cudaGraphExec_t, launched through the driver
+        self.graph = 0  # the captured CUgraph (0: none)
+        self.exec = 0  # its CUgraphExec, launched on the context's stream
         self.generation = -1  # the binding generation `graph` was captured for
         self.seen = -1  # the generation of the last plain enqueue
         self.off_reason: str | None = None  # why graphs are off for this context
         self.captures = 0
         self.replays = 0
 
-    def launch(self, context, stream: torch.cuda.Stream, generation: int) -> None:
+    def launch(self, context, stream: Stream, generation: int) -> None:
         """Runs the engine on `stream` for the bindings of `generation`: a
         replay, a capture and replay, or a plain enqueue."""
         if self.off_reason is None:
-            if self.graph is not None and generation == self.generation:
+            if self.exec and generation == self.generation:
                 self._replay(stream)
                 return
             if generation == self.seen and self._capture(context, stream, generation):
                 self._replay(stream)
                 return
-            self.graph, self.exec = None, 0  # stale: bound for another generation
+            self._release()  # stale: bound for another generation
             self.seen = generation
         enqueue(context, stream)
 
-    def _replay(self, stream: torch.cuda.Stream) -> None:
-        launch = graph_launcher()
-        if self.exec and launch is not None:
-            status = launch(self.exec, stream.cuda_stream)
-            if status != 0:
-                raise RuntimeError(f"cuGraphLaunch failed (CUresult {status}) replaying the "
-                                   "captured TensorRT enqueue")
-        else:
-            with torch.cuda.stream(stream):  # replay() launches on the current stream
-                self.graph.replay()
+    def _replay(self, stream: Stream) -> None:
+        status = driver().cuGraphLaunch(self.exec, stream.handle)
+        if status != 0:
+            raise RuntimeError(f"cuGraphLaunch failed (CUresult {status}) replaying the "
+                               "captured TensorRT enqueue")
         self.replays += 1
+
+    def _release(self) -> None:
+        """Destroys the graph (a launched one keeps running: the driver defers)."""
+        lib = driver() if self.graph or self.exec else None
+        if self.exec:
+            lib.cuGraphExecDestroy(self.exec)
+        if self.graph:
+            lib.cuGraphDestroy(self.graph)
+        self.graph, self.exec = 0, 0
+
+    def __del__(self) -> None:
+        try:
+            self._release()
+        except Exception:  # noqa: BLE001 - finalizers must not raise (interpreter exit)
+            pass
 
     def _turn_off(self, reason: str) -> bool:
         self.off_reason = reason
-        self.graph, self.exec = None, 0
+        self._release()
         log.debug("CUDA graphs off for this TensorRT context: %s; running plain enqueues",
                   reason)
         return False
 
-    def _capture(self, context, stream: torch.cuda.Stream, generation: int) -> bool:
+    def _capture(self, context, stream: Stream, generation: int) -> bool:
         capturable = getattr(context, "is_stream_capturable", None)
-        if capturable is not None and not capturable(stream.cuda_stream):
+        if capturable is not None and not capturable(stream.handle):
             return self._turn_off("TensorRT says the context is not stream capturable")
-        graph = torch.cuda.CUDAGraph()
-        ok = False
+        lib = driver()
+        # thread_local: only this thread's unsafe calls (a synchronize, an
+        # allocation) during the capture fail it.
+        status = lib.cuStreamBeginCapture_v2(stream.handle, _CAPTURE_THREAD_LOCAL)
+        if status != 0:
+            return self._turn_off(f"cuStreamBeginCapture failed (CUresult {status})")
+        ok, error, graph = False, None, ctypes.c_void_p()
         try:
-            with torch.cuda.stream(stream):
-                # thread_local: only this thread's unsafe calls (a synchronize,
-                # an allocation) during the capture fail it.
-                graph.capture_begin(capture_error_mode="thread_local")
-                try:
-                    ok = bool(context.execute_async_v3(stream.cuda_stream))
-                finally:
-                    graph.capture_end()
+            ok = bool(context.execute_async_v3(stream.handle))
         except Exception as e:  # noqa: BLE001 - any capture failure means: do not capture
-            return self._turn_off(f"capturing the enqueue failed: {e}")
+            error = e
+        finally:
+            ended = lib.cuStreamEndCapture(stream.handle, ctypes.byref(graph))
+        self._release()
+        self.graph = graph.value or 0
+        if error is not None:
+            return self._turn_off(f"capturing the enqueue failed: {error}")
+        if ended != 0 or not self.graph:
+            return self._turn_off(f"capturing the enqueue failed: cuStreamEndCapture returned "
+                                  f"CUresult {ended}")
         if not ok:
             return self._turn_off("the enqueue returned false while being captured")
-        self.graph, self.generation = graph, generation
-        raw = getattr(graph, "raw_cuda_graph_exec", None)  # torch >= 2.7 (guarded)
-        try:
-            self.exec = int(raw()) if raw is not None else 0
-        except (RuntimeError, TypeError):
-            self.exec = 0
+        exec_ = ctypes.c_void_p()
+        status = lib.cuGraphInstantiateWithFlags(ctypes.byref(exec_), self.graph, 0)
+        if status != 0 or not exec_.value:
+            return self._turn_off(f"instantiating the captured graph failed (CUresult {status})")
+        self.exec, self.generation = exec_.value, generation
         self.captures += 1
         log.debug("captured a CUDA graph of the enqueue (binding generation %d)", generation)
         return True

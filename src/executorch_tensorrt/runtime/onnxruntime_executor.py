@@ -12,14 +12,16 @@ import ctypes
 import sys
 import threading
 
-import torch
+import numpy as np
 
 from ..blob import Blob
 from ..errors import ArgumentError, InvalidProgramError
 from . import executor_table as abi
 from . import profiling
-from .arguments import (SCALAR_TYPE_TO_TORCH, check_args, checked_nbytes, is_permuted,
-                        permuted_to_contiguous, resize_output, split_bindings)
+from .arguments import (SCALAR_TYPE_TO_NUMPY, check_args, checked_nbytes, is_permuted,
+                        dtype_name, permuted_to_contiguous, resize_output, split_bindings)
+from .cuda_driver import CudaError, driver
+from .cuda_objects import make_current
 from .cuda_probe import cuda_unavailable_reason
 from .executors import Executor, native_plans_enabled
 from .native_plan import OrtRunPlan, signature_key
@@ -34,7 +36,7 @@ from .state import (ExecutorState, OrtStatefulSession, aliased_pairs, reflect_al
 
 
 class CudaStaging:
-    """Copies CUDA arguments to and from host memory (CUDA driver API, primary context)."""
+    """Copies CUDA arguments to and from host memory (cuda_driver.py, primary context)."""
 
     _instance: "CudaStaging | None" = None
     _lock = threading.Lock()
@@ -56,54 +58,35 @@ class CudaStaging:
             return cls._instance
 
     def __init__(self) -> None:
-        c = ctypes
-        self.cuda = cuda = c.PyDLL("libcuda.so.1")  # PyDLL: copies keep the GIL
-        for name, args in (("cuDeviceGet", [c.POINTER(c.c_int), c.c_int]),
-                           ("cuDevicePrimaryCtxRetain", [c.POINTER(c.c_void_p), c.c_int]),
-                           ("cuCtxPushCurrent_v2", [c.c_void_p]),
-                           ("cuCtxPopCurrent_v2", [c.POINTER(c.c_void_p)]),
-                           ("cuMemcpyDtoH_v2", [c.c_void_p, c.c_uint64, c.c_size_t]),
-                           ("cuMemcpyHtoD_v2", [c.c_uint64, c.c_void_p, c.c_size_t])):
-            fn = getattr(cuda, name)
-            fn.argtypes, fn.restype = args, c.c_int
-        self.contexts: dict[int, ctypes.c_void_p] = {}
+        self.cuda = driver()
 
-    def _call(self, fn, *args) -> None:
+    def _copy(self, index: int, fn, *args) -> None:
+        try:
+            make_current(index)  # the device's primary context, where its memory lives
+        except CudaError as e:
+            raise ArgumentError(f"{e} while staging a device-resident argument through host "
+                                "memory") from None
         status = fn(*args)
         if status != 0:
             raise ArgumentError(f"{fn.__name__} failed with CUresult {status} while staging a "
                                 "device-resident argument through host memory")
 
-    def _copy(self, index: int, fn, *args) -> None:
-        ctx = self.contexts.get(index)
-        if ctx is None:
-            dev, ctx = ctypes.c_int(0), ctypes.c_void_p()
-            self._call(self.cuda.cuDeviceGet, ctypes.byref(dev), index)
-            self._call(self.cuda.cuDevicePrimaryCtxRetain, ctypes.byref(ctx), dev.value)
-            self.contexts[index] = ctx
-        self._call(self.cuda.cuCtxPushCurrent_v2, ctx)
-        try:
-            self._call(fn, *args)
-        finally:
-            self.cuda.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
-
-    def to_host(self, arg: abi.EtrtArg, shape) -> torch.Tensor:
-        host = torch.empty(shape, dtype=SCALAR_TYPE_TO_TORCH[arg.dtype])
+    def to_host(self, arg: abi.EtrtArg, shape) -> np.ndarray:
+        host = np.empty(shape, dtype=SCALAR_TYPE_TO_NUMPY[arg.dtype])
         if host.nbytes:
-            self._copy(arg.device_index, self.cuda.cuMemcpyDtoH_v2, host.data_ptr(), arg.data,
+            self._copy(arg.device_index, self.cuda.cuMemcpyDtoH_v2, host.ctypes.data, arg.data,
                        host.nbytes)
         return host
 
-    def to_device(self, arg: abi.EtrtArg, host: torch.Tensor) -> None:
+    def to_device(self, arg: abi.EtrtArg, host: np.ndarray) -> None:
         if host.nbytes:
-            self._copy(arg.device_index, self.cuda.cuMemcpyHtoD_v2, arg.data, host.data_ptr(),
+            self._copy(arg.device_index, self.cuda.cuMemcpyHtoD_v2, arg.data, host.ctypes.data,
                        host.nbytes)
 
 
-# torch dtype -> ONNXTensorElementDataType
-_ORT_ELEMENT_TYPES = {torch.float32: 1, torch.uint8: 2, torch.int8: 3, torch.int16: 5,
-                      torch.int32: 6, torch.int64: 7, torch.bool: 9, torch.float16: 10,
-                      torch.float64: 11, torch.bfloat16: 16}
+# ExecuTorch ScalarType code -> ONNXTensorElementDataType
+_ORT_ELEMENT_TYPES = {SCALAR_TYPE_TO_NUMPY[code]: element for code, element in (
+    (6, 1), (0, 2), (1, 3), (2, 5), (3, 6), (4, 7), (11, 9), (5, 10), (7, 11), (15, 16))}
 
 # --- begin: GIL-holding onnxruntime session (ort_capi.py; docs/concurrency.md) ---
 # ctypes.memmove is a CFUNCTYPE and would release the GIL; this one keeps it.
@@ -184,10 +167,11 @@ class OnnxRuntimeExecutor(Executor):
         self.plan: OrtRunPlan | None = None
 
     def _element_type(self, arg: abi.EtrtArg, expected: int, what: str) -> int:
-        dtype = SCALAR_TYPE_TO_TORCH.get(arg.dtype)
+        dtype = SCALAR_TYPE_TO_NUMPY.get(arg.dtype)
         if _ORT_ELEMENT_TYPES.get(dtype) != expected:
+            got = dtype_name(dtype) if dtype is not None else arg.dtype
             raise ArgumentError(
-                f"{what} has dtype {dtype or arg.dtype}; the embedded ONNX model takes "
+                f"{what} has dtype {got}; the embedded ONNX model takes "
                 f"{ELEMENT_TYPE_NAMES.get(expected, expected)} there")
         return expected
 
@@ -285,7 +269,8 @@ class OnnxRuntimeExecutor(Executor):
                     staged.append(host)
                     self.copied_bytes += host.nbytes
                     element = self._element_type(arg, self.input_types[i], f"input {i}")
-                    inputs.append(self.api.tensor(host.data_ptr() or ctypes.addressof(_EMPTY),
+                    inputs.append(self.api.tensor(host.ctypes.data if host.nbytes
+                                                  else ctypes.addressof(_EMPTY),
                                                   host.nbytes, shape, element))
                     owned.append(inputs[-1])
                 else:
@@ -346,9 +331,9 @@ class OnnxRuntimeExecutor(Executor):
             self.copied_bytes += nbytes
             return
         checked_nbytes(arg, shape, "CUDA ")
-        host = torch.empty(shape, dtype=SCALAR_TYPE_TO_TORCH[arg.dtype])
+        host = np.empty(shape, dtype=SCALAR_TYPE_TO_NUMPY[arg.dtype])
         if host.nbytes:
-            _memmove(host.data_ptr(), data, host.nbytes)
+            _memmove(host.ctypes.data, data, host.nbytes)
         CudaStaging.get().to_device(arg, host)
         self.copied_bytes += host.nbytes
 

@@ -21,13 +21,14 @@ import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
-import torch
+import numpy as np
 
 from ..blob import Blob
 from ..errors import ArgumentError, InvalidProgramError
 from . import executor_table as abi
-from .arguments import BLOB_DTYPE_TO_TORCH, SCALAR_TYPE_TO_TORCH, Binding
-from .cuda_driver import driver
+from .arguments import BLOB_DTYPE_TO_NUMPY, SCALAR_TYPE_TO_NUMPY, Binding, dtype_name
+from .cuda_driver import check, driver
+from .cuda_objects import DeviceBuffer, Stream, make_current
 
 SECTION_INIT_PREFIX = "section:"
 
@@ -37,7 +38,7 @@ class StateSpec:
     fqn: str
     onnx_input: str
     onnx_output: str
-    dtype: torch.dtype
+    dtype: np.dtype
     shape: tuple[int, ...]
     in_place: bool
     init: bytes | None                    # None: zeros
@@ -55,7 +56,7 @@ def state_specs(blob: Blob, inputs: Sequence[Binding]) -> list[StateSpec]:
     names = [b.name for b in inputs]
     specs = []
     for e in blob.state:
-        dtype = BLOB_DTYPE_TO_TORCH.get(e["dtype"])
+        dtype = BLOB_DTYPE_TO_NUMPY.get(e["dtype"])
         if dtype is None:
             raise InvalidProgramError(f"state {e['fqn']!r} has dtype {e['dtype']!r}, which "
                                       "this runtime has no tensor type for")
@@ -70,14 +71,14 @@ def state_specs(blob: Blob, inputs: Sequence[Binding]) -> list[StateSpec]:
     return specs
 
 
-def _initial(spec: StateSpec) -> torch.Tensor:
+def _initial(spec: StateSpec) -> np.ndarray:
     if spec.init is None:
-        return torch.zeros(spec.shape, dtype=spec.dtype)
-    flat = torch.frombuffer(bytearray(spec.init), dtype=torch.uint8)
-    return flat.view(spec.dtype).reshape(spec.shape).clone()
+        return np.zeros(spec.shape, dtype=spec.dtype)
+    # bytearray: a writable copy the array owns
+    return np.frombuffer(bytearray(spec.init), dtype=spec.dtype).reshape(spec.shape)
 
 
-def read_positions(arg: abi.EtrtArg, count: int, staged: torch.Tensor | None = None) -> list[int]:
+def read_positions(arg: abi.EtrtArg, count: int, staged: np.ndarray | None = None) -> list[int]:
     """The int64 write positions an argument holds (host memory, or `staged`)."""
     if staged is not None:
         return staged.reshape(-1).tolist()
@@ -119,7 +120,7 @@ class ExecutorState:
         self.specs = specs
         self.buffers = [_initial(s) for s in specs]
         # functional states: the buffer the next call writes (ping-pong)
-        self.spares = [None if s.in_place else torch.empty_like(b)
+        self.spares = [None if s.in_place else np.empty_like(b)
                        for s, b in zip(specs, self.buffers)]
         self.calls = 0
         self.method: str | None = None
@@ -144,13 +145,13 @@ class ExecutorState:
     def reset(self) -> None:
         with self._lock:
             for spec, buf in zip(self.specs, self.buffers):
-                buf.copy_(_initial(spec))
+                np.copyto(buf, _initial(spec))
 
-    def value(self, fqn: str) -> torch.Tensor:
-        """A copy of the state's current value (for tests and tools)."""
+    def value(self, fqn: str) -> np.ndarray:
+        """A host copy of the state's current value (for tests and tools)."""
         for spec, buf in zip(self.specs, self.buffers):
             if spec.fqn == fqn:
-                return buf.clone()
+                return buf.copy()
         raise KeyError(f"no state {fqn!r}; states: {[s.fqn for s in self.specs]}")
 
 
@@ -159,7 +160,7 @@ class OrtStatefulSession:
     state values (the last inputs and outputs of the model) and updates them
     in place or swaps them, without copying."""
 
-    def __init__(self, session, state: ExecutorState, element_types: dict[torch.dtype, int]):
+    def __init__(self, session, state: ExecutorState, element_types: dict[np.dtype, int]):
         self.inner, self.state, self.api = session, state, session.api
         n_state = len(state.specs)
         n_in, n_out = len(session.inputs) - n_state, len(session.outputs) - n_state
@@ -176,7 +177,7 @@ class OrtStatefulSession:
                     raise InvalidProgramError(
                         f"state {spec.fqn!r}: the embedded ONNX model's {what} {index} is "
                         f"{got_name!r} (element type {element}, shape {list(dims)}); the blob "
-                        f"says {name!r} {spec.dtype} {list(spec.shape)}")
+                        f"says {name!r} {dtype_name(spec.dtype)} {list(spec.shape)}")
         self.inputs, self.outputs = session.inputs[:n_in], session.outputs[:n_out]
         self.n_in, self.n_out = n_in, n_out
         self._types = element_types
@@ -186,11 +187,12 @@ class OrtStatefulSession:
     def session(self):
         return self.inner.session
 
-    def _value(self, tensor: torch.Tensor):
-        v = self._values.get(tensor.data_ptr())
+    def _value(self, array: np.ndarray):
+        address = array.ctypes.data
+        v = self._values.get(address)
         if v is None:
-            v = self._values[tensor.data_ptr()] = self.api.tensor(
-                tensor.data_ptr(), tensor.nbytes, tensor.shape, self._types[tensor.dtype])
+            v = self._values[address] = self.api.tensor(
+                address, array.nbytes, array.shape, self._types[array.dtype])
         return v
 
     def run(self, inputs: ctypes.Array, outputs: ctypes.Array) -> None:
@@ -224,12 +226,15 @@ class DeviceState(ExecutorState):
     engine.get_aliased_input_tensor); "functional" ones alternate two buffers.
     GPU-only: no machine here runs it (docs/llm.md)."""
 
-    def __init__(self, specs: list[StateSpec], engine, device):
+    def __init__(self, specs: list[StateSpec], engine, device: int):
         self.device = device
-        super().__init__(specs)
-        self.buffers = [b.to(device) for b in self.buffers]
-        self.spares = [None if s is None else torch.empty_like(b)
-                       for s, b in zip(self.spares, self.buffers)]
+        super().__init__(specs)  # host buffers: the initial values
+        initial = self.buffers
+        self.buffers = [DeviceBuffer(b.nbytes, device) for b in initial]
+        self.spares = [None if s is None else DeviceBuffer(b.nbytes, device)
+                       for s, b in zip(self.spares, initial)]
+        for buf, host in zip(self.buffers, initial):
+            _upload(buf, host)
         names = {engine.get_tensor_name(i) for i in range(engine.num_io_tensors)}
         for spec in specs:
             for name in (spec.onnx_input, spec.onnx_output):
@@ -246,32 +251,54 @@ class DeviceState(ExecutorState):
 
     def reset(self) -> None:
         with self._lock:
+            make_current(self.device)
+            check(driver().cuCtxSynchronize(), "waiting for the calls that use the state")
             for spec, buf in zip(self.specs, self.buffers):
-                buf.copy_(_initial(spec).to(self.device))
+                _upload(buf, _initial(spec))
+
+    def value(self, fqn: str) -> np.ndarray:
+        """A host copy of the state's current value (waits for queued calls)."""
+        for spec, buf in zip(self.specs, self.buffers):
+            if spec.fqn == fqn:
+                make_current(self.device)
+                check(driver().cuCtxSynchronize(), "waiting for the calls that use the state")
+                host = np.empty(spec.shape, dtype=spec.dtype)
+                if host.nbytes:
+                    check(driver().cuMemcpyDtoH_v2(host.ctypes.data, buf.address, host.nbytes),
+                          f"copying state {fqn!r} from CUDA memory")
+                return host
+        raise KeyError(f"no state {fqn!r}; states: {[s.fqn for s in self.specs]}")
 
     def bind(self, context) -> None:
         """Sets the state tensors' addresses on the execution context (before enqueue)."""
         for spec, buf, spare in zip(self.specs, self.buffers, self.spares):
             context.set_input_shape(spec.onnx_input, spec.shape)
-            context.set_tensor_address(spec.onnx_input, buf.data_ptr())
+            context.set_tensor_address(spec.onnx_input, buf.address)
             context.set_tensor_address(spec.onnx_output,
-                                       buf.data_ptr() if spare is None else spare.data_ptr())
+                                       buf.address if spare is None else spare.address)
 
 
-def cuda_positions(arg: abi.EtrtArg, count: int) -> torch.Tensor:
+def _upload(buf: DeviceBuffer, host: np.ndarray) -> None:
+    """A blocking copy of a state's value into its device buffer (init, reset)."""
+    if host.nbytes:
+        check(driver().cuMemcpyHtoD_v2(buf.address, host.ctypes.data, host.nbytes),
+              "copying a state's initial value to CUDA memory")
+
+
+def cuda_positions(arg: abi.EtrtArg, count: int) -> np.ndarray:
     """A host copy of `count` int64 positions held in CUDA memory (a few bytes)."""
-    host = torch.empty(count, dtype=torch.int64)
+    host = np.empty(count, dtype=np.int64)
     if count:
-        status = driver().cuMemcpyDtoH_v2(host.data_ptr(), arg.data, host.nbytes)
+        status = driver().cuMemcpyDtoH_v2(host.ctypes.data, arg.data, host.nbytes)
         if status != 0:
             raise ArgumentError(f"copying the cache positions from CUDA memory failed "
                                 f"(CUresult {status})")
     return host
 
 
-def copy_device(dst: int, src: int, nbytes: int, stream) -> None:
+def copy_device(dst: int, src: int, nbytes: int, stream: Stream) -> None:
     """A device-to-device copy queued on `stream` (TR02's aliased output slot)."""
-    status = driver().cuMemcpyDtoDAsync_v2(dst, src, nbytes, stream.cuda_stream)
+    status = driver().cuMemcpyDtoDAsync_v2(dst, src, nbytes, stream.handle)
     if status != 0:
         raise ArgumentError(f"copying an aliased output on the device failed (CUresult {status})")
 
@@ -299,7 +326,7 @@ def reflect_aliases(args, pairs: list[tuple[int, int]], n_inputs: int,
         if out.device_type != abi.ETRT_DEVICE_CPU or inp.device_type != abi.ETRT_DEVICE_CPU:
             raise ArgumentError(f"aliased output {outputs[j].name!r} is in device memory; the "
                                 "onnxruntime fallback updates aliased inputs on the host only")
-        dtype = SCALAR_TYPE_TO_TORCH.get(out.dtype)
+        dtype = SCALAR_TYPE_TO_NUMPY.get(out.dtype)
         if dtype is None or out.dtype != inp.dtype or out.shape() != inp.shape():
             raise ArgumentError(f"aliased output {outputs[j].name!r} ({out.shape()}, dtype "
                                 f"{out.dtype}) differs from its input ({inp.shape()}, dtype "

@@ -21,14 +21,13 @@ import math
 import os
 import weakref
 
-import torch
-
 from ..errors import ArgumentError
 from . import executor_table as abi
 from . import profiling
-from .arguments import (
-    SCALAR_TYPE_TO_TORCH, Binding, HostViews, check_args, checked_nbytes, resize_output)
+from .arguments import SCALAR_TYPE_TO_NUMPY, Binding, check_args, checked_nbytes, resize_output
+from .cuda_driver import check, driver
 from .cuda_graphs import EnqueueGraph, cuda_graphs_enabled, enqueue
+from .cuda_objects import DeviceBuffer, Event, Stream, caller_stream, make_current
 from .state import DeviceState, copy_device, cuda_positions
 
 __all__ = ["SHARED_SCRATCH_ENV", "BoundContext", "SharedScratch", "create_context",
@@ -53,35 +52,33 @@ class SharedScratch:
     # Held by the contexts that use it: freed when the last of them goes.
     _per_device: "weakref.WeakValueDictionary[int, SharedScratch]" = weakref.WeakValueDictionary()
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: int) -> None:
         self.device = device
-        self.stream = torch.cuda.Stream(device)
-        self.buffer: torch.Tensor | None = None
+        self.stream = Stream(device)
+        self.buffer: DeviceBuffer | None = None
 
     @classmethod
-    def for_device(cls, device: torch.device) -> "SharedScratch":
-        index = device.index or 0
-        scratch = cls._per_device.get(index)
+    def for_device(cls, device: int) -> "SharedScratch":
+        scratch = cls._per_device.get(device)
         if scratch is None:
             scratch = cls(device)
-            cls._per_device[index] = scratch
+            cls._per_device[device] = scratch
         return scratch
 
     def reserve(self, nbytes: int) -> None:
         """Grows the area to at least `nbytes`. The old area is freed on this
         stream, so the allocator reuses it only for work queued after the
         kernels already queued here; contexts re-point on their next call."""
-        if self.buffer is None or self.buffer.numel() < nbytes:
-            with torch.cuda.stream(self.stream):
-                self.buffer = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=self.device)
+        if self.buffer is None or self.buffer.nbytes < nbytes:
+            self.buffer = DeviceBuffer(max(nbytes, 1), self.device, self.stream)
 
     @property
     def address(self) -> int:
-        return self.buffer.data_ptr()
+        return self.buffer.address
 
     @property
     def size(self) -> int:
-        return self.buffer.numel()
+        return self.buffer.nbytes
 
 
 def _engine_memory_size(engine) -> int:
@@ -89,7 +86,7 @@ def _engine_memory_size(engine) -> int:
     return int(size if size is not None else engine.device_memory_size)
 
 
-def create_context(trt, engine, device: torch.device, *, graphs: bool | None = None,
+def create_context(trt, engine, device: int, *, graphs: bool | None = None,
                    kernel_cache=None) -> "BoundContext":
     """An execution context for `engine`, bound by a BoundContext.
 
@@ -135,7 +132,7 @@ class BoundContext:
     device buffers (and outputs copied back), on the context's stream."""
 
     def __init__(self, context, inputs: list[Binding] | None, outputs: list[Binding] | None,
-                 device: torch.device, *, graphs: bool | None = None,
+                 device: int, *, graphs: bool | None = None,
                  scratch: SharedScratch | None = None):
         self.context = context
         self.device = device
@@ -143,9 +140,8 @@ class BoundContext:
         # Contexts sharing a scratch area share its stream (SharedScratch says
         # why). Never the legacy default stream: TensorRT synchronizes extra
         # around it, and it cannot be captured into a graph.
-        self.stream = scratch.stream if scratch is not None else torch.cuda.Stream(device)
-        self.views = HostViews()
-        self.staging: dict[str, torch.Tensor] = {}  # device buffers for host arguments
+        self.stream = scratch.stream if scratch is not None else Stream(device)
+        self.staging: dict[str, DeviceBuffer] = {}  # device buffers for host arguments
         self.layer_profiler = None  # set when per-layer profiling was asked for
         # Delegate-owned state (state.py) and TR02 aliases (output -> input), set
         # by the executor. State binds its own tensors on every call (functional
@@ -155,8 +151,8 @@ class BoundContext:
         self.aliases: dict[int, int] = {}  # output index -> input index
         graphs = cuda_graphs_enabled() if graphs is None else graphs
         self.graph = EnqueueGraph() if graphs else None
-        self._ready = torch.cuda.Event()  # recorded on the caller's stream
-        self._done = torch.cuda.Event()  # recorded on ours after the engine
+        self._ready = Event(device)  # recorded on the caller's stream
+        self._done = Event(device)  # recorded on ours after the engine
         # Bumped by every change TensorRT is told of, never reset: a captured
         # graph is valid for one generation.
         self.generation = 0
@@ -169,30 +165,24 @@ class BoundContext:
         self._shapes: list[tuple | None] = [None] * len(inputs)  # last set input shapes
         self._addresses: list[int | None] = [None] * len(self._names)  # last set addresses
         self._out_shapes: list[tuple] = []  # the outputs' shapes for _shapes
-        self._staged: dict[int, tuple[tuple, torch.Tensor]] = {}  # argument -> (shape, view)
         self._scratch_address = 0
         self.generation += 1  # whatever was captured before is stale
 
     def close(self) -> None:
         """Waits for this context's queued work (a device-resident call returns
         before it finishes), so that the context and its memory can go."""
+        make_current(self.device)
         self.stream.synchronize()
 
-    def _device_buffer(self, k: int, name: str, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
-        """The staging buffer of argument `k`, viewed as `shape`; reallocated
-        only to grow, so its address (bound in TensorRT) mostly stays."""
-        cached = self._staged.get(k)
-        if cached is not None and cached[0] == shape and cached[1].dtype == dtype:
-            return cached[1]
+    def _staging_address(self, name: str, nbytes: int) -> int:
+        """The device address of the staging buffer of binding `name`, of at
+        least `nbytes`; reallocated only to grow, so its address (bound in
+        TensorRT) mostly stays. Allocated for use on our stream and freed
+        there (a replaced one after the work already queued)."""
         buf = self.staging.get(name)
-        numel = math.prod(shape)
-        if buf is None or buf.numel() < numel or buf.dtype != dtype:
-            with torch.cuda.stream(self.stream):  # allocated for use on our stream
-                buf = torch.empty(max(numel, 1), dtype=dtype, device=self.device)
-            self.staging[name] = buf
-        view = buf[:numel].view(shape)
-        self._staged[k] = (shape, view)
-        return view
+        if buf is None or buf.nbytes < nbytes:
+            buf = self.staging[name] = DeviceBuffer(max(nbytes, 1), self.device, self.stream)
+        return buf.address
 
     def _set_address(self, k: int, address: int) -> None:
         if address != self._addresses[k]:
@@ -222,6 +212,7 @@ class BoundContext:
         t0 = profiling.now() if recorder else 0
         shapes = check_args(args, len(args) if num_args is None else num_args,
                             self.inputs, self.outputs)
+        make_current(self.device)  # ExecuTorch may call from any thread
         if self.state is not None:  # positions inside the cache before anything runs
             self.state.check_call(args, shapes, lambda k: cuda_positions(
                 args[k], shapes[k][0]) if args[k].device_type == _CUDA else None)
@@ -230,28 +221,28 @@ class BoundContext:
             if args[k].device_type != _CUDA:
                 resident = False
                 break
-        # The caller's stream: torch's current stream of the device, which is
-        # the default stream unless a Python caller chose another; ExecuTorch's
-        # C++ callers have no other (docs/gpu-runtime.md). CUDA inputs may come
-        # from work queued there.
-        caller = torch.cuda.current_stream(self.device)
+        # The caller's stream: torch's current stream of the device when the
+        # process uses torch's CUDA (a Python caller may have chosen one),
+        # else the default stream; ExecuTorch's C++ callers have no other
+        # (docs/gpu-runtime.md). CUDA inputs may come from work queued there.
+        caller = caller_stream(self.device)
         self._ready.record(caller)
-        self.stream.wait_event(self._ready)
+        self.stream.wait(self._ready)
         if resident:
             t1, t2 = self._bind_and_launch(args, shapes, None, recorder)
             # Later work on the caller's stream (reading the outputs, the next
             # partition, the caller's own kernels) runs after the engine.
-            self._done.record(self.stream)
-            caller.wait_event(self._done)
+            self._done.record(self.stream.handle)
+            check(driver().cuStreamWaitEvent(caller, self._done.handle, 0),
+                  "ordering the caller's stream after the engine")
             t3 = t2
         else:
-            copies_back: list = []
-            # One stream context for the whole call (entering one costs ~10 us
-            # on the H200): the staging copies go on our stream.
-            with torch.cuda.stream(self.stream):
-                t1, t2 = self._bind_and_launch(args, shapes, copies_back, recorder)
-                for staged, arg, shape in copies_back:
-                    self.views.view(arg, shape).copy_(staged, non_blocking=True)
+            copies_back: list = []  # the staging copies go on our stream
+            t1, t2 = self._bind_and_launch(args, shapes, copies_back, recorder)
+            lib = driver()
+            for address, arg, nbytes in copies_back:
+                check(lib.cuMemcpyDtoHAsync_v2(arg.data, address, nbytes, self.stream.handle),
+                      "copying an output back to host memory")
             t3 = profiling.now() if recorder else 0
             self.stream.synchronize()
         if recorder:
@@ -264,8 +255,8 @@ class BoundContext:
 
     def _bind_and_launch(self, args, shapes, copies_back: list | None,
                          recorder) -> tuple[int, int]:
-        """Tells TensorRT what changed, stages host inputs (on the current
-        stream, ours), launches; returns the launch's start and end times."""
+        """Tells TensorRT what changed, stages host inputs (on our stream),
+        launches; returns the launch's start and end times."""
         n_in = len(self.inputs)
         if self.state is not None:  # its shapes first: output shapes may depend on them
             self.state.bind(self.context)
@@ -289,11 +280,13 @@ class BoundContext:
             if arg.device_type == _CUDA:
                 self._set_address(i, arg.data)
             else:
-                shape = shapes[i]
-                staged = self._device_buffer(i, self._names[i], shape,
-                                             SCALAR_TYPE_TO_TORCH[arg.dtype])
-                staged.copy_(self.views.view(arg, shape), non_blocking=True)
-                self._set_address(i, staged.data_ptr())
+                nbytes = checked_nbytes(arg, shapes[i])
+                staged = self._staging_address(self._names[i], nbytes)
+                if nbytes:  # pageable memory: returns once the bytes are read
+                    check(driver().cuMemcpyHtoDAsync_v2(staged, arg.data, nbytes,
+                                                         self.stream.handle),
+                          "copying a host input to CUDA memory")
+                self._set_address(i, staged)
         reflect: list[tuple[int, int, int]] = []  # TR02: (input address, output address, bytes)
         for j, binding in enumerate(self.outputs):
             k = n_in + j
@@ -304,14 +297,14 @@ class BoundContext:
                 checked_nbytes(arg, shape, "CUDA ")  # TensorRT writes this many bytes
                 address = arg.data
             else:
-                staged = self._device_buffer(k, binding.name, shape,
-                                             SCALAR_TYPE_TO_TORCH[arg.dtype])
-                copies_back.append((staged, arg, shape))
-                address = staged.data_ptr()
+                nbytes = checked_nbytes(arg, shape)
+                address = self._staging_address(binding.name, nbytes)
+                if nbytes:
+                    copies_back.append((address, arg, nbytes))
             if j in self.aliases:  # TR02: the engine writes into the input; copied out below
                 source = self._addresses[self.aliases[j]]
                 reflect.append((source, address,
-                                math.prod(shape) * SCALAR_TYPE_TO_TORCH[arg.dtype].itemsize))
+                                math.prod(shape) * SCALAR_TYPE_TO_NUMPY[arg.dtype].itemsize))
                 address = source
             self._set_address(k, address)
         t1 = profiling.now() if recorder else 0

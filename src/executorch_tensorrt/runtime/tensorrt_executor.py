@@ -11,16 +11,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
-import torch
-
 from ..blob import Blob
 from ..errors import (
     ArgumentError, EngineUnavailable, InvalidProgramError, RebuildImpossible,
     TensorRTNotInstalledError)
 from ..tensorrt.flavor import collecting_logger, load_tensorrt
 from . import profiling
-from .arguments import Binding, split_bindings
+from .arguments import SCALAR_TYPE_TO_NUMPY, Binding, dtype_name, split_bindings
 from .cuda_device import chosen_device
+from .cuda_objects import device_capability as _capability, device_name, make_current
 from .cuda_kernel_cache import KernelCache
 from .engine_portability import built_here, rebuilt_engine
 from .engine_refit import refit_engine
@@ -34,12 +33,18 @@ from .tensorrt_profiling import attach_layer_profiler
 __all__ = ["BoundContext", "EngineUnavailable", "TensorRTExecutor"]  # BoundContext: tensorrt_context.py
 
 
-def device_capability(device: torch.device) -> str:
-    major, minor = torch.cuda.get_device_capability(device)
+# TensorRT DataType name -> ExecuTorch ScalarType code (arguments.py's table
+# gives the numpy dtype); BF16 and INT64 are missing from older TensorRTs.
+_TRT_SCALAR_TYPES = {"FLOAT": 6, "HALF": 5, "INT8": 1, "INT32": 3, "BOOL": 11, "UINT8": 0,
+                     "BF16": 15, "INT64": 4}
+
+
+def device_capability(device: int) -> str:
+    major, minor = _capability(device)
     return f"SM{major}{minor}"
 
 
-def engine_for_this_gpu(blob: Blob, trt, device: torch.device,
+def engine_for_this_gpu(blob: Blob, trt, device: int,
                         weights: Callable[[], Sequence[WeightBuffer]] = tuple) -> bytes:
     """The blob's engine, or one (re)built from its ONNX (and the named-data
     weights `weights()` returns) for this TensorRT and GPU: always for
@@ -54,7 +59,7 @@ def engine_for_this_gpu(blob: Blob, trt, device: torch.device,
                                 f"the embedded ONNX failed: {e}") from None
 
 
-def _why_rebuilt(blob: Blob, trt, device: torch.device, here: str) -> str:
+def _why_rebuilt(blob: Blob, trt, device: int, here: str) -> str:
     if blob.engine_kind == "none":
         return (f"the program ships no engine for this partition (it is built at load from the "
                 f"embedded ONNX and the named-data weights) with {trt.flavor} {trt.version} "
@@ -65,7 +70,7 @@ def _why_rebuilt(blob: Blob, trt, device: torch.device, here: str) -> str:
         built = [k for k in trt.module.ComputeCapability.__members__ if k.startswith("SM")]
     was = (f"{meta.get('trt_flavor')} {meta.get('trt_version')} for "
            f"{', '.join(built) if isinstance(built, list) and built else 'its GPU'}")
-    return (f"the engine was built with {was}, and this GPU ({torch.cuda.get_device_name(device)})"
+    return (f"the engine was built with {was}, and this GPU ({device_name(device)})"
             f" is {here}, compute capability {here[2:-1]}.{here[-1]}, with {trt.flavor} "
             f"{trt.version} here")
 
@@ -80,20 +85,16 @@ def engine_binding(trt, engine, binding: Binding) -> Binding:
         raise InvalidProgramError(f"the blob names binding {binding.name!r}, which the engine "
                                   f"does not have (it has {sorted(names)})")
     is_input = engine.get_tensor_mode(binding.name) == m.TensorIOMode.INPUT
-    to_torch = {m.DataType.FLOAT: torch.float32, m.DataType.HALF: torch.float16,
-                m.DataType.INT8: torch.int8, m.DataType.INT32: torch.int32,
-                m.DataType.BOOL: torch.bool, m.DataType.UINT8: torch.uint8}
-    for name, dtype in (("BF16", torch.bfloat16), ("INT64", torch.int64)):
-        if hasattr(m.DataType, name):
-            to_torch[getattr(m.DataType, name)] = dtype
-    dtype = to_torch.get(engine.get_tensor_dtype(binding.name))
+    to_numpy = {getattr(m.DataType, name): SCALAR_TYPE_TO_NUMPY[code]
+                for name, code in _TRT_SCALAR_TYPES.items() if hasattr(m.DataType, name)}
+    dtype = to_numpy.get(engine.get_tensor_dtype(binding.name))
     shape = tuple(engine.get_tensor_shape(binding.name))
     if (is_input != binding.is_input or dtype is None
             or (binding.dtype is not None and dtype != binding.dtype)
             or (binding.shape is not None and len(shape) != len(binding.shape))):
         raise InvalidProgramError(
             f"the blob's binding {binding.name!r} ({'input' if binding.is_input else 'output'}, "
-            f"{binding.dtype}, shape {binding.shape}) does not match the engine's tensor "
+            f"{dtype_name(binding.dtype)}, shape {binding.shape}) does not match the engine's tensor "
             f"({'input' if is_input else 'output'}, {engine.get_tensor_dtype(binding.name)}, "
             f"shape {list(shape)})")
     return dataclasses.replace(binding, dtype=dtype, shape=binding.shape or shape)
@@ -114,6 +115,9 @@ class TensorRTExecutor(Executor):
             return weights if weights is not None else blob_weights(blob, named_data)
 
         self.inputs, self.outputs = split_bindings(meta)
+        # The GPU first: without one, TensorRT (~110 MB resident) is never
+        # loaded, and a process on the CPU fallback stays small.
+        device = chosen_device(meta, device)  # device_id unless overridden at load
         flavor = meta.get("trt_flavor")
         try:  # the flavour that built it, else any: engine_for_this_gpu rebuilds
             try:
@@ -124,7 +128,7 @@ class TensorRTExecutor(Executor):
             raise EngineUnavailable(f"the engine was built with {flavor or 'TensorRT'} "
                                     f"{meta.get('trt_version', '')}, and no TensorRT is "
                                     f"installed here to run or rebuild it: {e}")
-        device = chosen_device(meta, device)  # device_id unless overridden at load
+        make_current(device)  # TensorRT (the CUDA runtime) works in the current context
         engine = engine_for_this_gpu(blob, self.trt, device, named_weights)
         m = self.trt.module
         self.logger = collecting_logger(self.trt)
@@ -144,7 +148,7 @@ class TensorRTExecutor(Executor):
                 f"states {n_state}")
         self.inputs = [engine_binding(self.trt, self.engine, b) for b in self.inputs]
         self.outputs = [engine_binding(self.trt, self.engine, b) for b in self.outputs]
-        self.kernel_cache = KernelCache(self.trt, engine, torch.cuda.get_device_name(device))
+        self.kernel_cache = KernelCache(self.trt, engine, device_name(device))
         self.bound = create_context(self.trt, self.engine, device,
                                     kernel_cache=self.kernel_cache)  # tensorrt_context.py
         self.bound.bind(self.inputs, self.outputs)

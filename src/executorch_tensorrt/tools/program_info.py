@@ -5,12 +5,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..blob import BlobError, read_blob
-from ..runtime.arguments import SCALAR_TYPE_TO_TORCH
+from ..runtime.arguments import SCALAR_TYPE_TO_NUMPY
 
 
 def scalar_type_name(code: int) -> str:
-    dtype = SCALAR_TYPE_TO_TORCH.get(code)
-    return str(dtype).removeprefix("torch.") if dtype else f"scalar_type {code}"
+    dtype = SCALAR_TYPE_TO_NUMPY.get(code)
+    return dtype.name if dtype is not None else f"scalar_type {code}"
 
 
 @dataclass
