@@ -122,6 +122,9 @@ class Stream:
                 driver().cuStreamDestroy_v2(self.handle)
         except Exception:  # noqa: BLE001 - finalizers must not raise (interpreter exit)
             pass
+        # A buffer still pointing here (both garbage in one cycle, finalized in
+        # any order) must see that the stream is gone, not free on a dead handle.
+        self.handle = None
 
 
 class Event:
@@ -178,9 +181,9 @@ class DeviceBuffer:
         try:
             make_current(self.device)
             lib = driver()
-            if self._ordered:
+            if self._ordered and self.stream.handle:
                 lib.cuMemFreeAsync(self.address, self.stream.handle)
-            else:
+            else:  # also stream-ordered memory whose stream was finalized first
                 lib.cuCtxSynchronize()  # queued work may still use it
                 lib.cuMemFree_v2(self.address)
         except Exception:  # noqa: BLE001 - finalizers must not raise (interpreter exit)
