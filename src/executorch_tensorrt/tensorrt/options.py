@@ -5,6 +5,10 @@ from the blob)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Sequence
+
+# More would multiply build time and engine size for little gain (docs/gpu-runtime.md).
+MAX_OPTIMIZATION_PROFILES = 16
 
 
 @dataclass(frozen=True)
@@ -43,3 +47,18 @@ class InputProfile:
     @classmethod
     def from_dict(cls, entry: dict) -> "InputProfile":
         return cls(tuple(entry["min"]), tuple(entry["opt"]), tuple(entry["max"]))
+
+
+ProfileSet = list[InputProfile]  # one optimization profile: one InputProfile per network input
+
+
+def profile_sets(profiles: Sequence[InputProfile] | Sequence[Sequence[InputProfile]] | None
+                 ) -> list[ProfileSet]:
+    """The optimization profiles of a build, each a list with one InputProfile
+    per network input: `profiles` is one such list (one profile, as before
+    several were possible) or a list of them."""
+    if not profiles:
+        return []
+    if all(isinstance(p, InputProfile) for p in profiles):
+        return [list(profiles)]
+    return [list(s) for s in profiles]
