@@ -57,6 +57,8 @@ class BuiltEngine:
     version: str
     compute_capabilities: tuple[str, ...] | None
     build_seconds: float
+    # Optimization profiles the builder config held (0: a static network needs none).
+    optimization_profiles: int = 0
 
 
 _cache: dict[str, BuiltEngine] = {}
@@ -175,9 +177,10 @@ def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "part
     if progress:
         progress(f"built {label} in {seconds:.2f} s ({_mb(serialized.nbytes)})")
     if not keep_engine:
-        return BuiltEngine(b"", trt.flavor, trt.version, options.compute_capabilities, seconds)
+        return BuiltEngine(b"", trt.flavor, trt.version, options.compute_capabilities, seconds,
+                           config.num_optimization_profiles)
     built = BuiltEngine(bytes(serialized), trt.flavor, trt.version,
-                        options.compute_capabilities, seconds)
+                        options.compute_capabilities, seconds, config.num_optimization_profiles)
     del serialized
     if cacheable:
         with _cache_lock:
