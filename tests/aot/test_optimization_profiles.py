@@ -240,3 +240,14 @@ def test_cli_refuses_bad_profile_flags(tmp_path, flags, message):
                           "add", str(tmp_path / "a.pte"), *flags], capture_output=True,
                          text=True, timeout=600, env=child_env())
     assert run.returncode != 0 and message in run.stderr, run.stderr
+
+
+def test_the_compile_spec_carries_profiles_through_executorch():
+    from executorch_tensorrt.aot.compile_spec import TensorRTCompileSpec
+
+    for option in (None, 3, [{BATCH: (1, 8, 16), "x:1": (3, 3, 3)}, {"$s17": (17, 20, 30)}]):
+        spec = TensorRTCompileSpec(profiles=option)
+        again = TensorRTCompileSpec.from_compile_specs(spec.to_compile_specs())
+        assert again == spec and hash(again) == hash(spec)
+    with pytest.raises(ValueError, match="profiles=0"):
+        TensorRTCompileSpec(profiles=0)
