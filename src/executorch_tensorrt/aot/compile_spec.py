@@ -122,3 +122,10 @@ class TensorRTCompileSpec:
     def build_options(self) -> BuildOptions:
         """The engine-build part of this spec, for the TensorRT layer."""
         return BuildOptions(self.compute_capabilities, self.workspace_bytes, self.precision)
+
+
+def with_profiles(specs: list[CompileSpec], profiles: ProfileOption | None) -> list[CompileSpec]:
+    """`specs` with their "profiles" entry replaced (the partitioner's
+    resolved profiles; other entries, e.g. target_device, kept)."""
+    entry = CompileSpec("profiles", json.dumps(profiles_json(profiles)).encode())
+    return [entry if s.key == "profiles" else s for s in specs]

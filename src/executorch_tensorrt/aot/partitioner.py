@@ -18,8 +18,6 @@ per partition. Parser answers are cached per ONNX model within a process.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import operator
 from typing import Callable, Iterable
 
@@ -31,7 +29,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..errors import EngineBuildError
 from .backend import engine_kind, weights_id
-from .compile_spec import TensorRTCompileSpec
+from .compile_spec import TensorRTCompileSpec, with_profiles
 from ..tensorrt.engine_builder import Progress, build_engine, stderr_progress
 from ..tensorrt.onnx_parser import ParseFailure, unsupported_nodes
 from .onnx_export import export_onnx, keep_for_reuse, quiet
@@ -338,8 +336,8 @@ class TensorRTPartitioner(Partitioner):
         # Optimization profiles named as the user knows the dimensions, resolved
         # on the whole program to its symbols, which every partition shares.
         self._profiles = resolve_profiles(ep, self.compile_spec.profiles)
-        delegation_spec = DelegationSpec(BACKEND_ID, dataclasses.replace(
-            self.compile_spec, profiles=resolved_option(self._profiles)).to_compile_specs())
+        delegation_spec = DelegationSpec(self.delegation_spec.backend_id, with_profiles(
+            self.delegation_spec.compile_specs, resolved_option(self._profiles)))
         with quiet():
             rejected = self._initial_rejections(ep)
         candidates = {n.name for n in ep.graph.nodes
