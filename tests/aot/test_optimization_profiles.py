@@ -251,3 +251,33 @@ def test_the_compile_spec_carries_profiles_through_executorch():
         assert again == spec and hash(again) == hash(spec)
     with pytest.raises(ValueError, match="profiles=0"):
         TensorRTCompileSpec(profiles=0)
+
+
+def test_prefill_and_decode_profiles_of_a_decoder_with_its_kv_cache(allow_fallback):
+    """The case several profiles are for: decode steps of one token and
+    prompts of many, with the cache owned by the partition (state.py)."""
+    import copy
+
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
+    from executorch_tensorrt.runtime.generate import greedy_decode
+    from executorch_tensorrt.tools import llm_models as lm
+
+    torch.manual_seed(0)
+    model = lm.CachedDecoder().eval().requires_grad_(False)
+    eager = copy.deepcopy(model)
+    partitioner = TensorRTPartitioner(progress=None, profiles=[{"seq": (1, 1, 1)},
+                                                               {"seq": (2, 8, 16)}])
+    program = to_edge_transform_and_lower(
+        lm.export_cached_decoder(model), partitioner=[partitioner],
+        compile_config=EdgeCompileConfig(_check_ir_validity=False)).to_executorch()
+    metas = [read_blob(b).metadata for b in tensorrt_blobs(program.buffer)]
+    with_state = [m for m in metas if m.get("state")]
+    assert with_state and all(len(m["optimization_profiles"]) == 2 for m in with_state)
+    tokens = next(p for p in with_state[0]["optimization_profiles"][1] if len(p["min"]) == 2)
+    assert (tokens["min"], tokens["opt"], tokens["max"]) == ([1, 2], [1, 8], [1, 16])
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    prompt = list(range(3, 11))
+    assert greedy_decode(method, prompt, 8).tokens == greedy_decode(eager, prompt, 8).tokens
