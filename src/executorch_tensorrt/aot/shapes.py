@@ -144,8 +144,7 @@ def _dimension_names(ep) -> tuple[dict[str, str], dict[str, str], dict[str, tupl
     return keys, shown, ranges
 
 
-def _automatic(count: int, ranges: dict[str, tuple[int, int]],
-               shown: dict[str, str]) -> list[SymbolProfile]:
+def _automatic(count: int, ranges: dict[str, tuple[int, int]]) -> list[SymbolProfile]:
     """Power-of-two buckets of the widest dynamic dimension, opt at each
     bucket's top: [1, 2048] in 3 gives 1..16, 17..256, 257..2048."""
     dynamic = {s: r for s, r in ranges.items() if r[0] < r[1]}
@@ -217,7 +216,7 @@ def resolve_profiles(ep: torch.export.ExportedProgram, option) -> list[SymbolPro
         return [{k[1:]: r for k, r in p} for p in option]
     keys, shown, ranges = _dimension_names(ep)
     if isinstance(option, int):
-        return _automatic(option, ranges, shown)
+        return _automatic(option, ranges)
     known = sorted(k for k in keys if not k.startswith("$") and not re.fullmatch(r"\d+:\d+", k))
     out: list[SymbolProfile] = []
     for k, profile in enumerate(option):
