@@ -165,3 +165,19 @@ def test_the_rebuild_at_load_keeps_every_profile(blob3, tmp_path, monkeypatch):
     engine = rebuilt_engine(stale, load_tensorrt(), "SM89")
     built = [b for b in engine_builder._cache.values() if b.engine == engine]
     assert built and built[0].optimization_profiles == 3
+
+
+def test_a_blob_without_profiles_takes_the_engines_own():
+    """Torch-TensorRT's blobs record no profiles; their engines may hold several."""
+    from executorch_tensorrt.runtime.profile_choice import engine_profile_choice
+
+    meta = {"io_bindings": [{"name": "x", "dtype": "", "shape": [], "is_input": True},
+                            {"name": "y", "dtype": "", "shape": [], "is_input": False}]}
+    inputs, _ = split_bindings(meta)
+    engine = StandInEngine({("x", 0): [[1, 3], [1, 3], [1, 3]],
+                            ("x", 1): [[2, 3], [64, 3], [512, 3]]})
+    choice = engine_profile_choice(engine, inputs)
+    assert [choice.index_for([(n, 3)]) for n in (1, 2, 512)] == [0, 1, 1]
+    with pytest.raises(ArgumentError, match=r"profile 1: x min \[2, 3\] max \[512, 3\]"):
+        choice.index_for([(513, 3)])
+    assert engine_profile_choice(StandInEngine({("x", 0): [[1, 3]] * 3}), inputs) is None

@@ -19,7 +19,7 @@ from typing import Sequence
 from ..errors import ArgumentError, InvalidProgramError
 from .arguments import Binding, optimization_profiles
 
-__all__ = ["ProfileChoice", "check_engine_profiles", "profile_choice"]
+__all__ = ["ProfileChoice", "check_engine_profiles", "engine_profile_choice", "profile_choice"]
 
 Bounds = tuple[tuple[int, ...], tuple[int, ...]]
 
@@ -88,6 +88,20 @@ def profile_choice(metadata: dict, inputs: list[Binding]) -> ProfileChoice | Non
     for profile in profiles:
         by_name = {p["name"]: (tuple(p["min"]), tuple(p["max"])) for p in profile}
         bounds.append([by_name.get(b.name) for b in inputs])
+    return ProfileChoice([b.name for b in inputs], bounds)
+
+
+def engine_profile_choice(engine, inputs: list[Binding]) -> ProfileChoice | None:
+    """For a blob that records no profiles (Torch-TensorRT's: its engines
+    carry theirs, several since its multi-profile builds), the choice from the
+    engine's own profiles; None with fewer than two."""
+    count = int(getattr(engine, "num_optimization_profiles", 1))
+    if count < 2:
+        return None
+    bounds = []
+    for k in range(count):
+        shapes = [engine.get_tensor_profile_shape(b.name, k) for b in inputs]
+        bounds.append([(tuple(s[0]), tuple(s[2])) if len(s) == 3 else None for s in shapes])
     return ProfileChoice([b.name for b in inputs], bounds)
 
 
