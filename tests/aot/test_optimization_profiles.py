@@ -253,7 +253,8 @@ def test_the_compile_spec_carries_profiles_through_executorch():
         TensorRTCompileSpec(profiles=0)
 
 
-def test_prefill_and_decode_profiles_of_a_decoder_with_its_kv_cache(allow_fallback):
+def test_prefill_and_decode_profiles_of_a_decoder_with_its_kv_cache(allow_fallback, tmp_path,
+                                                                    monkeypatch):
     """The case several profiles are for: decode steps of one token and
     prompts of many, with the cache owned by the partition (state.py)."""
     import copy
@@ -268,16 +269,29 @@ def test_prefill_and_decode_profiles_of_a_decoder_with_its_kv_cache(allow_fallba
     torch.manual_seed(0)
     model = lm.CachedDecoder().eval().requires_grad_(False)
     eager = copy.deepcopy(model)
-    partitioner = TensorRTPartitioner(progress=None, profiles=[{"seq": (1, 1, 1)},
-                                                               {"seq": (2, 8, 16)}])
+    partitioner = TensorRTPartitioner(progress=None, inline_weights=True,
+                                      profiles=[{"seq": (1, 1, 1)}, {"seq": (2, 8, 16)}])
     program = to_edge_transform_and_lower(
         lm.export_cached_decoder(model), partitioner=[partitioner],
         compile_config=EdgeCompileConfig(_check_ir_validity=False)).to_executorch()
-    metas = [read_blob(b).metadata for b in tensorrt_blobs(program.buffer)]
-    with_state = [m for m in metas if m.get("state")]
+    blobs = [read_blob(b) for b in tensorrt_blobs(program.buffer)]
+    with_state = [b.metadata for b in blobs if b.metadata.get("state")]
     assert with_state and all(len(m["optimization_profiles"]) == 2 for m in with_state)
     tokens = next(p for p in with_state[0]["optimization_profiles"][1] if len(p["min"]) == 2)
     assert (tokens["min"], tokens["opt"], tokens["max"]) == ([1, 2], [1, 8], [1, 16])
     method = Runtime.get().load_program(program.buffer).load_method("forward")
     prompt = list(range(3, 11))
     assert greedy_decode(method, prompt, 8).tokens == greedy_decode(eager, prompt, 8).tokens
+    # The rebuild at load: both profiles, the cache inputs (absent from the
+    # profiles: their shapes are static) at their shapes.
+    from executorch_tensorrt.blob import write_blob
+    from executorch_tensorrt.runtime.engine_portability import rebuilt_engine
+    from executorch_tensorrt.tensorrt import engine_builder
+
+    monkeypatch.setenv("EXECUTORCH_TENSORRT_CACHE_DIR", str(tmp_path))
+    blob = next(b for b in blobs if b.metadata.get("state"))
+    stale = read_blob(write_blob(blob.engine, dict(blob.metadata, trt_version="0.1.2"),
+                                 onnx=blob.onnx))
+    engine = rebuilt_engine(stale, load_tensorrt(), "SM89")
+    built = [b for b in engine_builder._cache.values() if b.engine == engine]
+    assert built and built[0].optimization_profiles == 2

@@ -42,10 +42,13 @@ def built_here(blob: Blob, trt: TensorRT, capability: str) -> bool:
     return not trt.is_rtx or built == "all" or capability in (built or [])
 
 
-def _profiles(meta: dict) -> list[list[InputProfile]]:
+def _profiles(meta: dict) -> list[dict[str, InputProfile]]:
     """Every optimization profile of the blob, rebuilt in the same order (the
-    executor chooses among them by index)."""
-    return [[InputProfile.from_dict(p) for p in profile]
+    executor chooses among them by index), by input name; delegate-owned state
+    inputs (not in the profiles: their shapes are static) at their shape."""
+    state = {s["onnx_input"]: InputProfile(*(tuple(s["shape"]),) * 3)
+             for s in meta.get("state", [])}
+    return [{**{p["name"]: InputProfile.from_dict(p) for p in profile}, **state}
             for profile in optimization_profiles(meta)]
 
 

@@ -22,7 +22,8 @@ from typing import Callable, Sequence
 from ..errors import EngineBuildError
 from .flavor import TensorRT, load_tensorrt
 from .onnx_parser import Initializer, parse_network
-from .options import MAX_OPTIMIZATION_PROFILES, BuildOptions, InputProfile, profile_sets
+from .options import (
+    MAX_OPTIMIZATION_PROFILES, BuildOptions, InputProfile, ProfileSet, profile_sets)
 
 Progress = Callable[[str], None]
 
@@ -65,24 +66,35 @@ _cache: dict[str, BuiltEngine] = {}
 _cache_lock = threading.Lock()
 
 
-def _add_profiles(builder, network, config, sets: list[list[InputProfile]]) -> None:
+def _add_profiles(builder, network, config, sets: list[ProfileSet]) -> None:
     """One TensorRT optimization profile per set, in order (profile k of the
     engine is sets[k]); none when no input is dynamic."""
-    if not sets or not any(p.is_dynamic for s in sets for p in s):
+    if not sets or not any(p.is_dynamic for s in sets for p in _values(s)):
         return
     if len(sets) > MAX_OPTIMIZATION_PROFILES:
         raise EngineBuildError(f"{len(sets)} optimization profiles asked for; at most "
                                f"{MAX_OPTIMIZATION_PROFILES} are supported")
+    names = [network.get_input(i).name for i in range(network.num_inputs)]
     for k, profiles in enumerate(sets):
+        if isinstance(profiles, dict):
+            missing = [n for n in names if n not in profiles]
+            if missing:
+                raise EngineBuildError(f"optimization profile {k} gives no shapes for network "
+                                       f"inputs {missing} (it names {sorted(profiles)})")
+            profiles = [profiles[n] for n in names]
         if len(profiles) != network.num_inputs:
             raise EngineBuildError(f"optimization profile {k} has {len(profiles)} input "
                                    f"profiles for a network with {network.num_inputs} inputs")
         profile = builder.create_optimization_profile()
-        for i, p in enumerate(profiles):
-            profile.set_shape(network.get_input(i).name, p.min, p.opt, p.max)
+        for name, p in zip(names, profiles):
+            profile.set_shape(name, p.min, p.opt, p.max)
         if config.add_optimization_profile(profile) < 0:
-            shapes = [p.as_dict(network.get_input(i).name) for i, p in enumerate(profiles)]
+            shapes = [p.as_dict(n) for n, p in zip(names, profiles)]
             raise EngineBuildError(f"TensorRT refused optimization profile {k}: {shapes}")
+
+
+def _values(profiles: ProfileSet) -> list[InputProfile]:
+    return list(profiles.values()) if isinstance(profiles, dict) else list(profiles)
 
 
 def _configure(trt: TensorRT, builder, options: BuildOptions):
@@ -107,10 +119,11 @@ def _configure(trt: TensorRT, builder, options: BuildOptions):
 
 
 def _key(trt: TensorRT, onnx_bytes: bytes, options: BuildOptions,
-         sets: list[list[InputProfile]], weights_id: str = "", stripped: bool = False) -> str:
+         sets: list[ProfileSet], weights_id: str = "", stripped: bool = False) -> str:
     h = hashlib.sha256(onnx_bytes)
-    h.update(json.dumps([trt.flavor, trt.version, options.as_dict(),
-                         [[p.as_dict("") for p in s] for s in sets], weights_id]
+    shapes = [[s[n].as_dict(n) for n in sorted(s)] if isinstance(s, dict)
+              else [p.as_dict("") for p in s] for s in sets]
+    h.update(json.dumps([trt.flavor, trt.version, options.as_dict(), shapes, weights_id]
                         + (["stripped"] if stripped else []),
                         sort_keys=True).encode())
     return h.hexdigest()
@@ -130,8 +143,7 @@ def _mb(nbytes: int) -> str:
 
 
 def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "partition",
-                 profiles: Sequence[InputProfile] | Sequence[Sequence[InputProfile]]
-                 | None = None,
+                 profiles: Sequence[InputProfile] | Sequence[ProfileSet] | None = None,
                  progress: Progress | None = stderr_progress,
                  trt: TensorRT | None = None,
                  initializers: Sequence[Initializer] = (),
@@ -139,8 +151,8 @@ def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "part
                  keep_engine: bool = True) -> BuiltEngine:
     """Builds (or returns the cached) engine for an ONNX model. `profiles` gives
     min/opt/max shapes per network input when any is dynamic: one list of
-    InputProfile (one optimization profile), or a list of such lists (one
-    optimization profile each, in order). `initializers`:
+    InputProfile (one optimization profile), or a list of profiles (each a
+    list in network input order, or a dict by input name), in engine order. `initializers`:
     weights read from caller memory (onnx_parser.parse_network), valid until
     this returns; `weights_id` names their content (e.g. their digests) for
     the in-process cache, which is skipped when initializers come without it.

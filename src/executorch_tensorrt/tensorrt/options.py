@@ -49,16 +49,18 @@ class InputProfile:
         return cls(tuple(entry["min"]), tuple(entry["opt"]), tuple(entry["max"]))
 
 
-ProfileSet = list[InputProfile]  # one optimization profile: one InputProfile per network input
+# One optimization profile: an InputProfile per network input, in the
+# network's input order, or by input name (the rebuild path, which knows names).
+ProfileSet = list[InputProfile] | dict[str, InputProfile]
 
 
-def profile_sets(profiles: Sequence[InputProfile] | Sequence[Sequence[InputProfile]] | None
+def profile_sets(profiles: Sequence[InputProfile] | Sequence[ProfileSet] | None
                  ) -> list[ProfileSet]:
-    """The optimization profiles of a build, each a list with one InputProfile
-    per network input: `profiles` is one such list (one profile, as before
-    several were possible) or a list of them."""
+    """The optimization profiles of a build: `profiles` is one list of
+    InputProfile (one profile, as before several were possible) or a list of
+    profiles."""
     if not profiles:
         return []
     if all(isinstance(p, InputProfile) for p in profiles):
         return [list(profiles)]
-    return [list(s) for s in profiles]
+    return [dict(s) if isinstance(s, dict) else list(s) for s in profiles]
