@@ -91,6 +91,18 @@ def _export_options(args) -> dict:
         options["inline_weights"] = True
     if args.no_memory_check:
         options["check_memory"] = False
+    if args.profiles is not None and args.profile:
+        raise _Fail(EXIT_USAGE, "--profiles N splits the range itself; --profile gives each "
+                                "profile: use one of them")
+    if args.profiles is not None or args.profile:
+        from .aot.profile_option import normalize_profiles, parse_profile_text
+
+        try:
+            options["profiles"] = normalize_profiles(
+                args.profiles if args.profiles is not None
+                else [parse_profile_text(t) for t in args.profile])
+        except ValueError as e:
+            raise _Fail(EXIT_USAGE, str(e).replace("profiles=", "--profiles ")) from None
     return options
 
 
@@ -294,6 +306,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dynamic", action="append", default=[], metavar="INPUT:DIM:MIN:MAX",
                    help="make dimension DIM of input INPUT range over MIN..MAX (repeatable), "
                         "e.g. 0:0:1:8 for a batch of 1 to 8")
+    p.add_argument("--profiles", type=int, metavar="N",
+                   help="N TensorRT optimization profiles: the widest dynamic dimension split "
+                        "in power-of-two buckets (default: one over each dimension's range)")
+    p.add_argument("--profile", action="append", default=[], metavar="DIM=MIN:OPT:MAX[,...]",
+                   help="one optimization profile (repeatable, first containing a call's "
+                        "shapes runs it); DIM is a Dim's name or INPUT:DIM, e.g. "
+                        "0:0=1:16:16 --profile 0:0=17:256:256")
     p.add_argument("--exclude-op", action="append", default=[], metavar="OP",
                    help="keep an ATen op off TensorRT, e.g. aten.convolution.default")
     p.add_argument("--require-backend", action="append", default=[], metavar="BACKEND",

@@ -54,9 +54,14 @@ class StandInContext:
     two contexts sharing that memory at once would corrupt each other.
     `sleep_cycles`: GPU cycles the engine spins before writing its output.
     `capturable`: False makes it say so through is_stream_capturable;
-    "refuse" makes its enqueue return False while being captured."""
+    "refuse" makes its enqueue return False while being captured.
+    `profiles`: per optimization profile, the (min, max) rows of every input;
+    like TensorRT, it then refuses shapes outside the active profile, and a
+    switch (set_optimization_profile_async, recorded in `profile_switches`)
+    forgets the shapes and addresses set before it."""
 
-    def __init__(self, sleep_cycles: int = 1_000_000, capturable=True) -> None:
+    def __init__(self, sleep_cycles: int = 1_000_000, capturable=True,
+                 profiles: list[tuple[int, int]] | None = None) -> None:
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.addresses: dict[str, int] = {}
         self.streams: list[int] = []
@@ -67,9 +72,26 @@ class StandInContext:
         self.sleep_cycles = sleep_cycles
         self.capturable = capturable
         self._views: dict[tuple, torch.Tensor] = {}
+        self.profiles = profiles
+        self.profile = 0
+        self.profile_switches: list[tuple[int, int]] = []  # (index, stream)
+        self.ran_in: list[int] = []  # the active profile of each enqueue
+
+    def set_optimization_profile_async(self, index, stream) -> bool:
+        self.profile_switches.append((index, stream))
+        if not 0 <= index < len(self.profiles or [None]):
+            return False
+        self.profile = index
+        self.shapes.clear()  # TensorRT wants them set again in the new profile
+        self.addresses.clear()
+        return True
 
     def set_input_shape(self, name, shape) -> bool:
         self.calls["set_input_shape"] += 1
+        if self.profiles is not None:
+            lo, hi = self.profiles[self.profile]
+            if not lo <= shape[0] <= hi:
+                return False
         self.shapes[name] = tuple(shape)
         return True
 
@@ -105,6 +127,7 @@ class StandInContext:
             capturing = torch.cuda.is_current_stream_capturing()  # the stream it was given
             self.streams.append(stream)
             self.captured.append(capturing)
+            self.ran_in.append(self.profile)
             if capturing and self.capturable == "refuse":
                 return False
             shape = self.shapes["x"]

@@ -30,7 +30,7 @@ from .debug_handles import debug_handle_map, onnx_node_sources
 from .named_data import store_weights
 from .onnx_export import OnnxExport, export_onnx, reused_export
 from .program_copy import copy_program
-from .shapes import input_profiles
+from .shapes import input_profile_sets, profile_metadata, resolve_profiles
 from .state import (STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX, aliased_io, finish_onnx,
                     lift_state)
 from .weights import content_id, initializer_pointers
@@ -138,7 +138,8 @@ class TensorRTBackend(BackendDetails):
             stateful = bool(lifted.aliases or lifted.states)
             exported = ((None if stateful else reused_export(edge_program, spec.precision))
                         or export_onnx(lifted.program, spec.precision))
-            profiles = input_profiles(lifted.program)
+            profiles = input_profile_sets(lifted.program,
+                                          resolve_profiles(lifted.program, spec.profiles))
             state, aliases = None, []
             try:
                 if lifted.aliases:  # caller-owned caches: Torch-TensorRT's TR02 form
@@ -148,7 +149,7 @@ class TensorRTBackend(BackendDetails):
                     state = finish_onnx(lifted, exported.onnx_bytes, exported.edge_node_of)
                     exported.onnx_bytes = state.onnx_bytes
                     exported.edge_node_of = state.edge_node_of
-                    profiles = [profiles[i] for i in state.profile_order]
+                    profiles = [[p[i] for i in state.profile_order] for p in profiles]
                 if scatters and tensor_scatter:  # does TensorRT's parser take the in-place writes?
                     pointers, _alive = initializer_pointers(exported.weights, stand_ins=True)
                     parse_network(load_tensorrt(), exported.onnx_bytes, pointers)
@@ -181,7 +182,7 @@ class TensorRTBackend(BackendDetails):
         metadata = {
             "io_bindings": bindings,
             **({"aliased_io": aliases} if aliases else {}),
-            "profiles": [p.as_dict(n) for n, p in zip(inputs, profiles)],
+            **profile_metadata(inputs, profiles),
             **_builder_fields(built, spec),
             "device_id": spec.device_id,
             "precision": spec.precision,

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, fields
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 from ..tensorrt.options import BuildOptions
+from .profile_option import ProfileOption, normalize_profiles, profiles_json
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 _CC = re.compile(r"^SM(\d{2,3})$")
@@ -33,6 +34,10 @@ class TensorRTCompileSpec:
         program's named data, once (the default).
     weights_file: the stem of the .ptd the named data goes to (export sets it
         from the .pte's name with external_weights=True); None: in the .pte.
+    profiles: TensorRT optimization profiles for the dynamic dimensions
+        (aot/profile_option.py): None, one over the export ranges; N, the
+        widest dimension split in power-of-two buckets; or a list of
+        {dimension: (min, opt, max)} (docs/gpu-runtime.md).
     """
 
     compute_capabilities: tuple[str, ...] | None = None
@@ -41,6 +46,7 @@ class TensorRTCompileSpec:
     precision: str = "fp32"
     inline_weights: bool = False
     weights_file: str | None = None
+    profiles: int | ProfileOption | None = None
 
     def __post_init__(self) -> None:
         ccs = self.compute_capabilities
@@ -72,6 +78,7 @@ class TensorRTCompileSpec:
             raise ValueError("inline_weights=True keeps the weights in the blob, so there is "
                              "no .ptd to write; drop one of inline_weights and weights_file "
                              "(external_weights)")
+        object.__setattr__(self, "profiles", normalize_profiles(self.profiles))
         if self.precision not in PRECISIONS:
             raise ValueError(
                 f"precision {self.precision!r} is not supported; choose one of {PRECISIONS}")
@@ -80,6 +87,7 @@ class TensorRTCompileSpec:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["compute_capabilities"] = (
             list(self.compute_capabilities) if self.compute_capabilities else None)
+        values["profiles"] = profiles_json(self.profiles)
         return [CompileSpec(k, json.dumps(v).encode()) for k, v in values.items()]
 
     @classmethod
@@ -114,3 +122,10 @@ class TensorRTCompileSpec:
     def build_options(self) -> BuildOptions:
         """The engine-build part of this spec, for the TensorRT layer."""
         return BuildOptions(self.compute_capabilities, self.workspace_bytes, self.precision)
+
+
+def with_profiles(specs: list[CompileSpec], profiles: ProfileOption | None) -> list[CompileSpec]:
+    """`specs` with their "profiles" entry replaced (the partitioner's
+    resolved profiles; other entries, e.g. target_device, kept)."""
+    entry = CompileSpec("profiles", json.dumps(profiles_json(profiles)).encode())
+    return [entry if s.key == "profiles" else s for s in specs]

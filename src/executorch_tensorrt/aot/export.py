@@ -243,7 +243,10 @@ def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | Pa
     accepts (tuples, dicts, ModelOutput); the program returns its leaves in
     torch.utils._pytree flatten order.
     Options: TensorRTCompileSpec fields (compute_capabilities,
-    workspace_bytes, device_id, precision), `require_backends`,
+    workspace_bytes, device_id, precision, profiles: several TensorRT
+    optimization profiles for the dynamic dimensions, e.g. 3 or
+    [{"batch": (1, 16, 16)}, {"batch": (17, 256, 2048)}]; default one, see
+    docs/gpu-runtime.md "Optimization profiles"), `require_backends`,
     `allow_no_tensorrt=True` (write the program even when TensorRT takes
     nothing from a method), `progress` (a callable, or None for silence),
     `device_resident=True` (method inputs and outputs stay in CUDA memory on

@@ -29,7 +29,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..errors import EngineBuildError
 from .backend import engine_kind, weights_id
-from .compile_spec import TensorRTCompileSpec
+from .compile_spec import TensorRTCompileSpec, with_profiles
 from ..tensorrt.engine_builder import Progress, build_engine, stderr_progress
 from ..tensorrt.onnx_parser import ParseFailure, unsupported_nodes
 from .onnx_export import export_onnx, keep_for_reuse, quiet
@@ -37,7 +37,7 @@ from .partition_checks import options_error, output_mismatch
 from .partition_program import extract_partition
 from .program_copy import needs_stand_ins
 from .report import PartitionReport
-from .shapes import input_profiles
+from .shapes import input_profile_sets, resolve_profiles, resolved_option
 from .state import mark_caller_caches, tag_owned_state
 from ..tensorrt.flavor import load_tensorrt
 from .translatable import aten_op, untranslatable_nodes
@@ -171,6 +171,7 @@ class TensorRTPartitioner(Partitioner):
         # Per method, in partition() call order: name -> real weight, so that a
         # check build can be the shipped engine (export_program sets it).
         self.real_weights: list[dict] = []
+        self._profiles = None  # resolve_profiles' answer for the program being partitioned
 
     # -- candidate selection -------------------------------------------------
     def _initial_rejections(self, ep) -> dict[str, str]:
@@ -235,7 +236,8 @@ class TensorRTPartitioner(Partitioner):
             return {n: "TensorRT's ONNX parser does not support it" for n in bad}
         try:  # parses the whole partition first: ParseFailure names the nodes
             build_engine(exported.onnx_bytes, self.compile_spec.build_options(), label=label,
-                         profiles=input_profiles(sub_ep), progress=self.progress, trt=trt,
+                         profiles=input_profile_sets(sub_ep, self._profiles),
+                         progress=self.progress, trt=trt,
                          initializers=pointers, keep_engine=real_build,
                          weights_id=weights_id(exported) if real_build else "stand-ins",
                          stripped=kind == "stripped")
@@ -331,6 +333,11 @@ class TensorRTPartitioner(Partitioner):
         ep = exported_program
         self.report = PartitionReport()
         self._split_builds_left = self.max_builds  # per method
+        # Optimization profiles named as the user knows the dimensions, resolved
+        # on the whole program to its symbols, which every partition shares.
+        self._profiles = resolve_profiles(ep, self.compile_spec.profiles)
+        delegation_spec = DelegationSpec(self.delegation_spec.backend_id, with_profiles(
+            self.delegation_spec.compile_specs, resolved_option(self._profiles)))
         with quiet():
             rejected = self._initial_rejections(ep)
         candidates = {n.name for n in ep.graph.nodes
@@ -352,7 +359,7 @@ class TensorRTPartitioner(Partitioner):
         tags: dict[str, DelegationSpec] = {}
         for i, nodes in enumerate(groups):
             tag = f"tensorrt_{i}"
-            tags[tag] = self.delegation_spec
+            tags[tag] = delegation_spec
             for node in nodes:
                 node.meta["delegation_tag"] = tag
             self.report.partitions.append([n.name for n in nodes])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..tensorrt.options import MAX_OPTIMIZATION_PROFILES
 from .state_schema import check_aliased_io, check_state
 from .format import (
     DTYPE_ITEMSIZE,
@@ -129,6 +130,47 @@ def _check_profiles(profiles: Any, bindings: list) -> None:
                                 f"the profile gives min {lo}, max {hi}")
 
 
+def _check_optimization_profiles(meta: dict) -> None:
+    """"optimization_profiles": every optimization profile of the engine, in
+    engine order (docs/blob-format.md). Each is checked like "profiles", names
+    the same inputs, profile 0 is "profiles" itself (what readers that know one
+    profile use), and together they leave no gap in any dimension's range (a
+    size between two profiles would match no engine profile)."""
+    sets = meta["optimization_profiles"]
+    if not isinstance(sets, (list, tuple)) or not 1 <= len(sets) <= MAX_OPTIMIZATION_PROFILES:
+        raise BlobError("'optimization_profiles' must be an array of 1 to "
+                        f"{MAX_OPTIMIZATION_PROFILES} profiles, got {show(sets)}")
+    if "profiles" not in meta:
+        raise BlobError("'optimization_profiles' is set but 'profiles' (profile 0) is not: the "
+                        "metadata is inconsistent; re-export the program")
+    first = meta["profiles"]
+    names = sorted(p["name"] for p in first)
+    for k, profiles in enumerate(sets):
+        try:
+            _check_profiles(profiles, meta["io_bindings"])
+        except BlobError as e:
+            raise BlobError(f"optimization_profiles[{k}]: {e}") from None
+        if sorted(p["name"] for p in profiles) != names:
+            raise BlobError(f"optimization_profiles[{k}] names inputs "
+                            f"{show(sorted(p['name'] for p in profiles), 80)}, profile 0 names "
+                            f"{show(names, 80)}: every profile gives every dynamic input")
+    if [dict(p) for p in sets[0]] != [dict(p) for p in first]:
+        raise BlobError("optimization_profiles[0] differs from 'profiles': profile 0 must be "
+                        "'profiles' itself; the metadata is corrupt")
+    for name in names:
+        per_profile = [next(p for p in profiles if p["name"] == name) for profiles in sets]
+        for d in range(len(per_profile[0]["min"])):
+            spans = sorted((p["min"][d], p["max"][d]) for p in per_profile)
+            reach = spans[0][1]
+            for lo, hi in spans[1:]:
+                if lo > reach + 1:
+                    raise BlobError(f"optimization_profiles leave input {name!r} dimension {d} "
+                                    f"sizes {reach + 1}..{lo - 1} in no profile, between "
+                                    "two that cover the sizes around them; the metadata is "
+                                    "corrupt")
+                reach = max(reach, hi)
+
+
 def _check_runtime_fields(meta: dict) -> None:
     """Fields the executors read (precision, flavour, version, capabilities)."""
     if "precision" in meta and meta["precision"] not in PRECISIONS:
@@ -170,6 +212,8 @@ def check_metadata(meta: dict, dtypes: frozenset, key_info: dict | None) -> None
             raise BlobError(f"'device_id' must be a 32-bit integer, got {show(d)}")
     if "profiles" in meta:
         _check_profiles(meta["profiles"], meta["io_bindings"])
+    if "optimization_profiles" in meta:
+        _check_optimization_profiles(meta)
     if "onnx_node_sources" in meta:
         _check_node_sources(meta["onnx_node_sources"], key_info)
     _check_runtime_fields(meta)

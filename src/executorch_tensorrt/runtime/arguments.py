@@ -24,7 +24,7 @@ from . import executor_table as abi
 from ._native import last_error, resize_tensor
 
 __all__ = ["ArgumentError", "Binding", "SCALAR_TYPE_TO_NUMPY", "check_args", "checked_nbytes",
-           "dtype_name", "host_array", "resize_output", "split_bindings"]
+           "dtype_name", "host_array", "optimization_profiles", "resize_output", "split_bindings"]
 
 # ExecuTorch ScalarType code -> numpy dtype (the codes are c10's).
 SCALAR_TYPE_TO_NUMPY: dict[int, np.dtype] = {code: np.dtype(t) for code, t in {
@@ -49,11 +49,15 @@ class Binding:
     dtype: np.dtype | None  # None: not recorded (Torch-TensorRT blobs); the engine knows
     shape: tuple[int, ...] | None  # -1 for a dynamic dimension; None: not recorded
     is_input: bool
-    min_shape: tuple[int, ...] | None = None  # optimization profile bounds
+    min_shape: tuple[int, ...] | None = None  # bounds of the optimization profiles' union
     max_shape: tuple[int, ...] | None = None
+    # (min, max) in each optimization profile, in engine order, when there are several
+    profile_bounds: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
 
     @classmethod
-    def from_metadata(cls, entry: dict, profile: dict | None) -> "Binding":
+    def from_metadata(cls, entry: dict, profiles: list[dict]) -> "Binding":
+        """`profiles`: this input's entry in each optimization profile (none
+        for an output or a static input)."""
         recorded = entry["dtype"].removeprefix("torch.")
         dtype = BLOB_DTYPE_TO_NUMPY.get(recorded) if recorded else None
         if recorded and dtype is None:
@@ -61,8 +65,12 @@ class Binding:
                                       "which this runtime cannot map to a tensor type")
         # Torch-TensorRT records dtype "" and shape [] for bindings it leaves to the engine.
         shape = None if not recorded and not entry["shape"] else tuple(entry["shape"])
-        bounds = (tuple(profile["min"]), tuple(profile["max"])) if profile else (None, None)
-        return cls(entry["name"], dtype, shape, bool(entry["is_input"]), *bounds)
+        each = tuple((tuple(p["min"]), tuple(p["max"])) for p in profiles)
+        bounds = (tuple(map(min, *(lo for lo, _ in each))) if len(each) > 1 else each[0][0],
+                  tuple(map(max, *(hi for _, hi in each))) if len(each) > 1 else each[0][1]
+                  ) if each else (None, None)
+        return cls(entry["name"], dtype, shape, bool(entry["is_input"]), *bounds,
+                   each if len(each) > 1 else ())
 
     def nbytes(self) -> int | None:
         """Bytes of a tensor of this binding, when dtype and shape are static."""
@@ -71,9 +79,21 @@ class Binding:
         return math.prod(self.shape) * self.dtype.itemsize
 
 
+def optimization_profiles(metadata: dict) -> list[list[dict]]:
+    """Every optimization profile of the blob, in engine order: its
+    "optimization_profiles", else "profiles" alone (one profile, or none)."""
+    if "optimization_profiles" in metadata:
+        return metadata["optimization_profiles"]
+    return [metadata["profiles"]] if metadata.get("profiles") else []
+
+
 def split_bindings(metadata: dict) -> tuple[list[Binding], list[Binding]]:
-    profiles = {p["name"]: p for p in metadata.get("profiles", [])}
-    bindings = [Binding.from_metadata(e, profiles.get(e["name"])) for e in metadata["io_bindings"]]
+    per_input: dict[str, list[dict]] = {}
+    for profile in optimization_profiles(metadata):
+        for p in profile:
+            per_input.setdefault(p["name"], []).append(p)
+    bindings = [Binding.from_metadata(e, per_input.get(e["name"], []))
+                for e in metadata["io_bindings"]]
     return [b for b in bindings if b.is_input], [b for b in bindings if not b.is_input]
 
 
@@ -130,6 +150,11 @@ def _check_one(arg: abi.EtrtArg, binding: Binding, what: str,
     lo, hi = binding.min_shape, binding.max_shape
     if binding.is_input and lo is not None and hi is not None and not (
             len(lo) == len(shape) == len(hi) and all(a <= s <= b for s, a, b in zip(shape, lo, hi))):
+        if binding.profile_bounds:
+            each = "; ".join(f"profile {k}: min {list(a)}, max {list(b)}"
+                             for k, (a, b) in enumerate(binding.profile_bounds))
+            raise ArgumentError(f"{what} has shape {list(shape)}, outside every optimization "
+                                f"profile of the engine ({each})")
         raise ArgumentError(f"{what} has shape {list(shape)}, outside the engine's optimization "
                             f"profile: min {list(lo)}, max {list(hi)}")
     needed = math.prod(shape) * dtype.itemsize

@@ -19,6 +19,7 @@ from ..errors import EngineBuildError, InvalidProgramError, RebuildImpossible
 from ..tensorrt.engine_builder import build_engine, stderr_progress
 from ..tensorrt.flavor import TensorRT
 from ..tensorrt.options import BuildOptions, InputProfile
+from .arguments import optimization_profiles
 from .engine_cache import EngineCache
 from .named_data import WeightBuffer
 from .onnx_safety import self_contained_onnx
@@ -41,8 +42,14 @@ def built_here(blob: Blob, trt: TensorRT, capability: str) -> bool:
     return not trt.is_rtx or built == "all" or capability in (built or [])
 
 
-def _profiles(meta: dict) -> list[InputProfile] | None:
-    return [InputProfile.from_dict(p) for p in meta.get("profiles", [])] or None
+def _profiles(meta: dict) -> list[dict[str, InputProfile]]:
+    """Every optimization profile of the blob, rebuilt in the same order (the
+    executor chooses among them by index), by input name; delegate-owned state
+    inputs (not in the profiles: their shapes are static) at their shape."""
+    state = {s["onnx_input"]: InputProfile(*(tuple(s["shape"]),) * 3)
+             for s in meta.get("state", [])}
+    return [{**{p["name"]: InputProfile.from_dict(p) for p in profile}, **state}
+            for profile in optimization_profiles(meta)]
 
 
 def cached_or_built(key: str, build: Callable[[], bytes]) -> bytes:
@@ -74,7 +81,10 @@ def rebuilt_engine(blob: Blob, trt: TensorRT, capability: str,
     meta = blob.metadata
     weights_id = json.dumps([[w.name, w.key, w.nbytes] for w in weights])
     key_data = json.dumps([trt.flavor, trt.version, capability, meta.get("profiles"),
-                           meta.get("precision"), weights_id], sort_keys=True).encode()
+                           meta.get("precision"), weights_id]
+                          + ([meta["optimization_profiles"]]
+                             if "optimization_profiles" in meta else []),
+                          sort_keys=True).encode()
     # The embedded ONNX already has the partition's precision in its types.
     options = BuildOptions(compute_capabilities=(capability,) if trt.is_rtx else None,
                            precision=str(meta.get("precision", "fp32")))

@@ -28,6 +28,7 @@ from .arguments import SCALAR_TYPE_TO_NUMPY, Binding, check_args, checked_nbytes
 from .cuda_driver import check, driver
 from .cuda_graphs import EnqueueGraph, cuda_graphs_enabled, enqueue
 from .cuda_objects import DeviceBuffer, Event, Stream, caller_stream, make_current
+from .profile_choice import ProfileChoice
 from .state import DeviceState, copy_device, cuda_positions
 
 __all__ = ["SHARED_SCRATCH_ENV", "BoundContext", "SharedScratch", "create_context",
@@ -149,6 +150,8 @@ class BoundContext:
         # plain enqueues, not graphs.
         self.state: DeviceState | None = None
         self.aliases: dict[int, int] = {}  # output index -> input index
+        # Several optimization profiles: the one each call runs in (profile_choice.py).
+        self.profiles: ProfileChoice | None = None
         graphs = cuda_graphs_enabled() if graphs is None else graphs
         self.graph = EnqueueGraph() if graphs else None
         self._ready = Event(device)  # recorded on the caller's stream
@@ -167,6 +170,13 @@ class BoundContext:
         self._out_shapes: list[tuple] = []  # the outputs' shapes for _shapes
         self._scratch_address = 0
         self.generation += 1  # whatever was captured before is stale
+
+    def _forget_bindings(self) -> None:
+        """After a profile switch: every shape and address is set again, and
+        graphs captured in the other profile are stale (a new generation)."""
+        self._shapes = [None] * len(self.inputs)
+        self._addresses = [None] * len(self._names)
+        self.generation += 1
 
     def close(self) -> None:
         """Waits for this context's queued work (a device-resident call returns
@@ -258,6 +268,9 @@ class BoundContext:
         """Tells TensorRT what changed, stages host inputs (on our stream),
         launches; returns the launch's start and end times."""
         n_in = len(self.inputs)
+        if self.profiles is not None and self.profiles.switch(
+                self.context, self.profiles.index_for(shapes), self.stream.handle):
+            self._forget_bindings()  # TensorRT wants shapes and addresses set again
         if self.state is not None:  # its shapes first: output shapes may depend on them
             self.state.bind(self.context)
         changed = False

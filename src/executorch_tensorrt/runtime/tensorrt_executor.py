@@ -26,6 +26,7 @@ from .engine_refit import refit_engine
 from .executors import Executor
 from .named_data import NamedData, WeightBuffer, blob_weights
 from .onnx_safety import self_contained_onnx
+from .profile_choice import check_engine_profiles, engine_profile_choice, profile_choice
 from .state import DeviceState, aliased_pairs, state_specs
 from .tensorrt_context import BoundContext, create_context
 from .tensorrt_profiling import attach_layer_profiler
@@ -146,6 +147,7 @@ class TensorRTExecutor(Executor):
                 f"the engine has {self.engine.num_io_tensors} input and output tensors, the "
                 f"blob's io_bindings list {len(self.inputs) + len(self.outputs)} and its "
                 f"states {n_state}")
+        check_engine_profiles(self.engine, meta)
         self.inputs = [engine_binding(self.trt, self.engine, b) for b in self.inputs]
         self.outputs = [engine_binding(self.trt, self.engine, b) for b in self.outputs]
         self.kernel_cache = KernelCache(self.trt, engine, device_name(device))
@@ -155,6 +157,9 @@ class TensorRTExecutor(Executor):
         self.state = self.bound.state = (DeviceState(state_specs(blob, self.inputs), self.engine,
                                                      device) if blob.state else None)
         self.bound.aliases = dict(aliased_pairs(blob, self.inputs, self.outputs))
+        # Several optimization profiles: one chosen per call (profile_choice.py).
+        self.bound.profiles = (profile_choice(meta, self.inputs) if "profiles" in meta
+                               else engine_profile_choice(self.engine, self.inputs))
         if profiling.nodes_requested():  # GPU-only, unverified (tensorrt_profiling.py)
             self.bound.layer_profiler = attach_layer_profiler(self.trt, self.bound.context)
 

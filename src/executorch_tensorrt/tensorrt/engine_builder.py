@@ -22,7 +22,8 @@ from typing import Callable, Sequence
 from ..errors import EngineBuildError
 from .flavor import TensorRT, load_tensorrt
 from .onnx_parser import Initializer, parse_network
-from .options import BuildOptions, InputProfile
+from .options import (
+    MAX_OPTIMIZATION_PROFILES, BuildOptions, InputProfile, ProfileSet, profile_sets)
 
 Progress = Callable[[str], None]
 
@@ -57,22 +58,43 @@ class BuiltEngine:
     version: str
     compute_capabilities: tuple[str, ...] | None
     build_seconds: float
+    # Optimization profiles the builder config held (0: a static network needs none).
+    optimization_profiles: int = 0
 
 
 _cache: dict[str, BuiltEngine] = {}
 _cache_lock = threading.Lock()
 
 
-def _add_profile(builder, network, config, profiles: list[InputProfile] | None) -> None:
-    if not profiles or not any(p.is_dynamic for p in profiles):
+def _add_profiles(builder, network, config, sets: list[ProfileSet]) -> None:
+    """One TensorRT optimization profile per set, in order (profile k of the
+    engine is sets[k]); none when no input is dynamic."""
+    if not sets or not any(p.is_dynamic for s in sets for p in _values(s)):
         return
-    if len(profiles) != network.num_inputs:
-        raise EngineBuildError(f"{len(profiles)} input profiles for a network with "
-                               f"{network.num_inputs} inputs")
-    profile = builder.create_optimization_profile()
-    for i, p in enumerate(profiles):
-        profile.set_shape(network.get_input(i).name, p.min, p.opt, p.max)
-    config.add_optimization_profile(profile)
+    if len(sets) > MAX_OPTIMIZATION_PROFILES:
+        raise EngineBuildError(f"{len(sets)} optimization profiles asked for; at most "
+                               f"{MAX_OPTIMIZATION_PROFILES} are supported")
+    names = [network.get_input(i).name for i in range(network.num_inputs)]
+    for k, profiles in enumerate(sets):
+        if isinstance(profiles, dict):
+            missing = [n for n in names if n not in profiles]
+            if missing:
+                raise EngineBuildError(f"optimization profile {k} gives no shapes for network "
+                                       f"inputs {missing} (it names {sorted(profiles)})")
+            profiles = [profiles[n] for n in names]
+        if len(profiles) != network.num_inputs:
+            raise EngineBuildError(f"optimization profile {k} has {len(profiles)} input "
+                                   f"profiles for a network with {network.num_inputs} inputs")
+        profile = builder.create_optimization_profile()
+        for name, p in zip(names, profiles):
+            profile.set_shape(name, p.min, p.opt, p.max)
+        if config.add_optimization_profile(profile) < 0:
+            shapes = [p.as_dict(n) for n, p in zip(names, profiles)]
+            raise EngineBuildError(f"TensorRT refused optimization profile {k}: {shapes}")
+
+
+def _values(profiles: ProfileSet) -> list[InputProfile]:
+    return list(profiles.values()) if isinstance(profiles, dict) else list(profiles)
 
 
 def _configure(trt: TensorRT, builder, options: BuildOptions):
@@ -96,11 +118,12 @@ def _configure(trt: TensorRT, builder, options: BuildOptions):
     return config
 
 
-def _key(trt: TensorRT, onnx_bytes: bytes, options: BuildOptions, profiles,
-         weights_id: str = "", stripped: bool = False) -> str:
+def _key(trt: TensorRT, onnx_bytes: bytes, options: BuildOptions,
+         sets: list[ProfileSet], weights_id: str = "", stripped: bool = False) -> str:
     h = hashlib.sha256(onnx_bytes)
-    h.update(json.dumps([trt.flavor, trt.version, options.as_dict(),
-                         [p.as_dict("") for p in profiles or []], weights_id]
+    shapes = [[s[n].as_dict(n) for n in sorted(s)] if isinstance(s, dict)
+              else [p.as_dict("") for p in s] for s in sets]
+    h.update(json.dumps([trt.flavor, trt.version, options.as_dict(), shapes, weights_id]
                         + (["stripped"] if stripped else []),
                         sort_keys=True).encode())
     return h.hexdigest()
@@ -120,14 +143,16 @@ def _mb(nbytes: int) -> str:
 
 
 def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "partition",
-                 profiles: list[InputProfile] | None = None,
+                 profiles: Sequence[InputProfile] | Sequence[ProfileSet] | None = None,
                  progress: Progress | None = stderr_progress,
                  trt: TensorRT | None = None,
                  initializers: Sequence[Initializer] = (),
                  weights_id: str | None = None, stripped: bool = False,
                  keep_engine: bool = True) -> BuiltEngine:
     """Builds (or returns the cached) engine for an ONNX model. `profiles` gives
-    min/opt/max shapes per network input when any is dynamic. `initializers`:
+    min/opt/max shapes per network input when any is dynamic: one list of
+    InputProfile (one optimization profile), or a list of profiles (each a
+    list in network input order, or a dict by input name), in engine order. `initializers`:
     weights read from caller memory (onnx_parser.parse_network), valid until
     this returns; `weights_id` names their content (e.g. their digests) for
     the in-process cache, which is skipped when initializers come without it.
@@ -136,20 +161,22 @@ def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "part
     nothing, so the plan's memory is freed at once."""
     trt = trt or load_tensorrt()
     cacheable = keep_engine and (not initializers or weights_id is not None)
-    key = _key(trt, onnx_bytes, options, profiles, weights_id or "", stripped)
+    sets = profile_sets(profiles)
+    key = _key(trt, onnx_bytes, options, sets, weights_id or "", stripped)
     with _cache_lock:
         hit = _cache.get(key) if cacheable else None
     if hit is not None:
         return hit
     builder, network, _parser, logger = parse_network(trt, onnx_bytes, initializers)
     config = _configure(trt, builder, options)
-    _add_profile(builder, network, config, profiles)
+    _add_profiles(builder, network, config, sets)
     if stripped:
         _strip_weights(trt, config)
     if progress:
         weights = sum(n for _, _, n in initializers)
         progress(f"building TensorRT engine for {label} ({network.num_layers} layers"
                  + (f", {_mb(weights)} of weights" if weights else "")
+                 + (f", {len(sets)} optimization profiles" if len(sets) > 1 else "")
                  + f", {trt.flavor} {trt.version}{', weight-stripped' if stripped else ''})...")
     start = time.perf_counter()
     serialized = builder.build_serialized_network(network, config)
@@ -162,9 +189,10 @@ def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "part
     if progress:
         progress(f"built {label} in {seconds:.2f} s ({_mb(serialized.nbytes)})")
     if not keep_engine:
-        return BuiltEngine(b"", trt.flavor, trt.version, options.compute_capabilities, seconds)
+        return BuiltEngine(b"", trt.flavor, trt.version, options.compute_capabilities, seconds,
+                           config.num_optimization_profiles)
     built = BuiltEngine(bytes(serialized), trt.flavor, trt.version,
-                        options.compute_capabilities, seconds)
+                        options.compute_capabilities, seconds, config.num_optimization_profiles)
     del serialized
     if cacheable:
         with _cache_lock:

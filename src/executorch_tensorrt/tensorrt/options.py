@@ -5,6 +5,10 @@ from the blob)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Sequence
+
+# More would multiply build time and engine size for little gain (docs/gpu-runtime.md).
+MAX_OPTIMIZATION_PROFILES = 16
 
 
 @dataclass(frozen=True)
@@ -43,3 +47,20 @@ class InputProfile:
     @classmethod
     def from_dict(cls, entry: dict) -> "InputProfile":
         return cls(tuple(entry["min"]), tuple(entry["opt"]), tuple(entry["max"]))
+
+
+# One optimization profile: an InputProfile per network input, in the
+# network's input order, or by input name (the rebuild path, which knows names).
+ProfileSet = list[InputProfile] | dict[str, InputProfile]
+
+
+def profile_sets(profiles: Sequence[InputProfile] | Sequence[ProfileSet] | None
+                 ) -> list[ProfileSet]:
+    """The optimization profiles of a build: `profiles` is one list of
+    InputProfile (one profile, as before several were possible) or a list of
+    profiles."""
+    if not profiles:
+        return []
+    if all(isinstance(p, InputProfile) for p in profiles):
+        return [list(profiles)]
+    return [dict(s) if isinstance(s, dict) else list(s) for s in profiles]
