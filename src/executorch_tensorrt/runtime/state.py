@@ -89,11 +89,16 @@ def read_positions(arg: abi.EtrtArg, count: int, staged: torch.Tensor | None = N
     return list((ctypes.c_int64 * count).from_address(arg.data))
 
 
+def describe_cache(spec: StateSpec) -> str:
+    """How the position errors name a cache (native plans quote it too)."""
+    return f"state {spec.fqn!r} (axis {spec.positions_axis} holds {spec.capacity} positions)"
+
+
 def check_positions(spec: StateSpec, positions: Sequence[int]) -> None:
     """Raises ArgumentError unless every write of `spec` lands inside it (and, for
     an in-place TensorScatter update, the positions are contiguous)."""
     cap, n = spec.capacity, len(positions)
-    what = f"state {spec.fqn!r} (axis {spec.positions_axis} holds {cap} positions)"
+    what = describe_cache(spec)
     if n > cap:
         raise ArgumentError(f"a sequence of {n} tokens is longer than the cache: {what}; "
                             f"split the prompt or export with a larger cache")
@@ -133,6 +138,12 @@ class ExecutorState:
             count = int(shapes[k][0]) if len(shapes[k]) else 1
             check_positions(spec, read_positions(args[k], count,
                                                  staged(k) if staged else None))
+
+    def position_checks(self) -> list[tuple[int, int, bool, str]]:
+        """(positions input, capacity, in place, description) per checked cache,
+        in check_call's order: what a native plan checks in the adapter."""
+        return [(s.positions_input, s.capacity, s.in_place, describe_cache(s))
+                for s in self.specs if s.positions_input is not None]
 
     def swap(self) -> None:
         """After a call: functional states now live in the buffer just written."""
@@ -206,6 +217,25 @@ class OrtStatefulSession:
             st.swap()
         for j in range(self.n_out):  # outputs onnxruntime allocated: the caller releases them
             outputs[j] = full_out[j]
+
+    @property
+    def plannable(self) -> bool:
+        """Native plans bind the state values once: in-place states only (a
+        functional state alternates buffers, which run() swaps in Python)."""
+        return all(s.in_place for s in self.state.specs)
+
+    def plan_values(self, inputs: ctypes.Array, outputs: ctypes.Array):
+        """The full input and output arrays for a native plan: the user values,
+        then each in-place state's one OrtValue at both ends (the buffers stay
+        where they are; reset() rewrites them in place)."""
+        if not self.plannable:
+            raise ValueError("a native plan needs in-place states")
+        states = [getattr(v, "value", v) for v in (self._value(b) for b in self.state.buffers)]
+        full_in = (ctypes.c_void_p * (self.n_in + len(states)))(
+            *[inputs[i] for i in range(self.n_in)], *states)
+        full_out = (ctypes.c_void_p * (self.n_out + len(states)))(
+            *[outputs[i] for i in range(self.n_out)], *states)
+        return full_in, full_out
 
     def end_profiling(self) -> str:
         return self.inner.end_profiling()
