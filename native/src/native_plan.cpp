@@ -96,6 +96,16 @@ bool NativePlan::adopt_appended(const etrt_native_plan& plan) {
   if (!has_appended(plan)) {
     return copy_out_.empty(); // NULL outputs need the appended functions
   }
+  if (plan.alt_inputs != nullptr || plan.alt_outputs != nullptr) {
+    if (plan.alt_inputs == nullptr || plan.alt_outputs == nullptr || plan.swaps == nullptr) {
+      return false;
+    }
+    for (uint64_t j = 0; j < num_user_outputs; ++j) {
+      if ((plan.alt_outputs[j] == nullptr) != (plan.outputs[j] == nullptr)) {
+        return false; // the same outputs are copied out whichever pair runs
+      }
+    }
+  }
   if (!copy_out_.empty() &&
       (plan.ort_get_tensor_type_and_shape == nullptr || plan.ort_get_dimensions_count == nullptr ||
        plan.ort_get_dimensions == nullptr || plan.ort_release_tensor_type_and_shape_info == nullptr ||
@@ -166,9 +176,16 @@ int32_t NativePlan::run(etrt_arg* args) const {
       return refused;
     }
   }
-  void* status = p.ort_run(p.session, p.run_options, p.input_names, p.inputs,
-                           static_cast<size_t>(p.num_inputs), p.output_names,
-                           static_cast<size_t>(p.num_outputs), p.outputs);
+  // Ping-pong states: the pair *swaps selects (executor_table.h).
+  const bool alternate = has_appended(p) && p.alt_inputs != nullptr;
+  const bool odd = alternate && (*p.swaps & 1u) != 0;
+  void** outputs = odd ? p.alt_outputs : p.outputs;
+  void* status = p.ort_run(p.session, p.run_options, p.input_names,
+                           odd ? p.alt_inputs : p.inputs, static_cast<size_t>(p.num_inputs),
+                           p.output_names, static_cast<size_t>(p.num_outputs), outputs);
+  if (status == nullptr && alternate) {
+    *p.swaps += 1; // the states now live in the buffers just written
+  }
   if (status != nullptr) {
     const char* message = p.ort_error_message(status);
     // The message lives in the status: format it before releasing.
@@ -178,14 +195,14 @@ int32_t NativePlan::run(etrt_arg* args) const {
                                 message != nullptr ? message : "(no message)");
     p.ort_release_status(status);
     for (uint64_t j : copy_out_) { // a failed Run may still have allocated some
-      if (p.outputs[j] != nullptr) {
-        p.ort_release_value(p.outputs[j]);
-        p.outputs[j] = nullptr;
+      if (outputs[j] != nullptr) {
+        p.ort_release_value(outputs[j]);
+        outputs[j] = nullptr;
       }
     }
     return failed;
   }
-  return copy_out_.empty() ? 0 : copy_out(args);
+  return copy_out_.empty() ? 0 : copy_out(args, outputs);
 }
 
 /* The executor's checks (runtime/state.py check_positions), with its words:
@@ -226,12 +243,12 @@ int32_t NativePlan::check_positions() const {
 /* Outputs of dynamic shape: onnxruntime allocated them; each is resized,
  * copied into ExecuTorch's memory and released (all of them, even after a
  * failure), leaving NULL entries for the next run. */
-int32_t NativePlan::copy_out(etrt_arg* args) const {
+int32_t NativePlan::copy_out(etrt_arg* args, void** outputs) const {
   const etrt_native_plan& p = *plan_;
   int32_t code = 0;
   for (uint64_t j : copy_out_) {
-    void* value = p.outputs[j];
-    p.outputs[j] = nullptr;
+    void* value = outputs[j];
+    outputs[j] = nullptr;
     if (code == 0) {
       code = value != nullptr ? copy_one(value, args[num_user_inputs_ + j], j)
                               : static_cast<int32_t>(fail(

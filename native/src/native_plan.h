@@ -48,7 +48,7 @@ class NativePlan {
   };
   bool adopt_appended(const etrt_native_plan& plan);
   int32_t check_positions() const;
-  int32_t copy_out(etrt_arg* args) const;
+  int32_t copy_out(etrt_arg* args, void** outputs) const;
   int32_t copy_one(void* value, etrt_arg& arg, uint64_t output) const;
 
   const etrt_native_plan* plan_ = nullptr;

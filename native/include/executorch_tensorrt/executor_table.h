@@ -226,6 +226,15 @@ typedef struct etrt_native_plan {
   /* Where the adapter adds the bytes it copied into NULL outputs' arguments
    * (the executor's accounting, read by tests and tools); may be NULL. */
   uint64_t* copied_bytes;
+  /* Functional (ping-pong) states, or NULL: alt_inputs / alt_outputs are
+   * `inputs` / `outputs` with each such state's two buffers exchanged (the
+   * same delegate entries, the same NULLs). The adapter runs the pair that
+   * *swaps selects (even: inputs/outputs, odd: the alt pair) and adds 1 to
+   * *swaps after every successful run, so the executor knows which buffer
+   * holds each state's current value. */
+  const void* const* alt_inputs;
+  void** alt_outputs;
+  uint64_t* swaps;
 } etrt_native_plan;
 
 

@@ -212,6 +212,9 @@ class EtrtNativePlan(ctypes.Structure):
         ("ort_get_tensor_mutable_data", ctypes.c_void_p),
         ("ort_release_value", ctypes.c_void_p),
         ("copied_bytes", ctypes.POINTER(ctypes.c_uint64)),
+        ("alt_inputs", ctypes.POINTER(ctypes.c_void_p)),
+        ("alt_outputs", ctypes.POINTER(ctypes.c_void_p)),
+        ("swaps", ctypes.POINTER(ctypes.c_uint64)),
     ]
 
 

@@ -75,18 +75,25 @@ class OrtRunPlan:
             sig.dim_order = ctypes.cast(order, ctypes.POINTER(ctypes.c_uint8))
         inner = getattr(session, "inner", session)  # the OrtSession: every model input's name
         inputs, outputs, num_state = bound.inputs, bound.outputs, 0
+        alt_inputs = alt_outputs = swaps = None
         checks: list = []
         if inner is not session:
-            inputs, outputs = session.plan_values(bound.inputs, bound.outputs)
+            inputs, outputs, alt_inputs, alt_outputs = session.plan_values(bound.inputs,
+                                                                           bound.outputs)
             num_state = len(inputs) - len(bound.inputs)
             checks = session.state.position_checks()
+            swaps = session.state.plan_swaps
         self._checks = (abi.EtrtPositionCheck * len(checks))()
         self._whats = [what.encode() for _, _, _, what in checks]
         for c, (arg_index, capacity, in_place, _), what in zip(self._checks, checks, self._whats):
             c.struct_size = ctypes.sizeof(abi.EtrtPositionCheck)
             c.arg_index, c.capacity, c.in_place, c.what = arg_index, capacity, int(in_place), what
         # names, OrtValues and arrays the struct points into
-        self._keep = (session, bound, inputs, outputs, copied_bytes)
+        # A plan over ping-pong buffers assumes the executor's current buffers
+        # are its even pair: build a new one rather than reuse it.
+        self.reusable = alt_inputs is None
+        self._keep = (session, bound, inputs, outputs, alt_inputs, alt_outputs, copied_bytes,
+                      swaps)
         p = self.struct = abi.EtrtNativePlan()
         p.struct_size = ctypes.sizeof(abi.EtrtNativePlan)
         p.kind = abi.ETRT_PLAN_ORT_RUN
@@ -114,6 +121,10 @@ class OrtRunPlan:
         p.ort_release_value = _address(api.ReleaseValue)
         if copied_bytes is not None:
             p.copied_bytes = ctypes.pointer(copied_bytes)
+        if alt_inputs is not None:  # functional states: the adapter alternates the pairs
+            p.alt_inputs = ctypes.cast(alt_inputs, ctypes.POINTER(ctypes.c_void_p))
+            p.alt_outputs = ctypes.cast(alt_outputs, ctypes.POINTER(ctypes.c_void_p))
+            p.swaps = ctypes.pointer(swaps)
 
     def withdraw(self) -> None:
         """Tells the adapter not to run this plan again, and keeps its memory

@@ -9,6 +9,7 @@ driver API, which it says once on stderr.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import threading
 
@@ -100,6 +101,23 @@ class CudaStaging:
                        host.nbytes)
 
 
+ORT_THREADS_ENV = "EXECUTORCH_TENSORRT_ORT_THREADS"
+
+
+def ort_intra_op_threads() -> int:
+    """onnxruntime's intra-op threads per fallback session: ORT_THREADS_ENV, or 0
+    (onnxruntime's default, one per core). Tiny graphs (a small decoder's
+    token) run faster on 1: waking the pool costs more than it saves."""
+    text = os.environ.get(ORT_THREADS_ENV, "").strip()
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise ArgumentError(f"{ORT_THREADS_ENV}={text!r} is not a thread count: set a whole "
+                            "number (1 for one thread; 0 or unset for onnxruntime's default, "
+                            "one thread per core)")
+    return int(text)
+
+
 # torch dtype -> ONNXTensorElementDataType
 _ORT_ELEMENT_TYPES = {torch.float32: 1, torch.uint8: 2, torch.int8: 3, torch.int16: 5,
                       torch.int32: 6, torch.int64: 7, torch.bool: 9, torch.float16: 10,
@@ -151,7 +169,8 @@ class OnnxRuntimeExecutor(Executor):
                               else None)
         try:
             self.session = (self.node_profiler.new_session() if self.node_profiler
-                            else OrtSession(model, configure=configure))
+                            else OrtSession(model, intra_op_threads=ort_intra_op_threads(),
+                                            configure=configure))
         except BaseException:
             if self.weights is not None:
                 self.weights.release()
@@ -182,8 +201,7 @@ class OnnxRuntimeExecutor(Executor):
         # the cache positions itself. Torch-TensorRT's TR02 in-place outputs:
         # (output index, input index) pairs, copied in Python, so no plan.
         self.aliases = aliased_pairs(blob, self.inputs, self.outputs)
-        self.publish_plans = native_plans_enabled() and not self.aliases and (
-            self.state is None or self.session.plannable)
+        self.publish_plans = native_plans_enabled() and not self.aliases
         self.plan: OrtRunPlan | None = None
 
     @property
@@ -239,7 +257,7 @@ class OnnxRuntimeExecutor(Executor):
 
     def _plan_for(self, bound: "_BoundValues", args, n: int) -> OrtRunPlan:
         key = signature_key(args, n)
-        if bound.plan is None or bound.plan.key != key:
+        if bound.plan is None or bound.plan.key != key or not bound.plan.reusable:
             bound.plan = OrtRunPlan(self.session, bound, args, n, key, self._plan_copied)
         return bound.plan
 

@@ -129,6 +129,23 @@ class ExecutorState:
         self.calls = 0
         self.method: str | None = None
         self._lock = threading.Lock()
+        # Runs of a native plan since the executor last looked (the adapter adds
+        # 1 per run): when odd, each functional state's value is in its spare.
+        self.plan_swaps = ctypes.c_uint64(0)
+
+    def current(self, k: int) -> torch.Tensor:
+        """State k's current value, wherever the plans' ping-pong left it."""
+        spare = self.spares[k]
+        return spare if spare is not None and self.plan_swaps.value & 1 else self.buffers[k]
+
+    def sync_plan_swaps(self) -> None:
+        """Takes the plans' ping-pong into `buffers` (only while no plan can run:
+        inside the executor's execute, the adapter having forgotten its plan)."""
+        if self.plan_swaps.value & 1:
+            for k, spare in enumerate(self.spares):
+                if spare is not None:
+                    self.buffers[k], self.spares[k] = spare, self.buffers[k]
+        self.plan_swaps.value = 0
 
     def check_call(self, args, shapes: Sequence[Sequence[int]], staged=None) -> None:
         for spec in self.specs:
@@ -153,15 +170,17 @@ class ExecutorState:
         self.calls += 1
 
     def reset(self) -> None:
-        with self._lock:
-            for spec, buf in zip(self.specs, self.buffers):
+        with self._lock:  # both buffers of a functional state: a plan may read either
+            for spec, buf, spare in zip(self.specs, self.buffers, self.spares):
                 buf.copy_(_initial(spec))
+                if spare is not None:
+                    spare.copy_(buf)
 
     def value(self, fqn: str) -> torch.Tensor:
         """A copy of the state's current value (for tests and tools)."""
-        for spec, buf in zip(self.specs, self.buffers):
+        for k, spec in enumerate(self.specs):
             if spec.fqn == fqn:
-                return buf.clone()
+                return self.current(k).clone()
         raise KeyError(f"no state {fqn!r}; states: {[s.fqn for s in self.specs]}")
 
 
@@ -206,6 +225,7 @@ class OrtStatefulSession:
 
     def run(self, inputs: ctypes.Array, outputs: ctypes.Array) -> None:
         st = self.state
+        st.sync_plan_swaps()  # the adapter forgot its plan before calling the executor
         state_in = [self._value(b) for b in st.buffers]
         state_out = [self._value(b if s is None else s) for b, s in zip(st.buffers, st.spares)]
         full_in = (ctypes.c_void_p * (self.n_in + len(state_in)))(
@@ -218,24 +238,31 @@ class OrtStatefulSession:
         for j in range(self.n_out):  # outputs onnxruntime allocated: the caller releases them
             outputs[j] = full_out[j]
 
-    @property
-    def plannable(self) -> bool:
-        """Native plans bind the state values once: in-place states only (a
-        functional state alternates buffers, which run() swaps in Python)."""
-        return all(s.in_place for s in self.state.specs)
-
     def plan_values(self, inputs: ctypes.Array, outputs: ctypes.Array):
-        """The full input and output arrays for a native plan: the user values,
-        then each in-place state's one OrtValue at both ends (the buffers stay
-        where they are; reset() rewrites them in place)."""
-        if not self.plannable:
-            raise ValueError("a native plan needs in-place states")
-        states = [getattr(v, "value", v) for v in (self._value(b) for b in self.state.buffers)]
-        full_in = (ctypes.c_void_p * (self.n_in + len(states)))(
-            *[inputs[i] for i in range(self.n_in)], *states)
-        full_out = (ctypes.c_void_p * (self.n_out + len(states)))(
-            *[outputs[i] for i in range(self.n_out)], *states)
-        return full_in, full_out
+        """The arrays a native plan runs: (inputs, outputs, alt_inputs,
+        alt_outputs), each the user values then the states' OrtValues. An
+        in-place state is one OrtValue at both ends; a functional one reads
+        buffer A and writes B, and the alt pair (None without functional
+        states) the reverse; the adapter alternates them, counting in
+        state.plan_swaps. Buffers stay where they are; reset() rewrites them
+        in place."""
+        st = self.state
+        st.sync_plan_swaps()
+
+        def arrays(reads, writes):
+            ins = [getattr(v, "value", v) for v in map(self._value, reads)]
+            outs = [getattr(v, "value", v) for v in map(self._value, writes)]
+            return ((ctypes.c_void_p * (self.n_in + len(ins)))(
+                        *[inputs[i] for i in range(self.n_in)], *ins),
+                    (ctypes.c_void_p * (self.n_out + len(outs)))(
+                        *[outputs[i] for i in range(self.n_out)], *outs))
+
+        other = [b if s is None else s for b, s in zip(st.buffers, st.spares)]
+        full_in, full_out = arrays(st.buffers, other)
+        if all(s is None for s in st.spares):
+            return full_in, full_out, None, None
+        alt_in, alt_out = arrays(other, st.buffers)
+        return full_in, full_out, alt_in, alt_out
 
     def end_profiling(self) -> str:
         return self.inner.end_profiling()
