@@ -61,13 +61,18 @@ def export_all(folder: Path) -> None:
         (folder / f"{name}.pte").write_bytes(program.buffer)
 
 
+_programs: list = []
+
+
 def load(folder: Path, variant: str):
     from executorch.runtime import Runtime
 
     program, plan, threads = VARIANTS[variant]
     os.environ[PLAN_ENV] = plan  # both read when the delegate's executor is created
     os.environ[THREADS_ENV] = threads
-    return Runtime.get().load_program(folder / f"{program}.pte").load_method("forward")
+    loaded = Runtime.get().load_program(folder / f"{program}.pte")
+    _programs.append(loaded)  # a Method does not keep its Program alive
+    return loaded.load_method("forward")
 
 
 def per_call_us(folder: Path, calls: int, repeat: int) -> dict[str, float]:

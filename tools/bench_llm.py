@@ -94,11 +94,14 @@ def main(argv=None) -> int:
 
     rows = []
     for name, module, export, vocab in models():
-        methods, ops = {}, {}
+        methods, ops, keep = {}, {}, []
         for backend in ("tensorrt", "xnnpack"):
             program = lower(export(), backend)
             ops[backend] = outside_ops(program)
-            methods[backend] = Runtime.get().load_program(program.buffer).load_method("forward")
+            # A Method does not keep its Program (nor the bytes it reads) alive: keep both.
+            loaded = Runtime.get().load_program(program.buffer)
+            keep.append((program, loaded))
+            methods[backend] = loaded.load_method("forward")
         [state] = [s for s in rt_state.live_states("forward") if s.calls == 0]
         [executor] = [e for e in backend_callbacks.install().handles.values()
                       if getattr(e, "state", None) is state]

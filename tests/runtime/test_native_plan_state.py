@@ -74,6 +74,9 @@ def hf_llama():
     return fresh, _lower(lm.export_hf(wrapper))
 
 
+_loaded: list = []
+
+
 def _load(buffer: bytes, monkeypatch, plans: bool = True):
     """The method and its partition's state (one TensorRT partition)."""
     from executorch.runtime import Runtime
@@ -81,7 +84,9 @@ def _load(buffer: bytes, monkeypatch, plans: bool = True):
     before = set(map(id, rt_state.live_states("forward")))
     if not plans:
         monkeypatch.setenv(PLAN_ENV, "0")
-    method = Runtime.get().load_program(buffer).load_method("forward")
+    program = Runtime.get().load_program(buffer)
+    _loaded.append(program)  # a Method does not keep its Program alive
+    method = program.load_method("forward")
     monkeypatch.delenv(PLAN_ENV, raising=False)
     [state] = [s for s in rt_state.live_states("forward") if id(s) not in before]
     return method, state, id(_executor(state))
