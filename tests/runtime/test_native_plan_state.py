@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import gc
 
 import pytest
 import torch
@@ -75,6 +76,16 @@ def hf_llama():
 
 
 _loaded: list = []
+
+
+@pytest.fixture(autouse=True)
+def _release_programs():
+    """Programs live until the test ends (a Method does not keep its Program
+    alive), then go with their executors and states (reset_state and other
+    tests look at the live ones)."""
+    yield
+    _loaded.clear()
+    gc.collect()
 
 
 def _load(buffer: bytes, monkeypatch, plans: bool = True):
