@@ -256,3 +256,15 @@ def test_python_after_an_odd_number_of_planned_runs_reads_the_buffer_written_las
         torch.testing.assert_close(got, want)
         torch.testing.assert_close(state.value("k"), eager.k)
     assert python_calls[planned_id] == 4  # each new shape; the rest ran in the adapter
+    # Reset with the plan installed, after an even and then an odd number of
+    # planned runs (the value in either buffer): the next planned run starts
+    # from zeros (reset writes both buffers).
+    for swaps in (0, 1):
+        assert state.plan_swaps.value % 2 == swaps
+        executorch_tensorrt.reset_state("forward")
+        eager.k.zero_()
+        x, where = torch.randn(1, 1, 8), torch.tensor([3 + swaps])
+        got = planned.execute([x, where])[0]
+        with torch.no_grad():
+            torch.testing.assert_close(got, eager(x, where))
+    assert python_calls[planned_id] == 4
