@@ -6,7 +6,9 @@ The `add` example (x + 1 on a [2, 3] tensor) through Python `Method.execute`:
 our delegate with its native plan (the adapter runs onnxruntime's Run in C++,
 no Python), our delegate with EXECUTORCH_TENSORRT_NATIVE_PLAN=0 (the Python
 executor on every call), XNNPACK, and ExecuTorch's portable kernels (no
-delegate). Per-call time: the four methods loaded in one process, runs
+delegate); our native plan again with a 1-thread onnxruntime session
+(EXECUTORCH_TENSORRT_ORT_THREADS=1; the others keep each library's default
+threads: one per core). Per-call time: the methods loaded in one process, runs
 interleaved, median of `--repeat` runs of `--calls` calls. Threads: one
 process per variant (an overlap in the Python path can kill its process:
 docs/concurrency.md), 1 thread on one method, 8 threads on one method, 8
@@ -32,11 +34,14 @@ import torch  # noqa: E402
 
 from bench_threads import calls_per_second  # noqa: E402 - tools/ is this script's folder
 
-# variant -> (program, EXECUTORCH_TENSORRT_NATIVE_PLAN)
-VARIANTS = {"ours, native plan": ("tensorrt", "1"),
-            "ours, Python executor (NATIVE_PLAN=0)": ("tensorrt", "0"),
-            "XNNPACK": ("xnnpack", "1"),
-            "portable kernels (no delegate)": ("portable", "1")}
+THREADS_ENV = "EXECUTORCH_TENSORRT_ORT_THREADS"
+
+# variant -> (program, EXECUTORCH_TENSORRT_NATIVE_PLAN, EXECUTORCH_TENSORRT_ORT_THREADS)
+VARIANTS = {"ours, native plan": ("tensorrt", "1", ""),
+            "ours, native plan, 1 onnxruntime thread (ORT_THREADS=1)": ("tensorrt", "1", "1"),
+            "ours, Python executor (NATIVE_PLAN=0)": ("tensorrt", "0", ""),
+            "XNNPACK": ("xnnpack", "1", ""),
+            "portable kernels (no delegate)": ("portable", "1", "")}
 LAYOUTS = (("1 thread, 1 method", 1, 1), ("8 threads, 1 method", 8, 1),
            ("8 threads, 8 programs", 8, 8))
 
@@ -56,12 +61,18 @@ def export_all(folder: Path) -> None:
         (folder / f"{name}.pte").write_bytes(program.buffer)
 
 
+_programs: list = []
+
+
 def load(folder: Path, variant: str):
     from executorch.runtime import Runtime
 
-    program, plan = VARIANTS[variant]
-    os.environ[PLAN_ENV] = plan  # read when the delegate's executor is created
-    return Runtime.get().load_program(folder / f"{program}.pte").load_method("forward")
+    program, plan, threads = VARIANTS[variant]
+    os.environ[PLAN_ENV] = plan  # both read when the delegate's executor is created
+    os.environ[THREADS_ENV] = threads
+    loaded = Runtime.get().load_program(folder / f"{program}.pte")
+    _programs.append(loaded)  # a Method does not keep its Program alive
+    return loaded.load_method("forward")
 
 
 def per_call_us(folder: Path, calls: int, repeat: int) -> dict[str, float]:

@@ -2,7 +2,8 @@
 onnxruntime fallback: no GPU runs TensorRT engines here) vs XNNPACK, same
 models, same flow, one run.
 
-    .venv/bin/python tools/bench_llm.py [--tokens 32] [--repeat 5] [--json out.json]
+    .venv/bin/python tools/bench_llm.py [--tokens 32] [--repeat 5] [--threads 1]
+                                        [--json out.json]
 
 Models: the hand-written CachedDecoder and transformers' tiny Llama
 (TorchExportableModuleForDecoderOnlyLM, static cache), both with random
@@ -13,7 +14,11 @@ median over `--repeat` runs of the per-token mean. Bytes per token: what
 crosses the delegate boundary in a decode call (the user arguments; our
 executor counts the cache bytes it copies, which stays 0), and the
 operators ExecuTorch runs outside the delegates (a `copy_` there is a
-full-cache copy per call). Not a test: timing on a shared machine.
+full-cache copy per call). Threads: both peers get the same budget,
+`--threads N` (default 1): onnxruntime's intra-op threads
+(EXECUTORCH_TENSORRT_ORT_THREADS) and ExecuTorch's threadpool, which XNNPACK
+runs on; `--threads 0` leaves both at their defaults (one thread per core).
+Not a test: timing on a shared machine.
 """
 from __future__ import annotations
 
@@ -71,8 +76,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads for both peers (0: each library's default)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    if args.threads > 0:  # before any session or delegate exists
+        os.environ["EXECUTORCH_TENSORRT_ORT_THREADS"] = str(args.threads)
+        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+        _unsafe_reset_threadpool(args.threads)
 
     import executorch_tensorrt
     from executorch.runtime import Runtime
@@ -83,11 +94,14 @@ def main(argv=None) -> int:
 
     rows = []
     for name, module, export, vocab in models():
-        methods, ops = {}, {}
+        methods, ops, keep = {}, {}, []
         for backend in ("tensorrt", "xnnpack"):
             program = lower(export(), backend)
             ops[backend] = outside_ops(program)
-            methods[backend] = Runtime.get().load_program(program.buffer).load_method("forward")
+            # A Method does not keep its Program (nor the bytes it reads) alive: keep both.
+            loaded = Runtime.get().load_program(program.buffer)
+            keep.append((program, loaded))
+            methods[backend] = loaded.load_method("forward")
         [state] = [s for s in rt_state.live_states("forward") if s.calls == 0]
         [executor] = [e for e in backend_callbacks.install().handles.values()
                       if getattr(e, "state", None) is state]
@@ -105,7 +119,8 @@ def main(argv=None) -> int:
                 times[backend].append(g.seconds_per_token)
                 tokens[backend] = g.tokens
         arg_bytes = 2 * 8 + vocab * 4  # token id + position in, [1, 1, V] fp32 logits out
-        row = {"model": name, "tokens_equal": tokens["tensorrt"] == tokens["xnnpack"],
+        row = {"model": name, "threads": args.threads or "default",
+               "tokens_equal": tokens["tensorrt"] == tokens["xnnpack"],
                "ours_ms_per_token": 1e3 * statistics.median(times["tensorrt"]),
                "xnnpack_ms_per_token": 1e3 * statistics.median(times["xnnpack"]),
                "ours_boundary_bytes_per_token": arg_bytes,

@@ -8,6 +8,7 @@
 #include <executorch_tensorrt/executor_table.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace etrt {
@@ -15,8 +16,9 @@ namespace etrt {
 class NativePlan {
  public:
   /* Takes the executor's plan for a call of num_args arguments (copies its
-   * signature). Returns false, holding no plan, if the plan is unusable
-   * (unknown kind, wrong argument count, missing pointers). */
+   * signature and position checks). Returns false, holding no plan, if the
+   * plan is unusable (unknown kind, wrong argument count, missing pointers,
+   * a position check this adapter cannot perform safely). */
   bool adopt(const etrt_native_plan* plan, uint64_t num_args);
   /* Forgets the plan (before the executor's execute or destroy). */
   void clear();
@@ -25,8 +27,10 @@ class NativePlan {
   }
   /* True when the plan is live and every argument equals its signature. */
   bool matches(const etrt_arg* args, uint64_t num_args) const;
-  /* Runs the plan; returns 0 or an Error code with the cause in last_error. */
-  int32_t run() const;
+  /* Runs the plan on the arguments matches() accepted: checks the cache
+   * positions, runs, fills the outputs of dynamic shape. Returns 0 or an
+   * Error code with the cause in last_error. */
+  int32_t run(etrt_arg* args) const;
 
  private:
   struct Arg {
@@ -35,10 +39,25 @@ class NativePlan {
     uint64_t nbytes;
     size_t shape_at; // index of its sizes in sizes_ and dim_order_
   };
+  struct PositionCheck {
+    uint64_t arg; // delegate input holding the int64 positions
+    int64_t count; // how many (its first dimension, 1 for a 0-dim tensor)
+    int64_t capacity;
+    bool in_place;
+    std::string what;
+  };
+  bool adopt_appended(const etrt_native_plan& plan);
+  int32_t check_positions() const;
+  int32_t copy_out(etrt_arg* args, void** outputs) const;
+  int32_t copy_one(void* value, etrt_arg& arg, uint64_t output) const;
+
   const etrt_native_plan* plan_ = nullptr;
+  uint64_t num_user_inputs_ = 0; // delegate inputs (the plan's inputs less its state)
   std::vector<Arg> args_;
   std::vector<int32_t> sizes_;
   std::vector<uint8_t> dim_order_;
+  std::vector<PositionCheck> checks_;
+  std::vector<uint64_t> copy_out_; // delegate outputs onnxruntime allocates (NULL entries)
 };
 
 } // namespace etrt

@@ -227,7 +227,7 @@ class TensorRTBackend final : public et::BackendInterface {
     }
     int32_t code = 0;
     if (!traced && state->plan.matches(state->args, expected)) {
-      code = state->plan.run(); // the steady state: no executor (no Python) at all
+      code = state->plan.run(state->args); // the steady state: no executor (no Python) at all
     } else {
       code = call_executor(state, expected);
     }

@@ -39,6 +39,7 @@ STRUCTS = {
     "etrt_executor_table": abi.EtrtExecutorTable,
     "etrt_arg_signature": abi.EtrtArgSignature,
     "etrt_native_plan": abi.EtrtNativePlan,
+    "etrt_position_check": abi.EtrtPositionCheck,
 }
 CONSTANTS = [
     "ETRT_EXECUTOR_ABI_VERSION", "ETRT_ARG_TENSOR", "ETRT_ARG_INT", "ETRT_ARG_DOUBLE",

@@ -176,14 +176,19 @@ def test_the_plan_signature_is_the_checked_call_and_a_bad_call_withdraws_it(add_
     executor.close()
 
 
-def test_dynamic_outputs_and_disabled_plans_publish_none(add_blob, monkeypatch):
+def test_dynamic_outputs_publish_a_copy_out_plan_and_disabled_plans_none(add_blob,
+                                                                         monkeypatch):
     keep: list = []
     x, y = np.ones((2, 3), np.float32), np.zeros((2, 3), np.float32)
     args = (abi.EtrtArg * 2)(_arg(keep, x, True), _arg(keep, y, False))
     dynamic = OnnxRuntimeExecutor(add_blob)
     dynamic.fixed_outputs = False  # onnxruntime allocates outputs, Python copies them in
     dynamic.execute(args, 2)
-    assert dynamic.native_plan() is None and np.all(y == 2)
+    plan = dynamic.native_plan()
+    assert np.all(y == 2) and plan is not None
+    # The output's entry is NULL: the adapter copies it out (and counts the bytes).
+    assert plan.num_outputs == 1 and not plan.outputs[0] and plan.num_state_values == 0
+    assert plan.ort_release_value and plan.copied_bytes and plan.num_position_checks == 0
     monkeypatch.setenv(PLAN_ENV, "0")
     disabled = OnnxRuntimeExecutor(add_blob)
     disabled.execute(args, 2)

@@ -153,6 +153,18 @@ typedef void* (*etrt_ort_run_fn)(void* session, const void* run_options,
 typedef void (*etrt_ort_release_status_fn)(void* status);
 typedef const char* (*etrt_ort_error_message_fn)(const void* status);
 
+/* One cache whose write positions an argument holds (see "Position checks"). */
+typedef struct etrt_position_check {
+  uint32_t struct_size;   /* sizeof(etrt_position_check) */
+  int32_t in_place;       /* non-zero: positions must also be contiguous */
+  uint64_t arg_index;     /* the delegate input holding the int64 positions; its
+                             count is its first dimension (1 for a 0-dim tensor) */
+  int64_t capacity;       /* entries along the written axis (max cache length) */
+  /* "state 'name' (axis A holds C positions)": the executor's description of
+   * the cache, quoted in the errors. */
+  const char* what;
+} etrt_position_check;
+
 typedef struct etrt_native_plan {
   uint32_t struct_size;   /* sizeof(etrt_native_plan) */
   int32_t kind;           /* etrt_plan_kind; the adapter ignores a kind it does not know */
@@ -163,7 +175,8 @@ typedef struct etrt_native_plan {
   /* ETRT_PLAN_ORT_RUN: run(session, run_options, input_names, inputs,
    * num_inputs, output_names, num_outputs, outputs); a non-NULL status is a
    * failure: its message is error_message(status), then release_status(status).
-   * outputs are pre-bound OrtValues over the arguments' memory (fixed shapes). */
+   * outputs are pre-bound OrtValues over the arguments' memory (fixed
+   * shapes), or NULL (dynamic shapes: see the appended fields below). */
   etrt_ort_run_fn ort_run;
   etrt_ort_release_status_fn ort_release_status;
   etrt_ort_error_message_fn ort_error_message;
@@ -175,7 +188,55 @@ typedef struct etrt_native_plan {
   const char* const* output_names;
   void** outputs;
   uint64_t num_outputs;
+  /* ---- Appended (issue 13): stateful partitions and outputs of dynamic
+   * shape. The adapter reads these fields only when struct_size covers
+   * them; a plan whose struct_size stops before them has no state, no
+   * position checks and no NULL outputs (the layout above). ----
+   *
+   * State: the last num_state_values entries of `inputs` and of `outputs` are
+   * the partition's own state (KV caches): OrtValues over executor-owned
+   * memory, bound for every call (an in-place state is the same OrtValue at
+   * both ends). The delegate's arguments are then the first
+   * num_inputs - num_state_values inputs and num_outputs - num_state_values
+   * outputs, so those two counts add up to num_args.
+   *
+   * Position checks: before every run the adapter reads each check's
+   * positions argument (int64 on the host; the signature guarantees its
+   * address, dtype and shape) and refuses the call, with nothing run or
+   * written, when a position lies outside the cache, the sequence is longer
+   * than the cache, or an in-place cache's positions are not contiguous;
+   * the cause goes to etrt_last_error in the executor's own words.
+   *
+   * NULL outputs: a delegate output whose entry in `outputs` is NULL has a
+   * shape only the run knows (dynamic); onnxruntime allocates it, and the
+   * adapter resizes the ExecuTorch output to its shape (etrt_resize_tensor),
+   * copies the bytes in, releases the value and stores NULL back. */
+  uint64_t num_state_values;
+  const etrt_position_check* position_checks; /* num_position_checks entries */
+  uint64_t num_position_checks;
+  /* OrtApi GetTensorTypeAndShape, GetDimensionsCount, GetDimensions,
+   * ReleaseTensorTypeAndShapeInfo, GetTensorMutableData, ReleaseValue:
+   * needed (non-NULL) only when some output entry is NULL. */
+  void* (*ort_get_tensor_type_and_shape)(const void* value, void** info);
+  void* (*ort_get_dimensions_count)(const void* info, size_t* count);
+  void* (*ort_get_dimensions)(const void* info, int64_t* dims, size_t count);
+  void (*ort_release_tensor_type_and_shape_info)(void* info);
+  void* (*ort_get_tensor_mutable_data)(void* value, void** data);
+  void (*ort_release_value)(void* value);
+  /* Where the adapter adds the bytes it copied into NULL outputs' arguments
+   * (the executor's accounting, read by tests and tools); may be NULL. */
+  uint64_t* copied_bytes;
+  /* Functional (ping-pong) states, or NULL: alt_inputs / alt_outputs are
+   * `inputs` / `outputs` with each such state's two buffers exchanged (the
+   * same delegate entries, the same NULLs). The adapter runs the pair that
+   * *swaps selects (even: inputs/outputs, odd: the alt pair) and adds 1 to
+   * *swaps after every successful run, so the executor knows which buffer
+   * holds each state's current value. */
+  const void* const* alt_inputs;
+  void** alt_outputs;
+  uint64_t* swaps;
 } etrt_native_plan;
+
 
 typedef struct etrt_executor_table {
   uint32_t struct_size;   /* sizeof(etrt_executor_table) */

@@ -29,6 +29,7 @@ __all__ = [
     "EtrtExecutorTable",
     "ETRT_PLAN_ORT_RUN",
     "EtrtArgSignature",
+    "EtrtPositionCheck",
     "EtrtNativePlan",
     "NativePlanFn",
     "IsAvailableFn",
@@ -162,6 +163,19 @@ class EtrtArgSignature(ctypes.Structure):
     ]
 
 
+class EtrtPositionCheck(ctypes.Structure):
+    """``etrt_position_check``: one cache whose write positions a delegate
+    input holds; the adapter checks them before running a plan."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("in_place", ctypes.c_int32),
+        ("arg_index", ctypes.c_uint64),
+        ("capacity", ctypes.c_int64),
+        ("what", ctypes.c_char_p),
+    ]
+
+
 class EtrtNativePlan(ctypes.Structure):
     """``etrt_native_plan``: how the adapter runs an identical call without
     the executor. Its memory (and every array it points to) is the
@@ -185,6 +199,22 @@ class EtrtNativePlan(ctypes.Structure):
         ("output_names", ctypes.POINTER(ctypes.c_char_p)),
         ("outputs", ctypes.POINTER(ctypes.c_void_p)),
         ("num_outputs", ctypes.c_uint64),
+        # Appended (issue 13; read by the adapter when struct_size covers them):
+        # state values after the delegate's inputs/outputs, position checks,
+        # and what copying out an output of dynamic shape (a NULL entry) needs.
+        ("num_state_values", ctypes.c_uint64),
+        ("position_checks", ctypes.POINTER(EtrtPositionCheck)),
+        ("num_position_checks", ctypes.c_uint64),
+        ("ort_get_tensor_type_and_shape", ctypes.c_void_p),
+        ("ort_get_dimensions_count", ctypes.c_void_p),
+        ("ort_get_dimensions", ctypes.c_void_p),
+        ("ort_release_tensor_type_and_shape_info", ctypes.c_void_p),
+        ("ort_get_tensor_mutable_data", ctypes.c_void_p),
+        ("ort_release_value", ctypes.c_void_p),
+        ("copied_bytes", ctypes.POINTER(ctypes.c_uint64)),
+        ("alt_inputs", ctypes.POINTER(ctypes.c_void_p)),
+        ("alt_outputs", ctypes.POINTER(ctypes.c_void_p)),
+        ("swaps", ctypes.POINTER(ctypes.c_uint64)),
     ]
 
 

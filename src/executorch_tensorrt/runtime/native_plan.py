@@ -47,13 +47,18 @@ class OrtRunPlan:
     """One etrt_native_plan of kind ETRT_PLAN_ORT_RUN, and the memory it points to.
     `key` is signature_key() of the arguments it was built for: a caller whose
     every call misses the adapter's plan (new addresses each call, alternating
-    shapes) reuses plans instead of building one per call."""
+    shapes) reuses plans instead of building one per call.
+
+    `session` may be a stateful one (state.py OrtStatefulSession): the plan
+    then runs the full model, the state OrtValues the session binds after the
+    user's, and carries the position checks the adapter makes before each run.
+    NULL entries of `bound.outputs` are outputs of dynamic shape, which the
+    adapter copies out, adding the bytes to `copied_bytes`."""
 
     def __init__(self, session, bound, args: Sequence[abi.EtrtArg], num_args: int,
-                 key: tuple):
+                 key: tuple, copied_bytes: ctypes.c_uint64 | None = None):
         api = session.api
         self.key = key
-        self._keep = (session, bound)  # names and OrtValues the struct points into
         self._signature = (abi.EtrtArgSignature * num_args)()
         self._shapes = []
         for k in range(num_args):
@@ -68,6 +73,27 @@ class OrtRunPlan:
             sig.data, sig.nbytes = arg.data, arg.nbytes
             sig.sizes = ctypes.cast(sizes, ctypes.POINTER(ctypes.c_int32))
             sig.dim_order = ctypes.cast(order, ctypes.POINTER(ctypes.c_uint8))
+        inner = getattr(session, "inner", session)  # the OrtSession: every model input's name
+        inputs, outputs, num_state = bound.inputs, bound.outputs, 0
+        alt_inputs = alt_outputs = swaps = None
+        checks: list = []
+        if inner is not session:
+            inputs, outputs, alt_inputs, alt_outputs = session.plan_values(bound.inputs,
+                                                                           bound.outputs)
+            num_state = len(inputs) - len(bound.inputs)
+            checks = session.state.position_checks()
+            swaps = session.state.plan_swaps
+        self._checks = (abi.EtrtPositionCheck * len(checks))()
+        self._whats = [what.encode() for _, _, _, what in checks]
+        for c, (arg_index, capacity, in_place, _), what in zip(self._checks, checks, self._whats):
+            c.struct_size = ctypes.sizeof(abi.EtrtPositionCheck)
+            c.arg_index, c.capacity, c.in_place, c.what = arg_index, capacity, int(in_place), what
+        # names, OrtValues and arrays the struct points into
+        # A plan over ping-pong buffers assumes the executor's current buffers
+        # are its even pair: build a new one rather than reuse it.
+        self.reusable = alt_inputs is None
+        self._keep = (session, bound, inputs, outputs, alt_inputs, alt_outputs, copied_bytes,
+                      swaps)
         p = self.struct = abi.EtrtNativePlan()
         p.struct_size = ctypes.sizeof(abi.EtrtNativePlan)
         p.kind = abi.ETRT_PLAN_ORT_RUN
@@ -76,14 +102,29 @@ class OrtRunPlan:
         p.ort_run = _address(api.Run)
         p.ort_release_status = _address(api.ReleaseStatus)
         p.ort_error_message = _address(api.GetErrorMessage)
-        p.session = session.session.value
+        p.session = inner.session.value
         p.run_options = None
-        p.input_names = ctypes.cast(session._input_names, ctypes.POINTER(ctypes.c_char_p))
-        p.inputs = ctypes.cast(bound.inputs, ctypes.POINTER(ctypes.c_void_p))
-        p.num_inputs = len(bound.inputs)
-        p.output_names = ctypes.cast(session._output_names, ctypes.POINTER(ctypes.c_char_p))
-        p.outputs = ctypes.cast(bound.outputs, ctypes.POINTER(ctypes.c_void_p))
-        p.num_outputs = len(bound.outputs)
+        p.input_names = ctypes.cast(inner._input_names, ctypes.POINTER(ctypes.c_char_p))
+        p.inputs = ctypes.cast(inputs, ctypes.POINTER(ctypes.c_void_p))
+        p.num_inputs = len(inputs)
+        p.output_names = ctypes.cast(inner._output_names, ctypes.POINTER(ctypes.c_char_p))
+        p.outputs = ctypes.cast(outputs, ctypes.POINTER(ctypes.c_void_p))
+        p.num_outputs = len(outputs)
+        p.num_state_values = num_state
+        p.position_checks = ctypes.cast(self._checks, ctypes.POINTER(abi.EtrtPositionCheck))
+        p.num_position_checks = len(checks)
+        p.ort_get_tensor_type_and_shape = _address(api.GetTensorTypeAndShape)
+        p.ort_get_dimensions_count = _address(api.GetDimensionsCount)
+        p.ort_get_dimensions = _address(api.GetDimensions)
+        p.ort_release_tensor_type_and_shape_info = _address(api.ReleaseTensorTypeAndShapeInfo)
+        p.ort_get_tensor_mutable_data = _address(api.GetTensorMutableData)
+        p.ort_release_value = _address(api.ReleaseValue)
+        if copied_bytes is not None:
+            p.copied_bytes = ctypes.pointer(copied_bytes)
+        if alt_inputs is not None:  # functional states: the adapter alternates the pairs
+            p.alt_inputs = ctypes.cast(alt_inputs, ctypes.POINTER(ctypes.c_void_p))
+            p.alt_outputs = ctypes.cast(alt_outputs, ctypes.POINTER(ctypes.c_void_p))
+            p.swaps = ctypes.pointer(swaps)
 
     def withdraw(self) -> None:
         """Tells the adapter not to run this plan again, and keeps its memory

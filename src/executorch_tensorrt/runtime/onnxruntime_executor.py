@@ -9,6 +9,7 @@ driver API, which it says once on stderr.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import threading
 
@@ -84,6 +85,23 @@ class CudaStaging:
                        host.nbytes)
 
 
+ORT_THREADS_ENV = "EXECUTORCH_TENSORRT_ORT_THREADS"
+
+
+def ort_intra_op_threads() -> int:
+    """onnxruntime's intra-op threads per fallback session: ORT_THREADS_ENV, or 0
+    (onnxruntime's default, one per core). Tiny graphs (a small decoder's
+    token) run faster on 1: waking the pool costs more than it saves."""
+    text = os.environ.get(ORT_THREADS_ENV, "").strip()
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise ArgumentError(f"{ORT_THREADS_ENV}={text!r} is not a thread count: set a whole "
+                            "number (1 for one thread; 0 or unset for onnxruntime's default, "
+                            "one thread per core)")
+    return int(text)
+
+
 # ExecuTorch ScalarType code -> ONNXTensorElementDataType
 _ORT_ELEMENT_TYPES = {SCALAR_TYPE_TO_NUMPY[code]: element for code, element in (
     (6, 1), (0, 2), (1, 3), (2, 5), (3, 6), (4, 7), (11, 9), (5, 10), (7, 11), (15, 16))}
@@ -134,7 +152,8 @@ class OnnxRuntimeExecutor(Executor):
                               else None)
         try:
             self.session = (self.node_profiler.new_session() if self.node_profiler
-                            else OrtSession(model, configure=configure))
+                            else OrtSession(model, intra_op_threads=ort_intra_op_threads(),
+                                            configure=configure))
         except BaseException:
             if self.weights is not None:
                 self.weights.release()
@@ -156,15 +175,27 @@ class OnnxRuntimeExecutor(Executor):
         # ExecuTorch's memory; others are allocated by onnxruntime and copied.
         self.fixed_outputs = all(b.shape is not None and -1 not in b.shape for b in self.outputs)
         self.bound: dict[tuple, _BoundValues] = {}
-        # Argument bytes this executor copied (outputs onnxruntime allocated, staging).
+        # Argument bytes this executor copied (outputs onnxruntime allocated, staging),
+        # and those the adapter copied running its plans (copied_bytes adds both).
+        self._plan_copied = ctypes.c_uint64(0)
         self.copied_bytes = 0
-        # The plan for the last call (fixed outputs on the host only); the
-        # adapter runs identical calls with it, without Python (native_plan.py).
-        # Torch-TensorRT's TR02 in-place outputs: (output index, input index) pairs.
+        # The plan for the last call (host arguments only); the adapter runs
+        # identical calls with it, without Python (native_plan.py), checking
+        # the cache positions itself. Torch-TensorRT's TR02 in-place outputs:
+        # (output index, input index) pairs, copied in Python, so no plan.
         self.aliases = aliased_pairs(blob, self.inputs, self.outputs)
-        # Not with state: every call must check the cache positions first.
-        self.publish_plans = native_plans_enabled() and self.state is None and not self.aliases
+        self.publish_plans = native_plans_enabled() and not self.aliases
         self.plan: OrtRunPlan | None = None
+
+    @property
+    def copied_bytes(self) -> int:
+        """Argument bytes copied for this partition's calls, by the executor and
+        by the adapter's plans (outputs of dynamic shape, staging)."""
+        return self._copied_bytes + self._plan_copied.value
+
+    @copied_bytes.setter
+    def copied_bytes(self, value: int) -> None:
+        self._copied_bytes = value - self._plan_copied.value
 
     def _element_type(self, arg: abi.EtrtArg, expected: int, what: str) -> int:
         dtype = SCALAR_TYPE_TO_NUMPY.get(arg.dtype)
@@ -210,8 +241,8 @@ class OnnxRuntimeExecutor(Executor):
 
     def _plan_for(self, bound: "_BoundValues", args, n: int) -> OrtRunPlan:
         key = signature_key(args, n)
-        if bound.plan is None or bound.plan.key != key:
-            bound.plan = OrtRunPlan(self.session, bound, args, n, key)
+        if bound.plan is None or bound.plan.key != key or not bound.plan.reusable:
+            bound.plan = OrtRunPlan(self.session, bound, args, n, key, self._plan_copied)
         return bound.plan
 
     def _release_bound(self) -> None:
@@ -252,6 +283,8 @@ class OnnxRuntimeExecutor(Executor):
                     self.plan = self._plan_for(bound, args, n)
                 return
             self._run_and_copy_out(args, bound.inputs, recorder)
+            if self.publish_plans and not recorder:  # outputs resized: their shapes are known
+                self.plan = self._plan_for(bound, args, n)
             return
         staged: list = []  # device-resident or permuted inputs: contiguous host copies
         owned: list = []

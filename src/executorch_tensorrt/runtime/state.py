@@ -90,11 +90,16 @@ def read_positions(arg: abi.EtrtArg, count: int, staged: np.ndarray | None = Non
     return list((ctypes.c_int64 * count).from_address(arg.data))
 
 
+def describe_cache(spec: StateSpec) -> str:
+    """How the position errors name a cache (native plans quote it too)."""
+    return f"state {spec.fqn!r} (axis {spec.positions_axis} holds {spec.capacity} positions)"
+
+
 def check_positions(spec: StateSpec, positions: Sequence[int]) -> None:
     """Raises ArgumentError unless every write of `spec` lands inside it (and, for
     an in-place TensorScatter update, the positions are contiguous)."""
     cap, n = spec.capacity, len(positions)
-    what = f"state {spec.fqn!r} (axis {spec.positions_axis} holds {cap} positions)"
+    what = describe_cache(spec)
     if n > cap:
         raise ArgumentError(f"a sequence of {n} tokens is longer than the cache: {what}; "
                             f"split the prompt or export with a larger cache")
@@ -125,6 +130,23 @@ class ExecutorState:
         self.calls = 0
         self.method: str | None = None
         self._lock = threading.Lock()
+        # Runs of a native plan since the executor last looked (the adapter adds
+        # 1 per run): when odd, each functional state's value is in its spare.
+        self.plan_swaps = ctypes.c_uint64(0)
+
+    def current(self, k: int) -> np.ndarray:
+        """State k's current value, wherever the plans' ping-pong left it."""
+        spare = self.spares[k]
+        return spare if spare is not None and self.plan_swaps.value & 1 else self.buffers[k]
+
+    def sync_plan_swaps(self) -> None:
+        """Takes the plans' ping-pong into `buffers` (only while no plan can run:
+        inside the executor's execute, the adapter having forgotten its plan)."""
+        if self.plan_swaps.value & 1:
+            for k, spare in enumerate(self.spares):
+                if spare is not None:
+                    self.buffers[k], self.spares[k] = spare, self.buffers[k]
+        self.plan_swaps.value = 0
 
     def check_call(self, args, shapes: Sequence[Sequence[int]], staged=None) -> None:
         for spec in self.specs:
@@ -135,6 +157,12 @@ class ExecutorState:
             check_positions(spec, read_positions(args[k], count,
                                                  staged(k) if staged else None))
 
+    def position_checks(self) -> list[tuple[int, int, bool, str]]:
+        """(positions input, capacity, in place, description) per checked cache,
+        in check_call's order: what a native plan checks in the adapter."""
+        return [(s.positions_input, s.capacity, s.in_place, describe_cache(s))
+                for s in self.specs if s.positions_input is not None]
+
     def swap(self) -> None:
         """After a call: functional states now live in the buffer just written."""
         for k, spare in enumerate(self.spares):
@@ -143,15 +171,17 @@ class ExecutorState:
         self.calls += 1
 
     def reset(self) -> None:
-        with self._lock:
-            for spec, buf in zip(self.specs, self.buffers):
+        with self._lock:  # both buffers of a functional state: a plan may read either
+            for spec, buf, spare in zip(self.specs, self.buffers, self.spares):
                 np.copyto(buf, _initial(spec))
+                if spare is not None:
+                    np.copyto(spare, buf)
 
     def value(self, fqn: str) -> np.ndarray:
         """A host copy of the state's current value (for tests and tools)."""
-        for spec, buf in zip(self.specs, self.buffers):
+        for k, spec in enumerate(self.specs):
             if spec.fqn == fqn:
-                return buf.copy()
+                return self.current(k).copy()
         raise KeyError(f"no state {fqn!r}; states: {[s.fqn for s in self.specs]}")
 
 
@@ -197,6 +227,7 @@ class OrtStatefulSession:
 
     def run(self, inputs: ctypes.Array, outputs: ctypes.Array) -> None:
         st = self.state
+        st.sync_plan_swaps()  # the adapter forgot its plan before calling the executor
         state_in = [self._value(b) for b in st.buffers]
         state_out = [self._value(b if s is None else s) for b, s in zip(st.buffers, st.spares)]
         full_in = (ctypes.c_void_p * (self.n_in + len(state_in)))(
@@ -208,6 +239,32 @@ class OrtStatefulSession:
             st.swap()
         for j in range(self.n_out):  # outputs onnxruntime allocated: the caller releases them
             outputs[j] = full_out[j]
+
+    def plan_values(self, inputs: ctypes.Array, outputs: ctypes.Array):
+        """The arrays a native plan runs: (inputs, outputs, alt_inputs,
+        alt_outputs), each the user values then the states' OrtValues. An
+        in-place state is one OrtValue at both ends; a functional one reads
+        buffer A and writes B, and the alt pair (None without functional
+        states) the reverse; the adapter alternates them, counting in
+        state.plan_swaps. Buffers stay where they are; reset() rewrites them
+        in place."""
+        st = self.state
+        st.sync_plan_swaps()
+
+        def arrays(reads, writes):
+            ins = [getattr(v, "value", v) for v in map(self._value, reads)]
+            outs = [getattr(v, "value", v) for v in map(self._value, writes)]
+            return ((ctypes.c_void_p * (self.n_in + len(ins)))(
+                        *[inputs[i] for i in range(self.n_in)], *ins),
+                    (ctypes.c_void_p * (self.n_out + len(outs)))(
+                        *[outputs[i] for i in range(self.n_out)], *outs))
+
+        other = [b if s is None else s for b, s in zip(st.buffers, st.spares)]
+        full_in, full_out = arrays(st.buffers, other)
+        if all(s is None for s in st.spares):
+            return full_in, full_out, None, None
+        alt_in, alt_out = arrays(other, st.buffers)
+        return full_in, full_out, alt_in, alt_out
 
     def end_profiling(self) -> str:
         return self.inner.end_profiling()
