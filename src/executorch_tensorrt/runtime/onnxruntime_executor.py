@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
-import threading
 
 import numpy as np
 
@@ -21,9 +19,7 @@ from . import executor_table as abi
 from . import profiling
 from .arguments import (SCALAR_TYPE_TO_NUMPY, check_args, checked_nbytes, is_permuted,
                         dtype_name, permuted_to_contiguous, resize_output, split_bindings)
-from .cuda_driver import CudaError, driver
-from .cuda_objects import make_current
-from .cuda_probe import cuda_unavailable_reason
+from .cuda_staging import CudaStaging
 from .executors import Executor, native_plans_enabled
 from .native_plan import OrtRunPlan, signature_key
 from .onnx_safety import self_contained_onnx
@@ -34,55 +30,6 @@ from .ort_named_weights import OrtNamedWeights
 from .ort_node_profile import OrtNodeProfiler
 from .state import (ExecutorState, OrtStatefulSession, aliased_pairs, reflect_aliases,
                     state_specs)
-
-
-class CudaStaging:
-    """Copies CUDA arguments to and from host memory (cuda_driver.py, primary context)."""
-
-    _instance: "CudaStaging | None" = None
-    _lock = threading.Lock()
-
-    @classmethod
-    def get(cls) -> "CudaStaging":
-        with cls._lock:
-            if cls._instance is None:
-                reason = cuda_unavailable_reason()
-                if reason is not None:
-                    raise ArgumentError(
-                        "this argument is in CUDA memory (a device-resident program); the "
-                        "onnxruntime fallback runs on the host and copies it through host memory "
-                        f"with CUDA, but CUDA is not usable here: {reason}")
-                cls._instance = cls()
-                print("[executorch_tensorrt] onnxruntime fallback: arguments in CUDA memory "
-                      "(device-resident program) are copied through host memory on every call",
-                      file=sys.stderr, flush=True)
-            return cls._instance
-
-    def __init__(self) -> None:
-        self.cuda = driver()
-
-    def _copy(self, index: int, fn, *args) -> None:
-        try:
-            make_current(index)  # the device's primary context, where its memory lives
-        except CudaError as e:
-            raise ArgumentError(f"{e} while staging a device-resident argument through host "
-                                "memory") from None
-        status = fn(*args)
-        if status != 0:
-            raise ArgumentError(f"{fn.__name__} failed with CUresult {status} while staging a "
-                                "device-resident argument through host memory")
-
-    def to_host(self, arg: abi.EtrtArg, shape) -> np.ndarray:
-        host = np.empty(shape, dtype=SCALAR_TYPE_TO_NUMPY[arg.dtype])
-        if host.nbytes:
-            self._copy(arg.device_index, self.cuda.cuMemcpyDtoH_v2, host.ctypes.data, arg.data,
-                       host.nbytes)
-        return host
-
-    def to_device(self, arg: abi.EtrtArg, host: np.ndarray) -> None:
-        if host.nbytes:
-            self._copy(arg.device_index, self.cuda.cuMemcpyHtoD_v2, arg.data, host.ctypes.data,
-                       host.nbytes)
 
 
 ORT_THREADS_ENV = "EXECUTORCH_TENSORRT_ORT_THREADS"
