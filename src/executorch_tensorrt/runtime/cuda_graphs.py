@@ -1,7 +1,7 @@
 """CUDA graphs of a TensorRT context's enqueue (docs/gpu-runtime.md).
 
 GPU-only: ran on the H200 with a labelled stand-in for TensorRT's execution
-context (tests/runtime/test_cuda_graphs_gpu.py); never with a real engine.
+context (tests/runtime/test_tensorrt_graphs_gpu.py); never with a real engine.
 
 A graph launch replaces the engine's many kernel launches with one, which is
 what small partitions pay for per call. TensorRT documents a captured graph as

@@ -1,18 +1,21 @@
 """Why CUDA is or is not usable here, asked of the CUDA driver itself.
 
-Loaded with ctypes at run time, so CPU machines import the package fine.
+Through cuda_driver.py's binding, loaded at run time, so CPU machines import
+the package fine.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
 
+from .cuda_driver import driver
+
 
 @functools.lru_cache(maxsize=None)
 def cuda_unavailable_reason() -> str | None:
     """None when the driver reports at least one GPU, else the cause."""
     try:
-        cuda = ctypes.CDLL("libcuda.so.1")
+        cuda = driver()
     except OSError as e:
         return (f"no CUDA driver (libcuda.so.1 cannot be loaded: {e}); TensorRT engines need "
                 "an NVIDIA GPU and its driver")

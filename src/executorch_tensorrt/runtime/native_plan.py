@@ -88,10 +88,10 @@ class OrtRunPlan:
         for c, (arg_index, capacity, in_place, _), what in zip(self._checks, checks, self._whats):
             c.struct_size = ctypes.sizeof(abi.EtrtPositionCheck)
             c.arg_index, c.capacity, c.in_place, c.what = arg_index, capacity, int(in_place), what
-        # names, OrtValues and arrays the struct points into
         # A plan over ping-pong buffers assumes the executor's current buffers
         # are its even pair: build a new one rather than reuse it.
         self.reusable = alt_inputs is None
+        # names, OrtValues and arrays the struct points into
         self._keep = (session, bound, inputs, outputs, alt_inputs, alt_outputs, copied_bytes,
                       swaps)
         p = self.struct = abi.EtrtNativePlan()

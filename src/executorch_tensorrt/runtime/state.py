@@ -225,15 +225,24 @@ class OrtStatefulSession:
                 address, array.nbytes, array.shape, self._types[array.dtype])
         return v
 
+    def _written(self) -> list[np.ndarray]:
+        """Where each state's next value goes: its buffer (in place) or its spare."""
+        st = self.state
+        return [b if s is None else s for b, s in zip(st.buffers, st.spares)]
+
+    def _full(self, inputs: ctypes.Array, outputs: ctypes.Array, reads, writes):
+        """The model's value arrays: the user values, then the states' OrtValues."""
+        ins = [getattr(v, "value", v) for v in map(self._value, reads)]
+        outs = [getattr(v, "value", v) for v in map(self._value, writes)]
+        return ((ctypes.c_void_p * (self.n_in + len(ins)))(
+                    *[inputs[i] for i in range(self.n_in)], *ins),
+                (ctypes.c_void_p * (self.n_out + len(outs)))(
+                    *[outputs[i] for i in range(self.n_out)], *outs))
+
     def run(self, inputs: ctypes.Array, outputs: ctypes.Array) -> None:
         st = self.state
         st.sync_plan_swaps()  # the adapter forgot its plan before calling the executor
-        state_in = [self._value(b) for b in st.buffers]
-        state_out = [self._value(b if s is None else s) for b, s in zip(st.buffers, st.spares)]
-        full_in = (ctypes.c_void_p * (self.n_in + len(state_in)))(
-            *[inputs[i] for i in range(self.n_in)], *(getattr(v, "value", v) for v in state_in))
-        full_out = (ctypes.c_void_p * (self.n_out + len(state_out)))(
-            *[outputs[i] for i in range(self.n_out)], *(getattr(v, "value", v) for v in state_out))
+        full_in, full_out = self._full(inputs, outputs, st.buffers, self._written())
         with st._lock:
             self.inner.run(full_in, full_out)
             st.swap()
@@ -250,20 +259,11 @@ class OrtStatefulSession:
         in place."""
         st = self.state
         st.sync_plan_swaps()
-
-        def arrays(reads, writes):
-            ins = [getattr(v, "value", v) for v in map(self._value, reads)]
-            outs = [getattr(v, "value", v) for v in map(self._value, writes)]
-            return ((ctypes.c_void_p * (self.n_in + len(ins)))(
-                        *[inputs[i] for i in range(self.n_in)], *ins),
-                    (ctypes.c_void_p * (self.n_out + len(outs)))(
-                        *[outputs[i] for i in range(self.n_out)], *outs))
-
-        other = [b if s is None else s for b, s in zip(st.buffers, st.spares)]
-        full_in, full_out = arrays(st.buffers, other)
+        other = self._written()
+        full_in, full_out = self._full(inputs, outputs, st.buffers, other)
         if all(s is None for s in st.spares):
             return full_in, full_out, None, None
-        alt_in, alt_out = arrays(other, st.buffers)
+        alt_in, alt_out = self._full(inputs, outputs, other, st.buffers)
         return full_in, full_out, alt_in, alt_out
 
     def end_profiling(self) -> str:

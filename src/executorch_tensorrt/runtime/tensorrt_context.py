@@ -165,17 +165,16 @@ class BoundContext:
         """Sets the partition's bindings (and forgets what was bound)."""
         self.inputs, self.outputs = inputs, outputs
         self._names = [b.name for b in inputs + outputs]
-        self._shapes: list[tuple | None] = [None] * len(inputs)  # last set input shapes
-        self._addresses: list[int | None] = [None] * len(self._names)  # last set addresses
         self._out_shapes: list[tuple] = []  # the outputs' shapes for _shapes
         self._scratch_address = 0
-        self.generation += 1  # whatever was captured before is stale
+        self._forget_bindings()
 
     def _forget_bindings(self) -> None:
-        """After a profile switch: every shape and address is set again, and
-        graphs captured in the other profile are stale (a new generation)."""
-        self._shapes = [None] * len(self.inputs)
-        self._addresses = [None] * len(self._names)
+        """Every shape and address is set again on the next call (new bindings,
+        or a profile switch), and graphs captured before are stale (a new
+        generation)."""
+        self._shapes: list[tuple | None] = [None] * len(self.inputs)  # last set input shapes
+        self._addresses: list[int | None] = [None] * len(self._names)  # last set addresses
         self.generation += 1
 
     def close(self) -> None:
