@@ -66,9 +66,9 @@ class Binding:
         # Torch-TensorRT records dtype "" and shape [] for bindings it leaves to the engine.
         shape = None if not recorded and not entry["shape"] else tuple(entry["shape"])
         each = tuple((tuple(p["min"]), tuple(p["max"])) for p in profiles)
-        bounds = (tuple(map(min, *(lo for lo, _ in each))) if len(each) > 1 else each[0][0],
-                  tuple(map(max, *(hi for _, hi in each))) if len(each) > 1 else each[0][1]
-                  ) if each else (None, None)
+        # The union's bounds: per dimension, the smallest min and the largest max.
+        bounds = ((tuple(map(min, zip(*(lo for lo, _ in each)))),
+                   tuple(map(max, zip(*(hi for _, hi in each))))) if each else (None, None))
         return cls(entry["name"], dtype, shape, bool(entry["is_input"]), *bounds,
                    each if len(each) > 1 else ())
 
