@@ -101,15 +101,18 @@ def test_threads_sharing_one_method_get_exactly_the_single_thread_results(mlp_pr
     assert result == {"wrong": 0, "failed": 0}, result
 
 
-def test_without_the_native_plan_threads_overlap_and_the_guard_fails_them(mlp_program):
+def test_without_the_native_plan_overlapping_threads_never_get_a_wrong_output(mlp_program):
     """The same run with EXECUTORCH_TENSORRT_NATIVE_PLAN=0 (every call runs the
-    Python executor): the interpreter switches threads inside the callback,
-    calls overlap, and the adapter's guard fails them (never a wrong output),
-    or the process dies: an overlap also interleaves ExecuTorch's per-call
-    stream redirects, leaving std::cerr on a freed buffer (SIGSEGV at the next
-    log line; docs/concurrency.md). This is what the native plan removes."""
+    Python executor): the interpreter may switch threads inside the callback.
+    Calls that overlap are failed by the adapter's guard, never returned with
+    another call's data; or the process dies, because an overlap also
+    interleaves ExecuTorch's per-call stream redirects and leaves std::cerr on
+    a freed buffer (SIGSEGV at the next log line; docs/concurrency.md). Whether
+    an overlap happens at all is up to the scheduler (usually hundreds of
+    calls fail; a CI run once saw none), so this asserts only that no output is
+    wrong; the guard itself is tested deterministically below."""
     result = run_threads(mlp_program, {"EXECUTORCH_TENSORRT_NATIVE_PLAN": "0"}, may_die=True)
-    assert "died" in result or (result["wrong"] == 0 and result["failed"] > 0), result
+    assert "died" in result or result["wrong"] == 0, result
 
 
 def test_a_call_that_enters_a_running_method_fails_both_calls(mlp_program, allow_fallback,
