@@ -21,6 +21,7 @@ import torch
 from torch.onnx._internal.exporter import _core
 
 from ..blob.format import NAMED_DATA_LOCATION
+from .onnx_fusions import fuse
 from .precision import with_precision
 from .program_copy import copy_program
 from .weights import INLINE_LIMIT, Weight, dtype_name
@@ -117,7 +118,9 @@ def export_onnx(ep: torch.export.ExportedProgram, precision: str = "fp32", *,
     """Exports an edge program (or partition) to ONNX with the exporter's optimizer on.
 
     The optimizer is needed: without it TensorRT rejects Sequence ops and
-    reductions whose axes are computed. `precision` other than fp32 re-exports
+    reductions whose axes are computed. Chains the edge dialect decomposed
+    (GELU, RMS norm, batched matmul) are folded back into single ops
+    (onnx_fusions.py). `precision` other than fp32 re-exports
     the program computing in fp16/bf16 (precision.py), and the weights listed
     are the converted ones. Initializers of INLINE_LIMIT bytes or more become
     EXTERNAL references and are returned as `weights` (no protobuf ever holds
@@ -132,6 +135,7 @@ def export_onnx(ep: torch.export.ExportedProgram, precision: str = "fp32", *,
         # torch is pinned, so this private entry point is stable for us.
         program = _core.export(tagged, registry=onnx_registry(), optimize=True, verbose=False)
     model = program.model
+    fuse(model)
     mapping: dict[int, str] = {}
     for i, node in enumerate(model.graph):
         name = edge_name_from_trace(node.metadata_props.get(_TRACE_KEY))

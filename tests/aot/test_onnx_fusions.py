@@ -1,0 +1,187 @@
+"""Chains the edge dialect decomposes come back as single ONNX ops (onnx_fusions.py):
+what the exporter writes for real modules, what onnxruntime computes from it
+against eager, what TensorRT-RTX's parser and builder make of it, and the
+chains that must stay as they are."""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+from torch import nn
+
+from executorch_tensorrt.aot.onnx_export import export_onnx
+from executorch_tensorrt.aot.onnx_fusions import fuse
+
+
+class GeluMlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(16, 32), nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.down(nn.functional.gelu(self.up(x)))
+
+
+class RmsNorm(nn.Module):  # transformers' LlamaRMSNorm, written out
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(16) + 0.5)
+
+    def forward(self, x):
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + 1e-6))
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Rotary(nn.Module):  # transformers' apply_rotary_pos_emb, half-split layout
+    def forward(self, q, k, positions):
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, 8, 2, dtype=torch.float32) / 8))
+        freqs = positions[None, :, None].float() * inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+class Attention(nn.Module):
+    def forward(self, q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, dim=-1) @ v
+
+
+def _edge(module, args):
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    ep = torch.export.export(module.eval(), args)
+    return to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)) \
+        .exported_program()
+
+
+CASES = {
+    "gelu": (GeluMlp, lambda: (torch.randn(2, 5, 16),), {"Gelu": 1}, {"Erf"}),
+    "rms_norm": (RmsNorm, lambda: (torch.randn(2, 5, 16),), {"RMSNormalization": 1},
+                 {"Pow", "ReduceMean", "Sqrt", "Reciprocal"}),
+    "rotary": (Rotary, lambda: (torch.randn(1, 4, 6, 8), torch.randn(1, 2, 6, 8),
+                                torch.arange(3, 9)), {"RotaryEmbedding": 2}, {"Neg", "Concat"}),
+    "batched_matmul": (Attention, lambda: (torch.randn(2, 4, 6, 8), torch.randn(2, 4, 7, 8),
+                                           torch.randn(2, 4, 7, 8)), {"MatMul": 2}, {"Reshape"}),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_decomposed_chain_exports_as_one_op_that_computes_what_eager_does(case):
+    make, inputs, expected, gone = CASES[case]
+    torch.manual_seed(0)
+    module, args = make(), inputs()
+    exported = export_onnx(_edge(module, args), inline_weights=True)
+    model = onnx.load_from_string(exported.onnx_bytes)
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    assert all(ops[op] == n for op, n in expected.items()), ops
+    assert not gone & set(ops), ops
+    # The fused node maps back to an edge node (debug handles, the partition report).
+    fused = [i for i, n in enumerate(model.graph.node) if n.op_type in expected]
+    assert all(i in exported.edge_node_of for i in fused), exported.edge_node_of
+
+    session = ort.InferenceSession(exported.onnx_bytes, providers=["CPUExecutionProvider"])
+    feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)}
+    got = session.run(None, feeds)
+    want = module(*args)
+    for g, w in zip(got, want if isinstance(want, tuple) else (want,)):
+        np.testing.assert_allclose(g, w.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_tensorrt_parses_and_builds_the_fused_ops(case):
+    from executorch_tensorrt.tensorrt.engine_builder import build_engine
+    from executorch_tensorrt.tensorrt.flavor import load_tensorrt
+    from executorch_tensorrt.tensorrt.onnx_parser import unsupported_nodes
+    from executorch_tensorrt.tensorrt.options import BuildOptions
+
+    make, inputs, _, _ = CASES[case]
+    onnx_bytes = export_onnx(_edge(make(), inputs()), inline_weights=True).onnx_bytes
+    trt = load_tensorrt()
+    assert unsupported_nodes(trt, onnx_bytes) == set()
+    build_engine(onnx_bytes, BuildOptions(), label=case, progress=None, keep_engine=False)
+
+
+# -- chains that must stay ------------------------------------------------------
+def _const(name, value):
+    return numpy_helper.from_array(np.asarray(value, dtype=np.float32), name)
+
+
+def _gelu_model(*, expose_erf: bool) -> onnx.ModelProto:
+    nodes = [helper.make_node("Div", ["x", "sqrt2"], ["d"]),
+             helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"]),
+             helper.make_node("Mul", ["a", "half"], ["m"]),
+             helper.make_node("Mul", ["x", "m"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])]
+    if expose_erf:
+        outputs.append(helper.make_tensor_value_info("e", TensorProto.FLOAT, [3]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         [3])], outputs,
+                              [_const("sqrt2", 2 ** 0.5), _const("one", 1.0),
+                               _const("half", 0.5)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def _run(model: onnx.ModelProto, feeds: dict) -> list:
+    return ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_a_chain_whose_middle_is_read_elsewhere_is_left_as_it_is():
+    fused = ir.serde.deserialize_model(_gelu_model(expose_erf=False))
+    assert fuse(fused)["Gelu"] == 1
+    kept = ir.serde.deserialize_model(_gelu_model(expose_erf=True))
+    assert fuse(kept)["Gelu"] == 0
+    assert [n.op_type for n in kept.graph] == ["Div", "Erf", "Add", "Mul", "Mul"]
+    x = {"x": np.array([-1.0, 0.3, 2.0], np.float32)}
+    np.testing.assert_allclose(_run(ir.serde.serialize_model(fused), x)[0],
+                               _run(_gelu_model(expose_erf=False), x)[0], rtol=1e-6)
+
+
+def _rotary_model(*, duplicated: bool) -> onnx.ModelProto:
+    """x * cos + rotate_half(x) * sin with cos/sin = op(Concat(f, g)); the
+    half-split layout needs g == f, which RotaryEmbedding assumes."""
+    f = "f" if duplicated else "g"
+    nodes = [helper.make_node("Concat", ["f", f], ["cat"], axis=-1),
+             helper.make_node("Cos", ["cat"], ["cos"]), helper.make_node("Sin", ["cat"], ["sin"]),
+             helper.make_node("Unsqueeze", ["cos", "one"], ["c4"]),
+             helper.make_node("Unsqueeze", ["sin", "one"], ["s4"]),
+             helper.make_node("Mul", ["x", "c4"], ["xc"]),
+             helper.make_node("Slice", ["x", "zero", "two", "last"], ["lo"]),
+             helper.make_node("Slice", ["x", "two", "big", "last"], ["hi"]),
+             helper.make_node("Neg", ["hi"], ["nh"]),
+             helper.make_node("Concat", ["nh", "lo"], ["rot"], axis=-1),
+             helper.make_node("Mul", ["rot", "s4"], ["rs"]),
+             helper.make_node("Add", ["xc", "rs"], ["y"])]
+    ints = [numpy_helper.from_array(np.array(v, np.int64), n)
+            for n, v in (("one", [1]), ("zero", [0]), ("two", [2]), ("big", [2 ** 62]),
+                         ("last", [-1]))]
+    value = lambda n, shape: helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)  # noqa: E731
+    graph = helper.make_graph(nodes, "g", [value("x", [1, 2, 3, 4]), value("f", [1, 3, 2]),
+                                           value("g", [1, 3, 2])],
+                              [value("y", [1, 2, 3, 4])], ints)
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]))
+
+
+def test_rotary_is_fused_only_when_each_frequency_is_there_twice():
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal(s).astype(np.float32)
+             for n, s in (("x", (1, 2, 3, 4)), ("f", (1, 3, 2)), ("g", (1, 3, 2)))}
+    for duplicated in (True, False):
+        original = _rotary_model(duplicated=duplicated)
+        model = ir.serde.deserialize_model(original)
+        assert fuse(model)["RotaryEmbedding"] == (1 if duplicated else 0)
+        np.testing.assert_allclose(_run(ir.serde.serialize_model(model), feeds)[0],
+                                   _run(original, feeds)[0], rtol=1e-5, atol=1e-6)
