@@ -3,9 +3,10 @@
 ExecuTorch's edge dialect decomposes GELU, RMS normalization and batched
 matmuls before we see them, and the ONNX exporter writes each piece as its own
 node: erf-GELU as five nodes, an RMS norm as seven, a rotary embedding as
-seven, a 4-D matmul as a 3-D MatMul between three Reshapes. TensorRT fuses them again while building, but
-the onnxruntime fallback pays its per-node dispatch for every one (about half
-a microsecond each: most of a small LLM's decode step, docs/llm.md). Writing
+seven, a 4-D matmul as a 3-D MatMul between three Reshapes. TensorRT fuses
+them again while building, but the onnxruntime fallback pays its per-node
+dispatch for every one (under a microsecond each, yet most of a small LLM's
+decode step: docs/llm.md). Writing
 them as the standard ops (Gelu, opset 20; RMSNormalization and
 RotaryEmbedding, opset 23; MatMul on 4-D operands) helps both: TensorRT-RTX's
 parser and builder take all four (tests/aot/test_onnx_fusions.py).
@@ -26,7 +27,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-_GELU_TOLERANCE = 1e-6
+_TOLERANCE = 1e-6
 
 
 # The opset where each folded op appeared; MatMul is there in every opset.
@@ -72,10 +73,9 @@ def _scalar(value: ir.Value | None) -> float | None:
     if tensor is None and value.producer() is not None and value.producer().op_type == "Constant":
         attr = value.producer().attributes.get("value")
         tensor = attr.value if attr is not None else None
-    if tensor is None:
+    if tensor is None or math.prod(tensor.shape) != 1:  # never reads a weight's data
         return None
-    array = np.asarray(tensor.numpy())
-    return float(array.reshape(-1)[0]) if array.size == 1 else None
+    return float(np.asarray(tensor.numpy()).reshape(-1)[0])
 
 
 def _ints(value: ir.Value | None) -> list[int] | None:
@@ -97,8 +97,15 @@ def _other_input(node: ir.Node, value: ir.Value) -> ir.Value | None:
     return b if a is value else a if b is value else None
 
 
+def _known(shape: ir.Shape | None, rank: int) -> bool:
+    """A shape of `rank` whose every dimension is a number or a named symbol:
+    two unknown dimensions compare equal in onnx_ir, yet may differ."""
+    return shape is not None and len(shape) == rank and all(
+        isinstance(d, int) or d.value is not None for d in shape)
+
+
 def _near(x: float | None, want: float) -> bool:
-    return x is not None and abs(x - want) <= _GELU_TOLERANCE * max(1.0, abs(want))
+    return x is not None and abs(x - want) <= _TOLERANCE * max(1.0, abs(want))
 
 
 def _replace(graph: ir.Graph, chain: Sequence[ir.Node], op_type: str,
@@ -201,6 +208,8 @@ def _fuse_rms_norm(graph: ir.Graph, pow_: ir.Node) -> bool:
     if normalize is None:
         return False
     last_dim = x.shape[-1]
+    if not isinstance(last_dim, int):
+        return False
     weigh = _follow(normalize.outputs[0], "Mul",
                     lambda w: w is not None and w.dtype == x.dtype and w.shape is not None
                     and list(w.shape) == [last_dim])
@@ -228,7 +237,7 @@ def _fuse_rotary(graph: ir.Graph, neg: ir.Node, halves: dict) -> bool:
         return False
     low = cat.inputs[1].producer()
     x = high.inputs[0] if high.op_type == "Slice" else None
-    if (x is None or x.shape is None or len(x.shape) != 4 or not isinstance(x.shape[3], int)
+    if (x is None or not _known(x.shape, 4) or not isinstance(x.shape[3], int)
             or x.shape[3] % 2 or cat.attributes.get_int("axis", 0) not in (-1, 3)):
         return False
     half = x.shape[3] // 2
@@ -245,8 +254,12 @@ def _fuse_rotary(graph: ir.Graph, neg: ir.Node, halves: dict) -> bool:
         return False
     cos = _table(_other_input(by_cos, x), "Cos")
     sin = _table(_other_input(by_sin, cat.outputs[0]), "Sin")
-    if cos is None or sin is None or cos.inputs[0].producer().inputs[0] is not \
-            sin.inputs[0].producer().inputs[0]:
+    if cos is None or sin is None:
+        return False
+    frequencies = cos.inputs[0].producer().inputs[0]
+    # RotaryEmbedding reads [B, S, D/2] tables as they are: no broadcasting.
+    if (frequencies is not sin.inputs[0].producer().inputs[0] or not _known(frequencies.shape, 3)
+            or list(frequencies.shape) != [x.shape[0], x.shape[2], half]):
         return False
     tables = [_half_table(graph, node, halves) for node in (cos, sin)]
     _replace(graph, [low, high, neg, cat, by_sin, by_cos, add], "RotaryEmbedding",
@@ -303,17 +316,17 @@ def _fuse_batched_matmul(graph: ir.Graph, matmul: ir.Node) -> bool:
     unflatten = _only_reader(matmul.outputs[0])
     out = unflatten.outputs[0] if unflatten is not None and unflatten.op_type == "Reshape" \
         else None
-    if out is None or out.shape is None or len(out.shape) != 4:
+    if out is None or not _known(out.shape, 4) or not _known(matmul.outputs[0].shape, 3):
         return False
     batch = list(out.shape[:2])
     operands, chain = [], []
     for flat in matmul.inputs:
         reshape = flat.producer()
         if (reshape is None or reshape.op_type != "Reshape" or _only_reader(flat) is not matmul
-                or flat.shape is None or len(flat.shape) != 3):
+                or not _known(flat.shape, 3)):
             return False
         source = reshape.inputs[0]
-        if (source.shape is None or len(source.shape) != 4 or list(source.shape[:2]) != batch
+        if (not _known(source.shape, 4) or list(source.shape[:2]) != batch
                 or list(source.shape[2:]) != list(flat.shape[1:])):
             return False
         operands.append(source)
