@@ -200,3 +200,36 @@ def test_complex_tensors_are_rejected_clearly(tmp_path):
     with pytest.raises(ExportError, match="view_as_complex"):
         executorch_tensorrt.export(_Complex(), (torch.randn(8),), path, progress=None)
     assert not path.exists()
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_reduced_precision_with_two_dynamic_inputs(precision, tmp_path, allow_fallback):
+    """The reduced-precision re-export takes its inputs as varargs; with more than
+    one dynamic input it once failed ("inputs has 1 elements, but dynamic_shapes
+    has 2"), so such a partition silently stayed off TensorRT."""
+    class TwoInputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(16, 16)
+
+        def forward(self, x, y):
+            return torch.nn.functional.gelu(self.proj(x)) * y
+
+    torch.manual_seed(0)
+    model = TwoInputs().eval()
+    batch = torch.export.Dim("batch", min=1, max=8)
+    args = (torch.randn(4, 16), torch.randn(4, 16))
+    path = executorch_tensorrt.export(model, args, tmp_path / "two.pte", progress=None,
+                                      precision=precision,
+                                      dynamic_shapes=({0: batch}, {0: batch}))
+    (method,) = read_program(path)
+    (trt,) = method.delegates
+    assert trt.metadata["precision"] == precision and method.operators == []
+    m = load(path)
+    for n in (1, 5, 8):
+        xs = (torch.randn(n, 16), torch.randn(n, 16))
+        (got,) = m.execute(list(xs))
+        with torch.no_grad():
+            want = model(*xs)
+        tol = 2e-2 if precision == "fp16" else 1e-1
+        assert got.dtype == torch.float32 and torch.allclose(got, want, atol=tol, rtol=tol), n
