@@ -259,3 +259,30 @@ def test_reduced_precision_decode_keeps_eager_tokens(flow, precision, tolerance,
     assert got.tokens == want.tokens
     worst = max(float((a - b).abs().max() / b.abs().max()) for a, b in zip(got.logits, want.logits))
     assert worst < tolerance, worst
+
+
+def test_a_batch_of_two_prompts_decodes_each_row_as_eager(allow_fallback):
+    """transformers' static cache with 2 rows: the cache writes stay in place
+    (TensorScatter takes one write index per row, all at the shared position),
+    and each row's greedy tokens and logits are eager's."""
+    from executorch.runtime import Runtime
+
+    wrapper = lm.hf_tiny_llama(batch_size=2).requires_grad_(False)
+    eager = copy.deepcopy(wrapper)
+    program, _ = _lower(lm.export_hf(wrapper, batch_size=2))
+    assert _non_delegate_instructions(program.executorch_program.execution_plan[0]) == []
+    [blob] = tensorrt_blobs(program.buffer)
+    caches = [s for s in read_blob(blob).metadata["state"] if s["dtype"] == "float32"]
+    assert caches and all(s["shape"][0] == 2 and s["update"] == "in_place" for s in caches)
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    prompt = torch.tensor([PROMPT, [p + 40 for p in PROMPT]])
+    got = method.execute([prompt, torch.arange(len(PROMPT))])[0]
+    want = eager.model(input_ids=prompt, cache_position=torch.arange(len(PROMPT)))
+    assert not torch.allclose(want[0, -1], want[1, -1])  # the rows are different prompts
+    for step in range(12):
+        assert float((got[:, -1] - want[:, -1]).abs().max() / want[:, -1].abs().max()) < 1e-4
+        tokens = want[:, -1].argmax(-1)
+        assert torch.equal(got[:, -1].argmax(-1), tokens), step
+        position = torch.tensor([len(PROMPT) + step])
+        got = method.execute([tokens[:, None], position])[0]
+        want = eager.model(input_ids=tokens[:, None], cache_position=position)

@@ -218,7 +218,20 @@ def rewrite_tensor_scatter(model: onnx.ModelProto, lifted: "LiftedProgram", entr
         start = node.output[0] + ".start"
         g.initializer.extend([helper.make_tensor(start + "s", onnx.TensorProto.INT64, [1], [0]),
                               helper.make_tensor(start + "e", onnx.TensorProto.INT64, [1], [1])])
-        new_nodes.append(helper.make_node("Slice", [positions, start + "s", start + "e"], [widx]))
+        # TensorScatter takes one write index per batch row ([B]); every row
+        # writes at the first position (the positions are shared by the batch).
+        batch = _rank_of(g, past)[0]
+        one_row = batch.HasField("dim_value") and batch.dim_value == 1
+        first = widx if one_row else widx + ".first"
+        new_nodes.append(helper.make_node("Slice", [positions, start + "s", start + "e"], [first]))
+        if not one_row:
+            rows = start + ".rows"
+            if batch.HasField("dim_value"):
+                g.initializer.append(helper.make_tensor(rows, onnx.TensorProto.INT64, [1],
+                                                        [batch.dim_value]))
+            else:
+                new_nodes.append(helper.make_node("Shape", [past], [rows], start=0, end=1))
+            new_nodes.append(helper.make_node("Expand", [first, rows], [widx]))
         if i in edge_node_of:
             new_map[len(new_nodes)] = edge_node_of[i]
         new_nodes.append(helper.make_node("TensorScatter", [past, update, widx], list(node.output),

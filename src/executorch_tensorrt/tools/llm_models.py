@@ -73,9 +73,9 @@ def export_cached_decoder(model: CachedDecoder, max_seq: int = 16) -> torch.expo
     return torch.export.export(model, args, dynamic_shapes=dynamic)
 
 
-def hf_tiny_llama(max_cache_len: int = 48, seed: int = 0):
-    """(wrapper module for eager decoding, its ExportedProgram factory) for a
-    tiny random Llama through transformers' ExecuTorch integration."""
+def hf_tiny_llama(max_cache_len: int = 48, seed: int = 0, batch_size: int = 1):
+    """transformers' ExecuTorch wrapper (static cache of `batch_size` rows)
+    around a tiny random Llama; export it with export_hf."""
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
@@ -86,12 +86,15 @@ def hf_tiny_llama(max_cache_len: int = 48, seed: int = 0):
     model = LlamaForCausalLM(cfg).eval()
     model.generation_config = GenerationConfig(
         use_cache=True, cache_implementation="static",
-        cache_config={"batch_size": 1, "max_cache_len": max_cache_len})
-    return TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=max_cache_len)
+        cache_config={"batch_size": batch_size, "max_cache_len": max_cache_len})
+    return TorchExportableModuleForDecoderOnlyLM(model, batch_size=batch_size,
+                                                 max_cache_len=max_cache_len)
 
 
-def export_hf(wrapper, max_seq: int = 16) -> torch.export.ExportedProgram:
+def export_hf(wrapper, max_seq: int = 16, batch_size: int = 1) -> torch.export.ExportedProgram:
+    """`batch_size`: the wrapper's (its static cache's rows)."""
     seq = torch.export.Dim("seq", min=1, max=max_seq)
-    return wrapper.export(input_ids=torch.tensor([[1, 2, 3]]), cache_position=torch.arange(3),
+    return wrapper.export(input_ids=torch.tensor([[1, 2, 3]] * batch_size),
+                          cache_position=torch.arange(3),
                           dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
                           strict=True)
