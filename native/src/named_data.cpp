@@ -1,6 +1,7 @@
 #include "named_data.h"
 
 #include "last_error.h"
+#include "ptd_check.h"
 
 #include <cinttypes>
 #include <new>
@@ -43,6 +44,17 @@ int32_t NamedData::get(const char* key, const void** data, uint64_t* nbytes) {
     return fail(et::Error::NotFound,
                 "the program's weights are in named data that was not supplied (key '%s'): %s",
                 key, kPassThePtd);
+  }
+  if (!map_checked_) { // once per init, before anything reads through the index
+    bool unchecked = false;
+    map_damage_ = check_named_data_map(map_, &unchecked);
+    map_checked_ = true;
+  }
+  if (!map_damage_.empty()) {
+    return fail(et::Error::InvalidExternalData,
+                "%s; named data key '%s' was not read. Re-export the program, or pass the "
+                ".ptd exported with this .pte unchanged",
+                map_damage_.c_str(), key);
   }
   et::Result<et::FreeableBuffer> found = map_->get_data(key);
   if (!found.ok()) {

@@ -38,6 +38,8 @@ class NamedData {
 
   const executorch::runtime::NamedDataMap* map_;
   bool init_done_ = false;
+  bool map_checked_ = false;
+  std::string map_damage_; // why the map's index is damaged (ptd_check.h), or empty
   struct Held {
     std::string key;
     std::unique_ptr<executorch::runtime::FreeableBuffer> buffer;

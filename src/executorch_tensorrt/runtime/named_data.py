@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import abc
 import ctypes
+import hashlib
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -25,6 +27,9 @@ import numpy as np
 from ..blob import Blob
 from ..errors import NamedDataError
 from . import executor_table as abi
+
+# The exporter's content keys: "etrt." + the SHA-256 of the weight's bytes.
+_CONTENT_KEY = re.compile(r"etrt\.([0-9a-f]{64})")
 
 __all__ = ["AdapterNamedData", "InMemoryNamedData", "NamedData", "WeightBuffer",
            "blob_weights", "PASS_THE_PTD"]
@@ -74,6 +79,7 @@ class NamedData(abc.ABC):
                 f"{what + ': ' if what else ''}named data key {key!r} holds {view.nbytes} bytes, "
                 f"but the blob records {nbytes}; the .ptd does not belong to this .pte (pass "
                 "the one exported with it) or is damaged")
+        check_content(key, view, what)
         return view
 
     def weight(self, entry: dict) -> WeightBuffer:
@@ -82,6 +88,22 @@ class NamedData(abc.ABC):
                         f"weight {name!r} ({entry['dtype']} {list(entry['shape'])}) of this "
                         "TensorRT partition")
         return WeightBuffer(name, entry["key"], entry["dtype"], tuple(entry["shape"]), view)
+
+
+def check_content(key: str, view: memoryview, what: str) -> None:
+    """A content key ("etrt.<sha256>") must be the SHA-256 of its bytes: a
+    flipped byte, or a .ptd header that moves the segments, would otherwise
+    run with other weights. Keys of another form are not content keys."""
+    m = _CONTENT_KEY.fullmatch(key)
+    if m is None:
+        return
+    digest = hashlib.sha256(view).hexdigest()
+    if digest != m.group(1):
+        raise NamedDataError(
+            f"{what + ': ' if what else ''}named data key {key!r} holds {view.nbytes} bytes whose SHA-256 is "
+            f"{digest}: the weight's bytes are damaged (or the .ptd's header moved its "
+            "segments); re-export the program, or pass the .ptd exported with this .pte "
+            "unchanged")
 
 
 def _readonly(address: int, nbytes: int) -> memoryview:
