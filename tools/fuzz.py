@@ -63,6 +63,11 @@ INTERESTING = [0, 1, 15, 16, 31, 32, 33, 0x7F, 0x80, 0xFF, 0x7FFF, 0xFFFF, 2**31
                2**32 - 16, 2**32 - 1, 2**63 - 1, 2**63, 2**64 - 16, 2**64 - 1]
 JSON_BYTES = b'{}[]",:-0123456789.eEtfnu\\ \x00\x7f\xff'
 BLOB_FIELDS = [(4, 4), (8, 4), (12, 4), (16, 8), (24, 8)]  # TR01 header fields after the magic
+# FH01 header fields, from the header's start (byte 8 of the .ptd): length,
+# flatbuffer_offset, flatbuffer_size, segment_base_offset, segment_data_size.
+PTD_FIELDS = [(4, 4), (8, 8), (16, 8), (24, 8), (32, 8)]
+# .ptd regions: a mutation there must end in a clean error or the same output.
+PTD_REGION_KINDS = ("ptd_header", "ptd_index", "ptd_segments")
 
 
 @dataclass(frozen=True)
@@ -104,12 +109,24 @@ def program_regions(pte: bytes) -> list[Region]:
     return regions
 
 
+def ptd_regions(ptd: bytes) -> list[Region]:
+    """The regions of a .ptd: its FH01 header, its flatbuffer index (the root
+    offset and the table after the header), its segments (the weights)."""
+    if ptd[8:12] != b"FH01":
+        raise SystemExit("the .ptd has no FH01 header")
+    fb_offset, fb_size, base, size = struct.unpack_from("<QQQQ", ptd, 16)
+    return [Region("ptd.header", "ptd_header", 8, 48),
+            Region("ptd.root", "ptd_index", 0, 4),
+            Region("ptd.index", "ptd_index", fb_offset, fb_offset + fb_size),
+            Region("ptd.segments", "ptd_segments", base, base + size)]
+
+
 def mutate(rng: random.Random, pte: bytes, region: Region) -> tuple[bytes, str]:
     """One mutation inside `region`; returns the program and the operator's name."""
     d = bytearray(pte)
     a, b = region.start, region.end
     ops = ["bytes", "bit", "int", "zero_run", "truncate", "insert", "delete"]
-    if region.kind == "header":
+    if region.kind in ("header", "ptd_header"):
         ops += ["field"] * 4
     if region.kind == "json":
         ops += ["json_char"] * 4
@@ -121,7 +138,8 @@ def mutate(rng: random.Random, pte: bytes, region: Region) -> tuple[bytes, str]:
     elif op == "bit":
         d[pos] ^= 1 << rng.randrange(8)
     elif op in ("int", "field"):
-        off, width = (rng.choice(BLOB_FIELDS) if op == "field" else
+        fields = PTD_FIELDS if region.kind == "ptd_header" else BLOB_FIELDS
+        off, width = (rng.choice(fields) if op == "field" else
                       (pos - a, rng.choice([1, 2, 4, 8])))
         value = rng.choice(INTERESTING) % (1 << (8 * width))
         raw = value.to_bytes(width, "little")[: b - (a + off)]
@@ -143,16 +161,18 @@ def mutate(rng: random.Random, pte: bytes, region: Region) -> tuple[bytes, str]:
 # ------------------------------------------------------------------ driver
 
 
-def seed_program(example: str, out: Path, pte: Path | None):
-    """(program bytes, inputs) for the example model; exports it unless `pte` is given."""
+def seed_program(example: str, out: Path, pte: Path | None, external: bool = False):
+    """(program bytes, inputs) for the example model; exports it unless `pte` is
+    given. `external`: its weights in `<stem>.ptd` beside it."""
     import executorch_tensorrt
     from executorch_tensorrt.tools.models import example as make_example
 
     model, inputs = make_example(example)
     if pte is None:
-        pte = out / f"seed-{example}.pte"
+        pte = out / f"seed-{example}{'-ptd' if external else ''}.pte"
         if not pte.exists():
-            executorch_tensorrt.export(model, inputs, pte, progress=None)
+            executorch_tensorrt.export(model, inputs, pte, progress=None,
+                                       **({"external_weights": True} if external else {}))
     return pte.read_bytes(), tuple(inputs)
 
 
@@ -206,8 +226,17 @@ def markdown(summary: dict) -> str:
 def fuzz(args) -> dict:
     out = Path(args.out)
     (out / "repro").mkdir(parents=True, exist_ok=True)
-    pte, inputs = seed_program(args.example, out, Path(args.pte) if args.pte else None)
-    regions = program_regions(pte)
+    pte, inputs = seed_program(args.example, out, Path(args.pte) if args.pte else None,
+                               external=args.ptd)
+    if args.ptd:  # the cases mutate the .ptd beside the program; the program stays
+        import fuzz_runner
+
+        seed_pte = Path(args.pte) if args.pte else out / f"seed-{args.example}-ptd.pte"
+        fuzz_runner.PTD_PROGRAM = pte
+        pte = seed_pte.with_suffix(".ptd").read_bytes()
+        regions = ptd_regions(pte)
+    else:
+        regions = program_regions(pte)
     scratch = Path(tempfile.mkdtemp(prefix="fuzz-", dir=out))
     # The reference outputs come from a child too: the parent never runs a
     # program, so it starts no thread pools before forking.
@@ -218,7 +247,7 @@ def fuzz(args) -> dict:
 
     rng = random.Random(args.seed)
     weights = {"header": 3, "json": 4, "engine": 2, "onnx": 3, "section": 1, "pte_header": 1,
-               "flatbuffer": 3, "file": 2}
+               "flatbuffer": 3, "file": 2, "ptd_header": 2, "ptd_index": 4, "ptd_segments": 2}
     pool = [r for r in regions if r.end > r.start]
     cases: list[Case] = []
     start = time.monotonic()
@@ -227,7 +256,8 @@ def fuzz(args) -> dict:
         for case, data, stderr in done:
             cases.append(case)
             if case.outcome in ("crash", "wrong_output", "hang"):
-                path = out / "repro" / f"{case.outcome}-{case.index:06d}-{case.region}.pte"
+                suffix = ".ptd" if args.ptd else ".pte"
+                path = out / "repro" / f"{case.outcome}-{case.index:06d}-{case.region}{suffix}"
                 path.write_bytes(data)
                 case.repro = str(path)
             if case.outcome == "crash":  # located from Python frames now, native ones at the end
@@ -304,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="fuzz-out", help="directory for summary and reproducers")
     p.add_argument("--example", default="bitwise", help="built-in model (its inputs are used)")
     p.add_argument("--pte", help="program to mutate (default: the example, exported)")
+    p.add_argument("--ptd", action="store_true",
+                   help="export the example with its weights in a .ptd and mutate the .ptd")
     p.add_argument("--cases", type=int, default=1000, help="case budget")
     p.add_argument("--time", type=float, default=600, help="time budget in seconds")
     p.add_argument("--jobs", type=int, default=2, help="children at once")

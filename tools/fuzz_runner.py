@@ -36,10 +36,25 @@ class Case:
 # ------------------------------------------------------------------ child side
 
 
+# Set by `fuzz_ptd`: the unmutated program whose .ptd the cases mutate; each
+# case's data is then the .ptd, written to a file as users pass it.
+PTD_PROGRAM: bytes | None = None
+
+
 def run_program(data: bytes, inputs):
     from executorch.runtime import Runtime, Verification
 
-    program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
+    if PTD_PROGRAM is None:
+        program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
+    else:
+        import tempfile
+
+        with tempfile.NamedTemporaryFile(suffix=".ptd") as f:
+            f.write(data)
+            f.flush()
+            program = Runtime.get().load_program(PTD_PROGRAM, data_path=f.name,
+                                                 verification=Verification.InternalConsistency)
+            return list(program.load_method("forward").execute(inputs))
     return list(program.load_method("forward").execute(inputs))
 
 

@@ -152,6 +152,12 @@ std::string check_flat_tensor(const uint8_t* p, size_t n, uint64_t fb_offset, ui
     return fmt("header: segment_base_offset %" PRIu64 " + segment_data_size %" PRIu64
                " runs past the end of the %" PRIu64 "-byte file (truncated?)",
                base, data_size, file_size);
+  // ExecuTorch's writer ends the file with the segments: a base moved within
+  // the file (weights read shifted: NaN/inf) breaks this even unhashed.
+  if (base + data_size != file_size)
+    return fmt("header: segment_base_offset %" PRIu64 " + segment_data_size %" PRIu64
+               " does not end at the end of the %" PRIu64 "-byte file",
+               base, data_size, file_size);
   Fb fb(p, n);
   std::string why;
   Table root, seg, nd, layout;

@@ -80,7 +80,7 @@ def header(data: bytes) -> tuple[int, int, int, int]:
     return struct.unpack_from("<QQQQ", data, 16)
 
 
-def run_cases(program, tmp_path, mutants: dict[str, bytes]) -> dict[str, str]:
+def run_cases(program, tmp_path, mutants: dict[str, bytes], **env: str) -> dict[str, str]:
     pte, _ = program
     cases = []
     for i, (name, data) in enumerate(mutants.items()):
@@ -90,7 +90,7 @@ def run_cases(program, tmp_path, mutants: dict[str, bytes]) -> dict[str, str]:
     expected = (np.arange(8, dtype=np.float32).reshape(2, 4) / 8) @ W + B
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, str(pte), json.dumps(cases), json.dumps(expected.tolist())],
-        capture_output=True, text=True, timeout=600, env=child_env(**FALLBACK))
+        capture_output=True, text=True, timeout=600, env=child_env(**FALLBACK, **env))
     assert proc.returncode == 0, f"the child failed: {proc.stderr[-3000:]}"
     results = dict(json.loads(l[len("RESULT "):]) for l in proc.stdout.splitlines()
                    if l.startswith("RESULT "))
@@ -144,10 +144,15 @@ def test_changed_segment_base_offset_is_refused(program, tmp_path):
                for v in values}
     results = run_cases(program, tmp_path, mutants)
     assert all(r.startswith("error") for r in results.values()), results
-    # Those still inside the file (ExecuTorch's bound check passes them; they
-    # ran with NaN/inf before) are refused by us, naming the key.
-    inside = [f"segment_base_offset {v}" for v in (0, 1, 16, base + 1, base + 4, base + 16)]
-    assert all(KEY in results[n] for n in inside), {n: results[n] for n in inside}
+    # Those that keep the segments inside the file pass ExecuTorch's bound
+    # check (they ran with NaN/inf before): refused by us, naming the key,
+    # by the header check alone too (content check off).
+    inside = {n: m for n, m in mutants.items()
+              if int(n.split()[-1]) + len(W.tobytes()) <= len(data)}
+    assert len(inside) == 5 and all(KEY in results[n] for n in inside), results
+    unhashed = run_cases(program, tmp_path, inside, EXECUTORCH_TENSORRT_VERIFY_WEIGHTS="0")
+    assert all("the program's .ptd (external named data) is damaged: header" in r and KEY in r
+               for r in unhashed.values()), unhashed
 
 
 def test_flipped_weight_bytes_are_refused_by_content_key(program, tmp_path):

@@ -131,6 +131,29 @@ def test_fuzz_slice(seed_pte, tmp_path):
         assert Path(f["repro"]).is_file()
 
 
+def test_fuzz_slice_ptd(tmp_path):
+    """The .ptd regions (FH01 header, flatbuffer index, weight segments) of the
+    transformer example exported with external weights: no crash of ours, no
+    wrong output (the index checks and the content keys), in seconds."""
+    out = tmp_path / "fuzz-ptd"
+    proc = subprocess.run(
+        [sys.executable, str(FUZZ_PY), "--ptd", "--example", "transformer", "--out", str(out),
+         "--cases", "300", "--seed", "5", "--jobs", "2", "--time", "120", "--timeout", "30",
+         "--max-gdb", "0"],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["cases"] >= 250, summary["cases"]
+    assert set(summary["by_region_kind"]) == set(fuzz.PTD_REGION_KINDS), summary["by_region_kind"]
+    assert summary["outcomes"].get("clean_error", 0) > 100, summary["outcomes"]
+    findings = summary["findings"]
+    ours = [f for f in findings if f["outcome"] == "crash" and f["location"] == "ours"]
+    wrong = [f for f in findings if f["outcome"] == "wrong_output"]
+    hangs = [f for f in findings if f["outcome"] == "hang"]
+    assert not ours and not wrong and not hangs, (ours + wrong + hangs)[:3]
+
+
 DATA = REPO / "tests" / "data" / "fuzz"
 # ExecuTorch crashes the fuzzer found, as reproducers on a 2 KB program
 # (tests/data/fuzz/seed-add-small.pte, the "add" example with a stub engine:
