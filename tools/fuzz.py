@@ -3,7 +3,9 @@
 
 Each case mutates one region of a program (the blob's header fields, its JSON
 metadata, engine or ONNX section, ExecuTorch's flatbuffer and extended header,
-or the whole file; byte edits, interesting integers, truncation, insertion),
+or the whole file; with --ptd the FH01 header, flatbuffer index and weight
+segments of the .ptd beside it; byte edits, interesting integers, truncation,
+insertion),
 then loads and runs it with `executorch.runtime` (TensorRT partitions through
 the onnxruntime fallback), and classifies what happened:
 
@@ -21,6 +23,10 @@ located: "ours" when executorch_tensorrt code (the adapter library or the
 Python package) is on the stack, else "executorch" or "unknown".
 
     python tools/fuzz.py --out fuzz-out --cases 100000 --time 3600 --jobs 2
+
+--cold-threads N mutates nothing: each case loads the program and N threads
+make the first calls of the fresh method at once (failed calls count as
+clean_error, disagreeing threads as wrong_output).
 
 writes fuzz-out/summary.json, fuzz-out/summary.md and fuzz-out/repro/ (the
 mutated programs that crashed or gave wrong outputs). See docs/security.md.
@@ -237,10 +243,16 @@ def fuzz(args) -> dict:
         regions = ptd_regions(pte)
     else:
         regions = program_regions(pte)
+    if args.cold_threads:  # every case is the unmutated program, called cold from N threads
+        regions = [Region("cold_threads", "cold_threads", 0, len(pte))]
     scratch = Path(tempfile.mkdtemp(prefix="fuzz-", dir=out))
     # The reference outputs come from a child too: the parent never runs a
     # program, so it starts no thread pools before forking.
-    reference = reference_outputs(pte, inputs, scratch)
+    reference = reference_outputs(pte, inputs, scratch)  # one thread
+    if args.cold_threads:
+        import fuzz_runner
+
+        fuzz_runner.COLD_THREADS = args.cold_threads
     if reference is None:
         raise SystemExit("the unmutated program does not run (its error is above)")
     server = ForkServer(inputs, reference, args.jobs, args.timeout, scratch)
@@ -268,7 +280,7 @@ def fuzz(args) -> dict:
         if time.monotonic() - start > args.time:
             break
         region = rng.choices(pool, [weights.get(r.kind, 1) for r in pool])[0]
-        data, op = mutate(rng, pte, region)
+        data, op = (pte, "cold") if args.cold_threads else mutate(rng, pte, region)
         server.submit(Case(i, region.name, region.kind, op), data)
         record(server.take_finished())
         if i and i % args.report_every == 0:  # a long run that is stopped still leaves figures
@@ -307,7 +319,9 @@ def _import_everything() -> None:
 
 
 def _replay_command(repro: str, example: str) -> list[str]:
-    return [sys.executable, __file__, "--replay", repro, "--example", example]
+    # a .ptd reproducer replays beside the run's seed program (--out is its folder)
+    ptd = ["--ptd", "--out", str(Path(repro).parent.parent)] if repro.endswith(".ptd") else []
+    return [sys.executable, __file__, "--replay", repro, "--example", example, *ptd]
 
 
 def locate_again(out: Path, example: str, limit: int | None = None,
@@ -336,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pte", help="program to mutate (default: the example, exported)")
     p.add_argument("--ptd", action="store_true",
                    help="export the example with its weights in a .ptd and mutate the .ptd")
+    p.add_argument("--cold-threads", type=int, default=0, metavar="N",
+                   help="no mutation: N threads make the first calls of each freshly loaded "
+                        "method (not in CI)")
     p.add_argument("--cases", type=int, default=1000, help="case budget")
     p.add_argument("--time", type=float, default=600, help="time budget in seconds")
     p.add_argument("--jobs", type=int, default=2, help="children at once")
@@ -348,13 +365,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--locate", action="store_true",
                    help="replay the unlocated crashes of the run in --out under gdb")
     args = p.parse_args(argv)
+    if args.cold_threads and args.ptd:
+        p.error("--cold-threads runs the unmutated program: not with --ptd")
     _import_everything()
 
     if args.replay:
         import faulthandler
 
         faulthandler.enable()  # Python frames for locate_crash, beside gdb's native ones
-        _, inputs = seed_program(args.example, Path(args.out), Path(args.replay))
+        if args.ptd:  # a mutated .ptd beside the run's seed program
+            import fuzz_runner
+
+            seed = Path(args.out) / f"seed-{args.example}-ptd.pte"
+            fuzz_runner.PTD_PROGRAM, inputs = seed_program(args.example, Path(args.out), seed)
+        else:
+            _, inputs = seed_program(args.example, Path(args.out), Path(args.replay))
         print(run_program(Path(args.replay).read_bytes(), inputs))
         return 0
     summary = locate_again(Path(args.out), args.example) if args.locate else fuzz(args)

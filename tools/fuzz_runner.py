@@ -41,8 +41,43 @@ class Case:
 PTD_PROGRAM: bytes | None = None
 
 
+# Set by `--cold-threads N`: each case loads the program and N threads, released
+# together by a barrier, make the first calls of the fresh method; any failed
+# call is a clean error, any thread's other output a wrong output.
+COLD_THREADS = 0
+
+
+def _cold_calls(method, inputs) -> list:
+    import threading
+
+    barrier = threading.Barrier(COLD_THREADS)
+    results: list = [None] * COLD_THREADS
+
+    def call(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = list(method.execute(inputs))
+        except Exception as e:  # noqa: BLE001 - reported below, for the classifier
+            results[i] = e
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(COLD_THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    failed = [r for r in results if isinstance(r, Exception)]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {COLD_THREADS} cold calls failed: {failed[0]}")
+    first = results[0]
+    return first if all(_same(r, first) for r in results) else []
+
+
 def run_program(data: bytes, inputs):
     from executorch.runtime import Runtime, Verification
+
+    if COLD_THREADS:
+        program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
+        return _cold_calls(program.load_method("forward"), inputs)
 
     if PTD_PROGRAM is None:
         program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
