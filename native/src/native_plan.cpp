@@ -27,7 +27,8 @@ constexpr int32_t kScalarTypeLong = 4; // ExecuTorch ScalarType::Long (int64)
 constexpr size_t kMaxOutputRank = 16;  // ExecuTorch's kTensorDimensionLimit
 
 bool has_appended(const etrt_native_plan& plan) {
-  return plan.struct_size >= sizeof(etrt_native_plan);
+  // Up to issue 13's last field: a writer from before cuda_graph was appended has them all.
+  return plan.struct_size >= offsetof(etrt_native_plan, cuda_graph);
 }
 
 /* Python's repr of the first (up to) 8 positions, as the executor quotes them. */

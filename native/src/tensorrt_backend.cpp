@@ -13,6 +13,7 @@
 #include "embedded_start.h"
 #include "last_error.h"
 #include "named_data.h"
+#include "cuda_graph_plan.h"
 #include "native_plan.h"
 #include "profiling.h" // profiling: ETDump delegate events
 
@@ -63,6 +64,7 @@ struct DelegateState {
   // The executor's plan for the arguments of its last successful call
   // (native_plan.h); used only inside the guard above.
   NativePlan plan;
+  CudaGraphPlan graph_plan; // the TensorRT executor's (cuda_graph_plan.h); one of the two
   // Named-data buffers the executor asked for during init: its views of them
   // stay valid until destroy (freed after the executor's destroy).
   std::unique_ptr<NamedData> named_data;
@@ -199,6 +201,7 @@ class TensorRTBackend final : public et::BackendInterface {
       return;
     }
     state->plan.clear(); // the executor frees the plan's memory in destroy
+    state->graph_plan.clear();
     state->table->destroy(state->handle);
     delete[] state->args;
     delete state;
@@ -228,6 +231,8 @@ class TensorRTBackend final : public et::BackendInterface {
     int32_t code = 0;
     if (!traced && state->plan.matches(state->args, expected)) {
       code = state->plan.run(state->args); // the steady state: no executor (no Python) at all
+    } else if (!traced && state->graph_plan.matches(state->args, expected)) {
+      code = state->graph_plan.run(state->args); // the GPU's steady state, likewise
     } else {
       code = call_executor(state, expected);
     }
@@ -244,13 +249,17 @@ class TensorRTBackend final : public et::BackendInterface {
    * executor may free it during execute (executor_table.h, "Lifetime"). */
   static int32_t call_executor(DelegateState* state, uint64_t num_args) {
     state->plan.clear();
+    state->graph_plan.clear();
     const int32_t code = state->table->execute(state->handle, state->args, num_args);
     if (code != 0 || !has_native_plan(state->table)) {
       return code;
     }
     const etrt_native_plan* plan = nullptr;
     if (state->table->native_plan(state->handle, &plan) == 0 && plan != nullptr) {
-      state->plan.adopt(plan, num_args); // an unusable plan leaves none
+      // an unusable plan leaves none
+      if (!state->plan.adopt(plan, num_args)) {
+        state->graph_plan.adopt(plan, num_args);
+      }
     }
     clear_last_error(); // the call succeeded, whatever native_plan recorded
     return 0;

@@ -125,7 +125,49 @@ typedef struct etrt_init_args {
 /* Kinds of plan. */
 enum etrt_plan_kind {
   ETRT_PLAN_ORT_RUN = 1, /* call onnxruntime's OrtApi::Run with bound OrtValues */
+  ETRT_PLAN_CUDA_GRAPH = 2, /* launch a captured CUDA graph (etrt_cuda_graph_plan) */
 };
+
+/* ETRT_PLAN_CUDA_GRAPH: one host argument's staging copy. */
+typedef struct etrt_staged_copy {
+  uint64_t arg_index;     /* the delegate argument (host memory, its signature's nbytes) */
+  uint64_t device;        /* CUdeviceptr of the staging buffer bound in the graph */
+  uint64_t nbytes;        /* bytes copied (input: host -> device before the launch;
+                             output: device -> host after it) */
+} etrt_staged_copy;
+
+/* ETRT_PLAN_CUDA_GRAPH: the TensorRT executor's captured enqueue, replayed by
+ * the adapter through the CUDA driver it loads at run time. Handles are the
+ * driver's (CUcontext, CUgraphExec, CUstream, CUevent), as integers. Per run:
+ * make `context` current on the calling thread; record ready_event on
+ * caller_stream and make `stream` wait for it; copy each staged input in on
+ * `stream`; cuGraphLaunch(graph_exec, stream); then either (no staged output
+ * and every argument in CUDA memory) record done_event on `stream` and make
+ * caller_stream wait for it, returning without synchronizing the host, or
+ * copy each staged output back on `stream` and synchronize `stream`.
+ * The stream rule: caller_stream is the caller's stream the plan was made
+ * for; the adapter always orders against it (a C++ caller has only the
+ * legacy default stream, 0).
+ * Liveness: the plan names executor memory another delegate may replace
+ * outside this one's execute (a shared scratch area growing): when `epoch`
+ * is not NULL the adapter runs the plan only while *epoch == epoch_at_plan. */
+typedef struct etrt_cuda_graph_plan {
+  uint32_t struct_size;   /* sizeof(etrt_cuda_graph_plan) */
+  int32_t device_index;
+  uint64_t context;
+  uint64_t graph_exec;
+  uint64_t stream;
+  uint64_t caller_stream;
+  uint64_t ready_event;
+  uint64_t done_event;
+  const etrt_staged_copy* staged_inputs;  /* num_staged_inputs entries */
+  uint64_t num_staged_inputs;
+  const etrt_staged_copy* staged_outputs; /* num_staged_outputs entries */
+  uint64_t num_staged_outputs;
+  const volatile uint64_t* epoch;         /* may be NULL */
+  uint64_t epoch_at_plan;
+  uint64_t* launches;     /* the adapter adds 1 per run (tests, tools); may be NULL */
+} etrt_cuda_graph_plan;
 
 /* One argument as the plan was bound for it. Plans cover calls whose
  * arguments are all tensors (a scalar's value is not in the signature): the
@@ -235,6 +277,10 @@ typedef struct etrt_native_plan {
   const void* const* alt_inputs;
   void** alt_outputs;
   uint64_t* swaps;
+  /* ---- Appended (issue 23): ETRT_PLAN_CUDA_GRAPH reads only the fields
+   * before num_state_values (struct_size, kind, withdrawn, num_args,
+   * signature) and this one; the ORT fields stay NULL. ---- */
+  const etrt_cuda_graph_plan* cuda_graph;
 } etrt_native_plan;
 
 
@@ -300,6 +346,19 @@ int32_t etrt_validate_blob(const void* data, uint64_t size, char* err,
 const char* etrt_built_executorch_version(void);
 const char* etrt_built_executorch_git_version(void);
 uint32_t etrt_executor_abi_version(void);
+
+/* Whether the adapter would run `args` with `plan` (ETRT_PLAN_CUDA_GRAPH)
+ * instead of calling the executor, without running anything or loading the
+ * CUDA driver: 1 it would, 0 the arguments differ from the signature (or the
+ * plan was withdrawn or its epoch moved), -1 the plan is refused (the cause
+ * in etrt_last_error). For tests and tools. */
+int32_t etrt_cuda_graph_plan_matches(const etrt_native_plan* plan, const etrt_arg* args,
+                                     uint64_t num_args);
+/* Adopts `plan` once and runs it up to `times` times on `args`, each run after
+ * the adapter's signature check; returns the runs made, or -1 (cause in
+ * etrt_last_error). The adapter's per-call work without ExecuTorch around it. */
+int64_t etrt_cuda_graph_plan_replay(const etrt_native_plan* plan, const etrt_arg* args,
+                                    uint64_t num_args, uint64_t times);
 
 #ifdef __cplusplus
 }

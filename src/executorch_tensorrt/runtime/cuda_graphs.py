@@ -69,19 +69,21 @@ class EnqueueGraph:
         self.captures = 0
         self.replays = 0
 
-    def launch(self, context, stream: Stream, generation: int) -> None:
+    def launch(self, context, stream: Stream, generation: int) -> bool:
         """Runs the engine on `stream` for the bindings of `generation`: a
-        replay, a capture and replay, or a plain enqueue."""
+        replay, a capture and replay, or a plain enqueue. True when it ran
+        as a graph replay (the call a native plan can repeat)."""
         if self.off_reason is None:
             if self.exec and generation == self.generation:
                 self._replay(stream)
-                return
+                return True
             if generation == self.seen and self._capture(context, stream, generation):
                 self._replay(stream)
-                return
+                return True
             self._release()  # stale: bound for another generation
             self.seen = generation
         enqueue(context, stream)
+        return False
 
     def _replay(self, stream: Stream) -> None:
         status = driver().cuGraphLaunch(self.exec, stream.handle)

@@ -41,6 +41,11 @@ def _primary_context(index: int) -> int:
     return ctx
 
 
+def primary_context(index: int) -> int:
+    """Device `index`'s retained primary context (a CUcontext handle)."""
+    return _primary_context(index)
+
+
 def make_current(index: int) -> None:
     """Makes device `index`'s primary context current on this thread."""
     ctx = _primary_context(index)

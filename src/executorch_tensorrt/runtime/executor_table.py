@@ -28,7 +28,10 @@ __all__ = [
     "GetNamedDataFn",
     "EtrtExecutorTable",
     "ETRT_PLAN_ORT_RUN",
+    "ETRT_PLAN_CUDA_GRAPH",
     "EtrtArgSignature",
+    "EtrtStagedCopy",
+    "EtrtCudaGraphPlan",
     "EtrtPositionCheck",
     "EtrtNativePlan",
     "NativePlanFn",
@@ -54,6 +57,7 @@ ETRT_DEVICE_CUDA = 1
 
 # enum etrt_plan_kind
 ETRT_PLAN_ORT_RUN = 1
+ETRT_PLAN_CUDA_GRAPH = 2
 
 
 class EtrtArg(ctypes.Structure):
@@ -176,6 +180,39 @@ class EtrtPositionCheck(ctypes.Structure):
     ]
 
 
+class EtrtStagedCopy(ctypes.Structure):
+    """``etrt_staged_copy``: one host argument's copy through its staging buffer."""
+
+    _fields_ = [
+        ("arg_index", ctypes.c_uint64),
+        ("device", ctypes.c_uint64),
+        ("nbytes", ctypes.c_uint64),
+    ]
+
+
+class EtrtCudaGraphPlan(ctypes.Structure):
+    """``etrt_cuda_graph_plan``: the TensorRT executor's captured enqueue, its
+    streams, events and staging copies (executor_table.h says the run order)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("device_index", ctypes.c_int32),
+        ("context", ctypes.c_uint64),
+        ("graph_exec", ctypes.c_uint64),
+        ("stream", ctypes.c_uint64),
+        ("caller_stream", ctypes.c_uint64),
+        ("ready_event", ctypes.c_uint64),
+        ("done_event", ctypes.c_uint64),
+        ("staged_inputs", ctypes.POINTER(EtrtStagedCopy)),
+        ("num_staged_inputs", ctypes.c_uint64),
+        ("staged_outputs", ctypes.POINTER(EtrtStagedCopy)),
+        ("num_staged_outputs", ctypes.c_uint64),
+        ("epoch", ctypes.POINTER(ctypes.c_uint64)),
+        ("epoch_at_plan", ctypes.c_uint64),
+        ("launches", ctypes.POINTER(ctypes.c_uint64)),
+    ]
+
+
 class EtrtNativePlan(ctypes.Structure):
     """``etrt_native_plan``: how the adapter runs an identical call without
     the executor. Its memory (and every array it points to) is the
@@ -215,6 +252,8 @@ class EtrtNativePlan(ctypes.Structure):
         ("alt_inputs", ctypes.POINTER(ctypes.c_void_p)),
         ("alt_outputs", ctypes.POINTER(ctypes.c_void_p)),
         ("swaps", ctypes.POINTER(ctypes.c_uint64)),
+        # Appended (issue 23): ETRT_PLAN_CUDA_GRAPH's own fields.
+        ("cuda_graph", ctypes.POINTER(EtrtCudaGraphPlan)),
     ]
 
 

@@ -19,11 +19,11 @@ from typing import Sequence
 
 from . import executor_table as abi
 
-__all__ = ["OrtRunPlan", "signature_key"]
+__all__ = ["OrtRunPlan", "make_signature", "signature_key"]
 
 # Withdrawn plans that a delegate may still point to (only at interpreter
 # exit, when executors close outside the adapter's destroy): kept readable.
-_retired: list["OrtRunPlan"] = []
+_retired: list = []
 
 
 def _address(fn) -> int:
@@ -43,6 +43,31 @@ def signature_key(args: Sequence[abi.EtrtArg], num_args: int) -> tuple:
     return tuple(key)
 
 
+def make_signature(args: Sequence[abi.EtrtArg], num_args: int) -> tuple:
+    """The etrt_arg_signature array of the arguments, and the shape arrays it
+    points into (keep both alive as long as the plan)."""
+    signature = (abi.EtrtArgSignature * num_args)()
+    shapes = []
+    for k in range(num_args):
+        arg, sig = args[k], signature[k]
+        ndim = max(arg.ndim, 0)
+        sizes = (ctypes.c_int32 * ndim)(*(arg.sizes[i] for i in range(ndim)))
+        order = (ctypes.c_uint8 * ndim)(*(arg.dim_order[i] for i in range(ndim)))
+        shapes.append((sizes, order))
+        sig.struct_size = ctypes.sizeof(abi.EtrtArgSignature)
+        sig.kind, sig.dtype, sig.ndim = arg.kind, arg.dtype, arg.ndim
+        sig.device_type, sig.device_index = arg.device_type, arg.device_index
+        sig.data, sig.nbytes = arg.data, arg.nbytes
+        sig.sizes = ctypes.cast(sizes, ctypes.POINTER(ctypes.c_int32))
+        sig.dim_order = ctypes.cast(order, ctypes.POINTER(ctypes.c_uint8))
+    return signature, shapes
+
+
+def retire(plan) -> None:
+    """Keeps a withdrawn plan's memory readable for the rest of the process."""
+    _retired.append(plan)
+
+
 class OrtRunPlan:
     """One etrt_native_plan of kind ETRT_PLAN_ORT_RUN, and the memory it points to.
     `key` is signature_key() of the arguments it was built for: a caller whose
@@ -59,20 +84,7 @@ class OrtRunPlan:
                  key: tuple, copied_bytes: ctypes.c_uint64 | None = None):
         api = session.api
         self.key = key
-        self._signature = (abi.EtrtArgSignature * num_args)()
-        self._shapes = []
-        for k in range(num_args):
-            arg, sig = args[k], self._signature[k]
-            ndim = max(arg.ndim, 0)
-            sizes = (ctypes.c_int32 * ndim)(*(arg.sizes[i] for i in range(ndim)))
-            order = (ctypes.c_uint8 * ndim)(*(arg.dim_order[i] for i in range(ndim)))
-            self._shapes.append((sizes, order))
-            sig.struct_size = ctypes.sizeof(abi.EtrtArgSignature)
-            sig.kind, sig.dtype, sig.ndim = arg.kind, arg.dtype, arg.ndim
-            sig.device_type, sig.device_index = arg.device_type, arg.device_index
-            sig.data, sig.nbytes = arg.data, arg.nbytes
-            sig.sizes = ctypes.cast(sizes, ctypes.POINTER(ctypes.c_int32))
-            sig.dim_order = ctypes.cast(order, ctypes.POINTER(ctypes.c_uint8))
+        self._signature, self._shapes = make_signature(args, num_args)
         inner = getattr(session, "inner", session)  # the OrtSession: every model input's name
         inputs, outputs, num_state = bound.inputs, bound.outputs, 0
         alt_inputs = alt_outputs = swaps = None
@@ -130,4 +142,4 @@ class OrtRunPlan:
         """Tells the adapter not to run this plan again, and keeps its memory
         readable for the rest of the process (the adapter may still hold it)."""
         self.struct.withdrawn = 1
-        _retired.append(self)
+        retire(self)

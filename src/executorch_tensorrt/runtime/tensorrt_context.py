@@ -17,6 +17,7 @@ synchronize before returning, as before.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import weakref
@@ -26,6 +27,7 @@ from . import executor_table as abi
 from . import profiling
 from .arguments import SCALAR_TYPE_TO_NUMPY, Binding, check_args, checked_nbytes, resize_output
 from .cuda_driver import check, driver
+from .cuda_graph_plan import GraphCall
 from .cuda_graphs import EnqueueGraph, cuda_graphs_enabled, enqueue
 from .cuda_objects import DeviceBuffer, Event, Stream, caller_stream, make_current
 from .profile_choice import ProfileChoice
@@ -57,6 +59,9 @@ class SharedScratch:
         self.device = device
         self.stream = Stream(device)
         self.buffer: DeviceBuffer | None = None
+        # Moves on whenever the area is replaced: a native plan captured over
+        # the old one must not run (cuda_graph_plan.py; the adapter reads it).
+        self.epoch = ctypes.c_uint64(0)
 
     @classmethod
     def for_device(cls, device: int) -> "SharedScratch":
@@ -72,6 +77,7 @@ class SharedScratch:
         kernels already queued here; contexts re-point on their next call."""
         if self.buffer is None or self.buffer.nbytes < nbytes:
             self.buffer = DeviceBuffer(max(nbytes, 1), self.device, self.stream)
+            self.epoch.value += 1
 
     @property
     def address(self) -> int:
@@ -159,6 +165,10 @@ class BoundContext:
         # Bumped by every change TensorRT is told of, never reset: a captured
         # graph is valid for one generation.
         self.generation = 0
+        # The last call, when it ran as a graph replay that a native plan can
+        # repeat (cuda_graph_plan.py), else None.
+        self.last_graph_call: GraphCall | None = None
+        self._staged: tuple[list, list] = ([], [])  # this call's staging copies (in, out)
         self.bind(inputs or [], outputs or [])
 
     def bind(self, inputs: list[Binding], outputs: list[Binding]) -> None:
@@ -219,6 +229,8 @@ class BoundContext:
         # "wait" is the event that orders the caller's stream after the engine.
         recorder = profiling.begin_call()
         t0 = profiling.now() if recorder else 0
+        self.last_graph_call = None
+        self._staged = ([], [])
         shapes = check_args(args, len(args) if num_args is None else num_args,
                             self.inputs, self.outputs)
         make_current(self.device)  # ExecuTorch may call from any thread
@@ -238,7 +250,7 @@ class BoundContext:
         self._ready.record(caller)
         self.stream.wait(self._ready)
         if resident:
-            t1, t2 = self._bind_and_launch(args, shapes, None, recorder)
+            t1, t2, replayed = self._bind_and_launch(args, shapes, None, recorder)
             # Later work on the caller's stream (reading the outputs, the next
             # partition, the caller's own kernels) runs after the engine.
             self._done.record(self.stream.handle)
@@ -247,13 +259,17 @@ class BoundContext:
             t3 = t2
         else:
             copies_back: list = []  # the staging copies go on our stream
-            t1, t2 = self._bind_and_launch(args, shapes, copies_back, recorder)
+            t1, t2, replayed = self._bind_and_launch(args, shapes, copies_back, recorder)
             lib = driver()
             for address, arg, nbytes in copies_back:
                 check(lib.cuMemcpyDtoHAsync_v2(arg.data, address, nbytes, self.stream.handle),
                       "copying an output back to host memory")
             t3 = profiling.now() if recorder else 0
             self.stream.synchronize()
+        if replayed:
+            self.last_graph_call = GraphCall(
+                self.graph.exec, caller, self._ready.handle, self._done.handle,
+                tuple(self._staged[0]), tuple(self._staged[1]), self.generation)
         if recorder:
             for name, start, end in (("bind", t0, t1), ("enqueue", t1, t2), ("copies", t2, t3),
                                      ("wait", t3, profiling.now())):
@@ -299,6 +315,7 @@ class BoundContext:
                                                          self.stream.handle),
                           "copying a host input to CUDA memory")
                 self._set_address(i, staged)
+                self._staged[0].append((i, staged, nbytes))
         reflect: list[tuple[int, int, int]] = []  # TR02: (input address, output address, bytes)
         for j, binding in enumerate(self.outputs):
             k = n_in + j
@@ -313,6 +330,7 @@ class BoundContext:
                 address = self._staging_address(binding.name, nbytes)
                 if nbytes:
                     copies_back.append((address, arg, nbytes))
+                self._staged[1].append((k, address, nbytes))
             if j in self.aliases:  # TR02: the engine writes into the input; copied out below
                 source = self._addresses[self.aliases[j]]
                 reflect.append((source, address,
@@ -320,9 +338,10 @@ class BoundContext:
                 address = source
             self._set_address(k, address)
         t1 = profiling.now() if recorder else 0
+        replayed = False
         if (self.graph is not None and self.layer_profiler is None and self.state is None
                 and not self.aliases):
-            self.graph.launch(self.context, self.stream, self.generation)
+            replayed = self.graph.launch(self.context, self.stream, self.generation)
         else:  # per-layer times need TensorRT's own enqueue
             enqueue(self.context, self.stream)
         for source, target, nbytes in reflect:
@@ -330,4 +349,4 @@ class BoundContext:
                 copy_device(target, source, nbytes, self.stream)
         if self.state is not None:
             self.state.swap()  # the next call reads what this one wrote (stream order)
-        return t1, profiling.now() if recorder else 0
+        return t1, profiling.now() if recorder else 0, replayed

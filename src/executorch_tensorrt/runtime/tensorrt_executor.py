@@ -8,6 +8,7 @@ onnxruntime executor (arguments.py).
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 from typing import Callable, Sequence
 
@@ -16,14 +17,18 @@ from ..errors import (
     ArgumentError, EngineUnavailable, InvalidProgramError, RebuildImpossible,
     TensorRTNotInstalledError)
 from ..tensorrt.flavor import collecting_logger, load_tensorrt
+from . import executor_table as abi
 from . import profiling
 from .arguments import SCALAR_TYPE_TO_NUMPY, Binding, dtype_name, split_bindings
 from .cuda_device import chosen_device
+from .cuda_graph_plan import CudaGraphPlan
 from .cuda_objects import device_capability as _capability, device_name, make_current
+from .cuda_objects import primary_context
 from .cuda_kernel_cache import KernelCache
 from .engine_portability import built_here, rebuilt_engine
 from .engine_refit import refit_engine
-from .executors import Executor
+from .executors import Executor, native_plans_enabled
+from .native_plan import signature_key
 from .named_data import NamedData, WeightBuffer, blob_weights
 from .onnx_safety import self_contained_onnx
 from .profile_choice import check_engine_profiles, engine_profile_choice, profile_choice
@@ -162,19 +167,44 @@ class TensorRTExecutor(Executor):
                                else engine_profile_choice(self.engine, self.inputs))
         if profiling.nodes_requested():  # GPU-only, unverified (tensorrt_profiling.py)
             self.bound.layer_profiler = attach_layer_profiler(self.trt, self.bound.context)
+        # Native plans (cuda_graph_plan.py): the adapter adds 1 to plan_launches
+        # per call it runs without this executor.
+        self.publish_plans = native_plans_enabled()
+        self.plan_launches = ctypes.c_uint64(0)
+        self._plan: CudaGraphPlan | None = None
+        self._last_call: tuple | None = None  # (args, num_args) of the last execute
 
     def execute(self, args, num_args: int | None = None) -> None:
         if self.bound is None:
             raise ArgumentError("this executor was closed (the delegate was destroyed)")
-        self.bound.execute(args, len(args) if num_args is None else num_args)
+        n = len(args) if num_args is None else num_args
+        self._last_call = None
+        self.bound.execute(args, n)
+        self._last_call = (args, n)
 
-    # No native plan yet (Executor.native_plan returns None), so every call
-    # runs this Python code and can be preempted (docs/concurrency.md). Its
-    # plan would be the CUDA graph BoundContext already captures for one set
-    # of argument addresses and shapes (cuda_graphs.py), replayed by the
-    # adapter with cuGraphLaunch and the two event calls through the driver
-    # API (a new etrt_plan_kind carrying the graph exec, the streams, the
-    # events and the driver's function pointers): the next issue.
+    def native_plan(self) -> abi.EtrtNativePlan | None:
+        """The CUDA-graph plan for the call just made, when it ran as a graph
+        replay for the legacy default stream (cuda_graph_plan.py says when);
+        reused while the same bindings and graph stay."""
+        call = self.bound.last_graph_call if self.bound is not None else None
+        if (call is None or self._last_call is None or not self.publish_plans
+                or call.caller_stream != 0):
+            return None
+        args, n = self._last_call
+        if any(args[k].kind != abi.ETRT_ARG_TENSOR for k in range(n)):
+            return None
+        key = signature_key(args, n)
+        plan = self._plan
+        if plan is None or plan.key != key or plan.call != call or not plan.live(self.bound):
+            plan = self._plan = CudaGraphPlan(self.bound, call, args, n, key,
+                                              primary_context(self.bound.device),
+                                              self.plan_launches)
+        return plan.struct
+
+    def withdraw_native_plan(self) -> None:
+        if self._plan is not None:
+            self._plan.withdraw()
+            self._plan = None
 
     def close(self) -> None:
         """Drops the context before the engine and the engine before the runtime

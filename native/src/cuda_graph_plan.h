@@ -1,0 +1,52 @@
+/*
+ * executorch-tensorrt: the TensorRT executor's native plan (executor_table.h,
+ * ETRT_PLAN_CUDA_GRAPH): the captured enqueue replayed by the adapter with
+ * cuGraphLaunch, with the staging copies and the event ordering of the
+ * executor's own path, so a steady-state call on the GPU runs no Python.
+ */
+#ifndef EXECUTORCH_TENSORRT_CUDA_GRAPH_PLAN_H
+#define EXECUTORCH_TENSORRT_CUDA_GRAPH_PLAN_H
+
+#include <executorch_tensorrt/executor_table.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace etrt {
+
+class CudaGraphPlan {
+ public:
+  /* Takes the executor's plan for a call of num_args arguments (copies its
+   * signature and staging list). Returns false, holding no plan, for any
+   * plan this adapter cannot run safely (another kind, a wrong argument
+   * count, a NULL handle, a staging copy that does not fit its argument). */
+  bool adopt(const etrt_native_plan* plan, uint64_t num_args);
+  void clear();
+  bool empty() const {
+    return plan_ == nullptr;
+  }
+  /* True when the plan is live (not withdrawn, its epoch unchanged) and
+   * every argument equals its signature, field by field. */
+  bool matches(const etrt_arg* args, uint64_t num_args) const;
+  /* Runs the plan on the arguments matches() accepted. Returns 0 or an Error
+   * code with the cause in last_error (no CUDA driver, a failed launch). */
+  int32_t run(const etrt_arg* args) const;
+
+ private:
+  struct Arg {
+    int32_t kind, dtype, ndim, device_type, device_index;
+    const void* data;
+    uint64_t nbytes;
+    size_t shape_at; // index of its sizes in sizes_ and dim_order_
+  };
+  const etrt_native_plan* plan_ = nullptr;
+  const etrt_cuda_graph_plan* graph_ = nullptr;
+  std::vector<Arg> args_;
+  std::vector<int32_t> sizes_;
+  std::vector<uint8_t> dim_order_;
+  std::vector<etrt_staged_copy> in_, out_;
+};
+
+} // namespace etrt
+
+#endif
