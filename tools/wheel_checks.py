@@ -23,6 +23,8 @@ The adapter rules (docs/packaging.md explains why each exists):
                   one the reference libexecutorch.so itself requires.
   unversioned     no unversioned undefined symbol (C++ runtime ones above all)
                   that the reference libexecutorch.so does not define.
+  machine         the adapter's ELF machine is the reference libexecutorch.so's
+                  (a cross build checked against the target's executorch).
   build-info      the executorch version/commit recorded in the adapter (read by
                   the import-time ABI guard) equal the pins (pins.toml).
 
@@ -316,6 +318,15 @@ ADAPTER_RULES = ("soname", "runpath", "needed", "register", "pyinit", "versions"
                  "unversioned", "build-info")
 
 
+def check_machine(info: ElfInfo, reference: ElfInfo) -> list[str]:
+    if info.machine != reference.machine:
+        return [f"machine: {info.path.name} is built for "
+                f"{EM_TO_ARCH.get(info.machine, info.machine)} but {reference.path} is "
+                f"{EM_TO_ARCH.get(reference.machine, reference.machine)}; check a cross-built "
+                "adapter against the target's libexecutorch.so (--libexecutorch)"]
+    return []
+
+
 def check_adapter(path: Path | str, reference: Path | str | ElfInfo,
                   expected_build: tuple[str, str] | None = None) -> list[str]:
     """All adapter rules. `reference` is the pinned libexecutorch.so;
@@ -324,6 +335,7 @@ def check_adapter(path: Path | str, reference: Path | str | ElfInfo,
     ref = reference if isinstance(reference, ElfInfo) else read_elf(reference)
     problems = (check_soname(info) + check_runpath(info) + check_needed(info)
                 + check_register_backend(info) + check_no_pyinit(info)
+                + check_machine(info, ref)
                 + check_symbol_versions(info, ref) + check_unversioned_symbols(info, ref))
     if expected_build is not None:
         problems += check_build_info(info, expected_build)

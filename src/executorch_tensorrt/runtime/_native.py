@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import re
 import threading
 from pathlib import Path
@@ -108,6 +109,53 @@ def _libexecutorch_loaded() -> bool:
     return True
 
 
+# ELF e_machine values of the architectures wheels are built for, and the
+# names platform.machine() gives them.
+_ELF_MACHINES = {62: "x86_64", 183: "aarch64", 3: "i686", 21: "ppc64le", 22: "s390x"}
+
+
+def _elf_architecture(path: Path) -> Optional[str]:
+    """The architecture an ELF file was built for, read from its header
+    (None if it is not an ELF file). A library for another architecture is
+    refused by name here rather than by the loader's terse message."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    order = "little" if head[5] == 1 else "big"
+    machine = int.from_bytes(head[18:20], order)
+    return _ELF_MACHINES.get(machine, f"ELF machine {machine}")
+
+
+def check_architecture(path: Path, what: str) -> None:
+    """Raises ImportError when `path` (an ELF library) is built for another
+    architecture than this interpreter runs on."""
+    here = platform.machine()
+    arch = _elf_architecture(path)
+    if arch is not None and arch != here:
+        raise ImportError(
+            f"{what} {path} is built for {arch}, but this Python runs on {here}. "
+            f"Install the {here} wheels in this environment (pip install --force-reinstall "
+            f"'{_executorch_pin()}' executorch-tensorrt), not a copy from another machine."
+        )
+
+
+def _libexecutorch_file() -> Optional[Path]:
+    """The executorch wheel's libexecutorch.so, found without loading it."""
+    try:
+        import executorch
+    except ImportError:
+        return None
+    for entry in getattr(executorch, "__path__", ()):
+        candidate = Path(entry) / "lib" / LIBEXECUTORCH_SONAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def _built_against(path: Path) -> Optional[tuple[str, str]]:
     """Reads the executorch version the adapter was built against out of the
     file itself, without loading it (see kBuildInfoMarker in adapter.cpp)."""
@@ -169,6 +217,9 @@ def load_adapter() -> ctypes.CDLL:
                 "unset it to run TensorRT programs"
             )
         running = _runtime_executorch_version()
+        et_lib = _libexecutorch_file()
+        if et_lib is not None:
+            check_architecture(et_lib, "executorch's runtime library")
         if not _libexecutorch_loaded():
             # Loads executorch's Python extension and libexecutorch.so, whose
             # SONAME then satisfies the adapter's dependency wherever it lives.
@@ -197,6 +248,7 @@ def load_adapter() -> ctypes.CDLL:
                 )
             raise ImportError(f"the TensorRT adapter {path} is missing: {how}")
 
+        check_architecture(path, "the TensorRT adapter")
         built = _built_against(path)
         if built is None:
             raise ImportError(
