@@ -14,6 +14,7 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
+from ..quantization.torchao_weights import has_torchao_weights, lower_torchao
 from ..tools.expected import reference_source, write_export_reference
 from ..tools.program_info import describe_program
 from . import device_resident as dr
@@ -142,7 +143,10 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         inputs = _as_inputs(example_inputs)
         if progress:
             progress("torch.export...")
-        programs = {"forward": torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)}
+        # torchao's weight subclasses cannot be exported as they are: explicit
+        # dequantize ops over int8 buffers instead (quantization/).
+        traced = lower_torchao(model) if has_torchao_weights(model) else model
+        programs = {"forward": torch.export.export(traced, inputs, dynamic_shapes=dynamic_shapes)}
         reference = (model, inputs)
     seconds["torch_export"] = time.perf_counter() - t0
     if external_weights:

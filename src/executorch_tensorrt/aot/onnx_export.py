@@ -101,9 +101,15 @@ def _externalize(model: ir.Model) -> list[Weight]:
     """Replaces every initializer of INLINE_LIMIT bytes or more by an EXTERNAL
     reference to the named data, so serializing writes the graph alone."""
     weights = []
+    # Quantization scales stay in the graph: TensorRT's parser checks their
+    # values (all positive), which the partitioner's zero stand-ins would fail;
+    # they are about 1/K of their weights' bytes.
+    scales = {node.inputs[1].name for node in model.graph
+              if node.op_type in ("DequantizeLinear", "QuantizeLinear") and len(node.inputs) > 1
+              and node.inputs[1] is not None}
     for name, value in model.graph.initializers.items():
         tensor = value.const_value
-        if tensor is None or tensor.nbytes < INLINE_LIMIT:
+        if tensor is None or tensor.nbytes < INLINE_LIMIT or name in scales:
             continue
         data = _weight_value(tensor)
         weights.append(Weight(name, data, dtype_name(data), tuple(int(d) for d in tensor.shape),

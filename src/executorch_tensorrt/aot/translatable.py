@@ -12,6 +12,7 @@ import torch
 from torch.onnx._internal.exporter import _decomp, _registration
 
 from .onnx_export import edge_name_from_trace, quiet, tag_edge_nodes
+from ..quantization.ops import register_quant_ops
 from .onnx_extra_ops import register_extra_ops
 
 _registry: _registration.ONNXRegistry | None = None
@@ -51,6 +52,7 @@ def onnx_registry() -> _registration.ONNXRegistry:
             registry = _registration.ONNXRegistry.from_torchlib()
             _register_copy_ops(registry)
             register_extra_ops(registry)
+            register_quant_ops(registry)
         _registry = registry
     return _registry
 
