@@ -80,8 +80,10 @@ constexpr const char* kConcurrentCall =
     "another call entered this loaded method while this one ran its TensorRT partition; "
     "a method's planned memory (inputs, intermediates, outputs) is shared by its calls, "
     "so this call's result is not its own and was failed. ExecuTorch methods are not "
-    "reentrant: load one Method per thread, or hold a lock around execute "
-    "(docs/concurrency.md)";
+    "reentrant: make one call on each loaded method before starting threads (later calls "
+    "with the same arguments run without Python), or give each thread its own Program "
+    "(Runtime.load_program per thread; Program.load_method returns the same cached "
+    "Method), or hold a lock around execute (docs/concurrency.md)";
 
 /* The line the docs promise on stderr for a failed call. */
 void print_failure(const char* what) {
