@@ -5,7 +5,7 @@ ExecuTorch's binding holds the GIL for the whole Method.execute, which keeps a
 second thread out of the method's planned memory as long as nothing inside
 the call runs Python bytecode: the interpreter may switch threads between any
 two bytecodes. After the first call the adapter runs identical calls from the
-executor's native plan (native_plan.cpp, runtime/native_plan.py) without
+executor's native plan (native_plan.cpp, runtime/onnxruntime/native_plan.py) without
 entering Python, so there is nothing to switch in. The first call of a method
 (or one with new arguments) still runs Python; the adapter detects an overlap
 there and fails both calls (docs/concurrency.md)."""
@@ -19,7 +19,7 @@ import textwrap
 import pytest
 import torch
 
-from executorch_tensorrt.tools.models import Mlp
+from executorch_tensorrt.examples.models import Mlp
 
 THREADS, CALLS = 8, 100
 
@@ -122,7 +122,7 @@ def test_a_call_that_enters_a_running_method_fails_both_calls(mlp_program, allow
     returned, the outer one with the inner one's data."""
     from executorch.runtime import Runtime
 
-    from executorch_tensorrt.runtime.onnxruntime_executor import OnnxRuntimeExecutor
+    from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 
     method = Runtime.get().load_program(mlp_program).load_method("forward")
     inner_errors: list[Exception] = []

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..blob import Blob
 from ..errors import NamedDataError
-from . import executor_table as abi
+from .adapter import abi
 
 __all__ = ["AdapterNamedData", "InMemoryNamedData", "NamedData", "WeightBuffer",
            "blob_weights", "PASS_THE_PTD"]
@@ -98,7 +98,7 @@ class AdapterNamedData(NamedData):
         self._ctx = args.named_data_ctx
 
     def _lookup(self, key: str) -> memoryview:
-        from ._native import last_error  # the adapter recorded why
+        from .adapter.loader import last_error  # the adapter recorded why
 
         data, nbytes = ctypes.c_void_p(), ctypes.c_uint64()
         code = self._fn(self._ctx, key.encode(), ctypes.byref(data), ctypes.byref(nbytes))

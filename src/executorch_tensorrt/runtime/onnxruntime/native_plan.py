@@ -1,0 +1,133 @@
+"""Native plans of the onnxruntime fallback (executor_table.h, "Native plans").
+
+After the executor has checked a call's arguments and bound OrtValues over
+their memory, it hands the adapter everything needed to run the same call
+again in C++: onnxruntime's Run, the session, the name and OrtValue arrays,
+and the signature of the arguments they were bound for. The adapter then runs
+identical calls without entering Python: no bytecode runs inside
+Method.execute, so no other Python thread can be switched in mid-call
+(docs/concurrency.md), and a call costs what Run costs.
+
+The plan's memory lives in this object; the executor keeps it until its next
+execute or close (the adapter forgets the plan before either), or retires it
+for the rest of the process when it must withdraw it at interpreter exit.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Sequence
+
+from ..adapter import abi
+
+__all__ = ["OrtRunPlan", "signature_key"]
+
+# Withdrawn plans that a delegate may still point to (only at interpreter
+# exit, when executors close outside the adapter's destroy): kept readable.
+_retired: list["OrtRunPlan"] = []
+
+
+def _address(fn) -> int:
+    """The C address of a ctypes function object made from a pointer."""
+    return ctypes.cast(fn, ctypes.c_void_p).value or 0
+
+
+def signature_key(args: Sequence[abi.EtrtArg], num_args: int) -> tuple:
+    """Every field of the arguments that a plan's signature holds, as one value."""
+    key = []
+    for k in range(num_args):
+        a = args[k]
+        ndim = a.ndim
+        key.append((a.kind, a.dtype, ndim, a.device_type, a.device_index, a.data, a.nbytes,
+                    tuple(a.sizes[:ndim]) if ndim > 0 else (),
+                    tuple(a.dim_order[:ndim]) if ndim > 0 else ()))
+    return tuple(key)
+
+
+class OrtRunPlan:
+    """One etrt_native_plan of kind ETRT_PLAN_ORT_RUN, and the memory it points to.
+    `key` is signature_key() of the arguments it was built for: a caller whose
+    every call misses the adapter's plan (new addresses each call, alternating
+    shapes) reuses plans instead of building one per call.
+
+    `session` may be a stateful one (state.py OrtStatefulSession): the plan
+    then runs the full model, the state OrtValues the session binds after the
+    user's, and carries the position checks the adapter makes before each run.
+    NULL entries of `bound.outputs` are outputs of dynamic shape, which the
+    adapter copies out, adding the bytes to `copied_bytes`."""
+
+    def __init__(self, session, bound, args: Sequence[abi.EtrtArg], num_args: int,
+                 key: tuple, copied_bytes: ctypes.c_uint64 | None = None):
+        api = session.api
+        self.key = key
+        self._signature = (abi.EtrtArgSignature * num_args)()
+        self._shapes = []
+        for k in range(num_args):
+            arg, sig = args[k], self._signature[k]
+            ndim = max(arg.ndim, 0)
+            sizes = (ctypes.c_int32 * ndim)(*(arg.sizes[i] for i in range(ndim)))
+            order = (ctypes.c_uint8 * ndim)(*(arg.dim_order[i] for i in range(ndim)))
+            self._shapes.append((sizes, order))
+            sig.struct_size = ctypes.sizeof(abi.EtrtArgSignature)
+            sig.kind, sig.dtype, sig.ndim = arg.kind, arg.dtype, arg.ndim
+            sig.device_type, sig.device_index = arg.device_type, arg.device_index
+            sig.data, sig.nbytes = arg.data, arg.nbytes
+            sig.sizes = ctypes.cast(sizes, ctypes.POINTER(ctypes.c_int32))
+            sig.dim_order = ctypes.cast(order, ctypes.POINTER(ctypes.c_uint8))
+        inner = getattr(session, "inner", session)  # the OrtSession: every model input's name
+        inputs, outputs, num_state = bound.inputs, bound.outputs, 0
+        alt_inputs = alt_outputs = swaps = None
+        checks: list = []
+        if inner is not session:
+            inputs, outputs, alt_inputs, alt_outputs = session.plan_values(bound.inputs,
+                                                                           bound.outputs)
+            num_state = len(inputs) - len(bound.inputs)
+            checks = session.state.position_checks()
+            swaps = session.state.plan_swaps
+        self._checks = (abi.EtrtPositionCheck * len(checks))()
+        self._whats = [what.encode() for _, _, _, what in checks]
+        for c, (arg_index, capacity, in_place, _), what in zip(self._checks, checks, self._whats):
+            c.struct_size = ctypes.sizeof(abi.EtrtPositionCheck)
+            c.arg_index, c.capacity, c.in_place, c.what = arg_index, capacity, int(in_place), what
+        # A plan over ping-pong buffers assumes the executor's current buffers
+        # are its even pair: build a new one rather than reuse it.
+        self.reusable = alt_inputs is None
+        # names, OrtValues and arrays the struct points into
+        self._keep = (session, bound, inputs, outputs, alt_inputs, alt_outputs, copied_bytes,
+                      swaps)
+        p = self.struct = abi.EtrtNativePlan()
+        p.struct_size = ctypes.sizeof(abi.EtrtNativePlan)
+        p.kind = abi.ETRT_PLAN_ORT_RUN
+        p.num_args = num_args
+        p.signature = ctypes.cast(self._signature, ctypes.POINTER(abi.EtrtArgSignature))
+        p.ort_run = _address(api.Run)
+        p.ort_release_status = _address(api.ReleaseStatus)
+        p.ort_error_message = _address(api.GetErrorMessage)
+        p.session = inner.session.value
+        p.run_options = None
+        p.input_names = ctypes.cast(inner._input_names, ctypes.POINTER(ctypes.c_char_p))
+        p.inputs = ctypes.cast(inputs, ctypes.POINTER(ctypes.c_void_p))
+        p.num_inputs = len(inputs)
+        p.output_names = ctypes.cast(inner._output_names, ctypes.POINTER(ctypes.c_char_p))
+        p.outputs = ctypes.cast(outputs, ctypes.POINTER(ctypes.c_void_p))
+        p.num_outputs = len(outputs)
+        p.num_state_values = num_state
+        p.position_checks = ctypes.cast(self._checks, ctypes.POINTER(abi.EtrtPositionCheck))
+        p.num_position_checks = len(checks)
+        p.ort_get_tensor_type_and_shape = _address(api.GetTensorTypeAndShape)
+        p.ort_get_dimensions_count = _address(api.GetDimensionsCount)
+        p.ort_get_dimensions = _address(api.GetDimensions)
+        p.ort_release_tensor_type_and_shape_info = _address(api.ReleaseTensorTypeAndShapeInfo)
+        p.ort_get_tensor_mutable_data = _address(api.GetTensorMutableData)
+        p.ort_release_value = _address(api.ReleaseValue)
+        if copied_bytes is not None:
+            p.copied_bytes = ctypes.pointer(copied_bytes)
+        if alt_inputs is not None:  # functional states: the adapter alternates the pairs
+            p.alt_inputs = ctypes.cast(alt_inputs, ctypes.POINTER(ctypes.c_void_p))
+            p.alt_outputs = ctypes.cast(alt_outputs, ctypes.POINTER(ctypes.c_void_p))
+            p.swaps = ctypes.pointer(swaps)
+
+    def withdraw(self) -> None:
+        """Tells the adapter not to run this plan again, and keeps its memory
+        readable for the rest of the process (the adapter may still hold it)."""
+        self.struct.withdrawn = 1
+        _retired.append(self)
