@@ -63,11 +63,11 @@ def last_error() -> str:
 _LAZY = {
     "export": ("aot.export", "export"),
     "export_program": ("aot.export", "export_program"),
-    "TensorRTPartitioner": ("aot.partitioner", "TensorRTPartitioner"),
+    "TensorRTPartitioner": ("aot.partition.partitioner", "TensorRTPartitioner"),
     "TensorRTBackend": ("aot.backend", "TensorRTBackend"),
     "TensorRTCompileSpec": ("aot.compile_spec", "TensorRTCompileSpec"),
     "reset_state": ("runtime.state", "reset_state"),
-    "greedy_decode": ("runtime.generate", "greedy_decode"),
+    "greedy_decode": ("llm.greedy_decode", "greedy_decode"),
 }
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from helpers import child_env
 
-BENCH = Path(__file__).resolve().parents[2] / "tools" / "bench_big_models.py"
+BENCH = Path(__file__).resolve().parents[2] / "tools" / "bench" / "big_models.py"
 
 
 @pytest.mark.parametrize("mode", ["trt", "trt_ptd"])

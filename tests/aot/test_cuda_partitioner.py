@@ -40,7 +40,7 @@ def test_export_with_cuda_partitioner_on_a_gpu(tmp_path):
     import sys
 
     out = tmp_path / "erfinv_cuda.pte"
-    tool = Path(__file__).resolve().parents[2] / "tools" / "h200_cuda_export.py"
+    tool = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "h200_cuda_export.py"
     subprocess.run([sys.executable, str(tool), str(out)], check=True)
     check_tensorrt_and_cuda(out)
 

@@ -28,7 +28,7 @@ from packaging.version import Version
 
 import adapter_build
 
-sys.path.insert(0, str(adapter_build.REPO / "tools"))
+sys.path.insert(0, str(adapter_build.REPO / "tools" / "release"))
 import wheel_checks  # noqa: E402
 
 HEADER = adapter_build.NATIVE / "include" / "executorch_tensorrt" / "executor_table.h"

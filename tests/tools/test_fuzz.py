@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FUZZ_PY = REPO / "tools" / "fuzz.py"
+FUZZ_PY = REPO / "tools" / "fuzz" / "fuzz.py"
 
 
 def _load_fuzz():

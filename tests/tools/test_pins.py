@@ -13,7 +13,7 @@ import pytest
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(REPO / "tools" / "release"))
 import pins as pinslib  # noqa: E402
 
 PINS = pinslib.load_pins(REPO)

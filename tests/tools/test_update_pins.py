@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(REPO / "tools" / "release"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pins as pinslib  # noqa: E402
 import update_pins  # noqa: E402

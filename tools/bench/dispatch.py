@@ -32,7 +32,7 @@ PLAN_ENV = "EXECUTORCH_TENSORRT_NATIVE_PLAN"
 
 import torch  # noqa: E402
 
-from bench_threads import calls_per_second  # noqa: E402 - tools/ is this script's folder
+from threads import calls_per_second  # noqa: E402 - tools/bench/ is this script's folder
 
 THREADS_ENV = "EXECUTORCH_TENSORRT_ORT_THREADS"
 

@@ -25,7 +25,7 @@ import traceback
 from importlib import metadata
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "aot"))
 os.environ.setdefault("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
 

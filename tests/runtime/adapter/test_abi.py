@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 HEADER = REPO / "native" / "include" / "executorch_tensorrt" / "executor_table.h"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "native"))
 import adapter_build  # noqa: E402
 
 
