@@ -66,7 +66,7 @@ def adapter_path() -> Path:
     override = os.environ.get(ADAPTER_ENV)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parent.parent / "lib" / ADAPTER_FILENAME
+    return Path(__file__).resolve().parents[2] / "lib" / ADAPTER_FILENAME
 
 
 def is_loaded() -> bool:
