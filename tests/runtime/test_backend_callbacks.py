@@ -12,7 +12,8 @@ from executorch_tensorrt import errors
 from executorch_tensorrt.blob import BlobError, write_blob
 from executorch_tensorrt.runtime.adapter import abi
 from executorch_tensorrt.runtime.callbacks import PythonExecutors
-from executorch_tensorrt.runtime.executor import Executor, executor_factories
+from executorch_tensorrt.runtime.choose import executor_factories
+from executorch_tensorrt.runtime.executor import Executor
 from executorch_tensorrt.program.references import ExpectedError
 from helpers import identity_blob
 

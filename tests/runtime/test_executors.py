@@ -8,7 +8,7 @@ from executorch_tensorrt.blob import read_blob, write_blob
 from executorch_tensorrt.runtime.arguments import split_bindings
 from executorch_tensorrt.errors import EngineUnavailable, RebuildImpossible
 from executorch_tensorrt.runtime.tensorrt.portability import built_here, rebuilt_engine
-from executorch_tensorrt.runtime.executor import create_executor, fallback_requested
+from executorch_tensorrt.runtime.choose import create_executor, fallback_requested
 from executorch_tensorrt.runtime.tensorrt.executor import TensorRTExecutor
 from helpers import tensorrt_blobs
 

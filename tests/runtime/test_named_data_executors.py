@@ -21,7 +21,7 @@ from executorch_tensorrt.errors import InvalidProgramError, NamedDataError, Rebu
 from executorch_tensorrt.runtime.adapter import abi
 from executorch_tensorrt.runtime.tensorrt.portability import rebuilt_engine
 from executorch_tensorrt.runtime.tensorrt.refit import refit_engine
-from executorch_tensorrt.runtime.executor import create_executor
+from executorch_tensorrt.runtime.choose import create_executor
 from executorch_tensorrt.runtime.named_data import InMemoryNamedData, blob_weights
 from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 from executorch_tensorrt.runtime.onnxruntime.named_weights import PREPACK_ENV

@@ -1,7 +1,7 @@
 """The backend's callbacks, installed into the adapter's executor table on import.
 
 init reads the blob and takes the first executor that can run it
-(executors.create_executor); execute and destroy forward to it; native_plan
+(choose.create_executor); execute and destroy forward to it; native_plan
 hands the adapter the executor's plan for the call just made, so identical
 later calls run in C++ without entering Python (executor_table.h, "Native
 plans"). Every callback
@@ -32,7 +32,8 @@ from ..errors import ET_INTERNAL, ExecuTorchTensorRTError, error_code
 from .adapter import abi
 from . import state
 from .adapter.loader import install_executor_table, set_last_error
-from .executor import Executor, create_executor
+from .choose import create_executor
+from .executor import Executor
 from .named_data import AdapterNamedData
 
 __all__ = ["PythonExecutors", "install"]

@@ -24,7 +24,7 @@ HEADER = REPO / "native" / "include" / "executorch_tensorrt" / "executor_table.h
 def _load_abi():
     # By path: importing the package would load the adapter.
     spec = importlib.util.spec_from_file_location(
-        "_etrt_abi_under_test", REPO / "src" / "executorch_tensorrt" / "runtime" / "executor_table.py")
+        "_etrt_abi_under_test", REPO / "src" / "executorch_tensorrt" / "runtime" / "adapter" / "abi.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
