@@ -8,7 +8,7 @@ import pytest
 
 pytest_plugins = ["ci_guard", "blob_check"]
 
-from executorch_tensorrt.runtime.executors import FALLBACK_ENV
+from executorch_tensorrt.runtime.executor import FALLBACK_ENV
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def no_fallback(monkeypatch):
 def exported(tmp_path_factory):
     """Exports each built-in example once per session: name -> (model, inputs, path)."""
     import executorch_tensorrt
-    from executorch_tensorrt.tools.models import example
+    from executorch_tensorrt.examples.models import example
 
     out = tmp_path_factory.mktemp("exported")
     cache: dict = {}

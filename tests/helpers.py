@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from executorch_tensorrt.runtime.executors import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
+from executorch_tensorrt.runtime.executor import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
 
 # What a test sets to let TensorRT partitions run on onnxruntime (no GPU here).
 FALLBACK = {FALLBACK_ENV: FALLBACK_ONNXRUNTIME}

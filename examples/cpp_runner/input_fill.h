@@ -1,5 +1,5 @@
 // Inputs the reference runner makes when none are stored: the same
-// deterministic pattern (or ones) as the Python runner (tools/runner.py
+// deterministic pattern (or ones) as the Python runner (cli/runner.py
 // pattern_values), and the logical-to-memory index mapping both the inputs
 // and the written outputs go through.
 #pragma once

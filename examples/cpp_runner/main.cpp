@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
   // Inputs: --inputs, else the stored example inputs (unless --fill), else the pattern.
   std::vector<StoredTensor> stored;
   std::string inputs_note = fill == "ones" ? "inputs filled with 1"
-                                           : "deterministic pattern inputs (tools/runner.py pattern_values)";
+                                           : "deterministic pattern inputs (cli/runner.py pattern_values)";
   {
     std::string source = inputs_path;
     if (source.empty() && fill.empty()) {

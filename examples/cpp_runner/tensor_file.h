@@ -1,5 +1,5 @@
 // Tensor files (format ETTENSR1, docs/verification.md): named tensors, whole,
-// little-endian. The C++ twin of src/executorch_tensorrt/tools/tensor_file.py.
+// little-endian. The C++ twin of src/executorch_tensorrt/program/tensor_file.py.
 //
 //   "ETTENSR1"  u32 version (1)  u32 count
 //   per tensor: u32 name length, name, u32 dtype (ExecuTorch ScalarType code),
@@ -176,7 +176,7 @@ inline bool select_inputs(const std::vector<StoredTensor>& all, std::vector<Stor
   return true;
 }
 
-// The runners' deterministic fill with no short period (tools/runner.py
+// The runners' deterministic fill with no short period (cli/runner.py
 // pattern_values): h = (i * 2654435761 + 12345) mod 2^32, k = (h >> 8) mod 251;
 // floats (k - 125) / 128 (7 significant bits: exact in every float type),
 // integers k mod 16, bools k odd.

@@ -279,7 +279,7 @@ extern "C" int32_t etrt_cuda_graph_plan_matches(const etrt_native_plan* plan,
 
 /* Adopts `plan` once and runs it `times` times on `args` (each run checked
  * with matches() first, as the adapter does): the adapter's per-call work
- * without ExecuTorch around it, for the GPU tests and tools/bench_gpu.py.
+ * without ExecuTorch around it, for the GPU tests and tools/bench/gpu.py.
  * Returns the runs made (fewer when the arguments stop matching), or -1 with
  * the cause in etrt_last_error (a refused plan, a failed run). */
 extern "C" int64_t etrt_cuda_graph_plan_replay(const etrt_native_plan* plan, const etrt_arg* args,

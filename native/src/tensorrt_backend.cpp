@@ -10,7 +10,7 @@
 #include <executorch_tensorrt/executor_table.h>
 
 #include "blob_header.h"
-#include "embedded_start.h"
+#include "embedded/embedded_start.h"
 #include "last_error.h"
 #include "named_data.h"
 #include "cuda_graph_plan.h"

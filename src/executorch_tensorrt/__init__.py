@@ -18,7 +18,7 @@ for _name in ("torchao", "torch.utils._pytree"):
     if _logging.getLogger(_name).level == _logging.NOTSET:
         _logging.getLogger(_name).setLevel(_logging.ERROR)
 
-from .runtime import _native  # noqa: E402
+from .runtime.adapter import loader  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -26,10 +26,10 @@ __version__ = "0.1.0"
 def register() -> None:
     """Loads the adapter (registering TensorRTBackend) and installs the
     executors; idempotent. `import executorch_tensorrt` calls it."""
-    if _native.registration_skipped():
+    if loader.registration_skipped():
         return
-    _native.load_adapter()
-    from .runtime import backend_callbacks as _backend_callbacks
+    loader.load_adapter()
+    from .runtime import callbacks as _backend_callbacks
 
     _backend_callbacks.install()
 
@@ -55,19 +55,19 @@ if not _started_as_cli():
 
 def last_error() -> str:
     """The last cause the backend recorded (ExecuTorch itself reports only a code)."""
-    if _native.registration_skipped() or not _native.is_loaded():
+    if loader.registration_skipped() or not loader.is_loaded():
         return ""
-    return _native.last_error()
+    return loader.last_error()
 
 
 _LAZY = {
     "export": ("aot.export", "export"),
     "export_program": ("aot.export", "export_program"),
-    "TensorRTPartitioner": ("aot.partitioner", "TensorRTPartitioner"),
+    "TensorRTPartitioner": ("aot.partition.partitioner", "TensorRTPartitioner"),
     "TensorRTBackend": ("aot.backend", "TensorRTBackend"),
     "TensorRTCompileSpec": ("aot.compile_spec", "TensorRTCompileSpec"),
     "reset_state": ("runtime.state", "reset_state"),
-    "greedy_decode": ("runtime.generate", "greedy_decode"),
+    "greedy_decode": ("llm.greedy_decode", "greedy_decode"),
 }
 
 

@@ -1,7 +1,7 @@
 """The big-model goals of issue 11 on a 67 MB model, so a regression fails CI:
 export peak RSS above the pre-export baseline <= 2x the weights, and the
 artifact (.pte + .ptd) <= 1.02x. Measured in a child process by the
-benchmark's own child mode (tools/bench_big_models.py), never in-process."""
+benchmark's own child mode (tools/bench/big_models.py), never in-process."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ import pytest
 
 from helpers import child_env
 
-BENCH = Path(__file__).resolve().parents[2] / "tools" / "bench_big_models.py"
+BENCH = Path(__file__).resolve().parents[2] / "tools" / "bench" / "big_models.py"
 
 
 @pytest.mark.parametrize("mode", ["trt", "trt_ptd"])

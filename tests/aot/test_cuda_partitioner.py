@@ -1,8 +1,8 @@
 """TensorRT with ExecuTorch's CudaPartitioner as the catch-all for erfinv
-(kept off TensorRT, which translates it since aot/onnx_extra_ops.py).
+(kept off TensorRT, which translates it since aot/onnx/extra_ops.py).
 
 The export needs CUDA PyTorch and an NVIDIA GPU; it ran on an H200
-(docs/verification.md, tools/h200_cuda_export.py) and its program is kept in
+(docs/verification.md, tools/gpu/h200_cuda_export.py) and its program is kept in
 tests/data. Reading that program runs everywhere; re-exporting runs where a GPU is.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from executorch_tensorrt.tools.program_info import read_program
+from executorch_tensorrt.program.info import read_program
 
 H200_PROGRAM = Path(__file__).resolve().parents[1] / "data" / "erfinv_cuda_h200.pte"
 
@@ -40,7 +40,7 @@ def test_export_with_cuda_partitioner_on_a_gpu(tmp_path):
     import sys
 
     out = tmp_path / "erfinv_cuda.pte"
-    tool = Path(__file__).resolve().parents[2] / "tools" / "h200_cuda_export.py"
+    tool = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "h200_cuda_export.py"
     subprocess.run([sys.executable, str(tool), str(out)], check=True)
     check_tensorrt_and_cuda(out)
 
@@ -52,7 +52,7 @@ def test_a_program_for_another_runtime_is_flagged():
 
     from executorch_tensorrt.aot.runtime_kernels import (
         RuntimeMismatchWarning, check_runtime_kernels)
-    from executorch_tensorrt.tools.program_info import describe_program
+    from executorch_tensorrt.program.info import describe_program
 
     program = deserialize_pte_binary(H200_PROGRAM.read_bytes()).program
     with pytest.warns(RuntimeMismatchWarning, match="CudaBackend.*cannot run here"):

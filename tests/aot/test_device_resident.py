@@ -24,7 +24,7 @@ from executorch_tensorrt.aot.device_resident import target_device_spec
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.cli import main as cli_main
 from executorch_tensorrt.errors import ExportError
-from executorch_tensorrt.tools.program_info import read_program
+from executorch_tensorrt.program.info import read_program
 from helpers import child_env, identity_blob
 
 
@@ -60,7 +60,7 @@ def programs(tmp_path_factory):
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
     from executorch_tensorrt.aot.device_resident import place_on_device
-    from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
+    from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
 
     tmp = tmp_path_factory.mktemp("device_resident")
     out = {
@@ -185,7 +185,7 @@ def test_shared_input_is_named(tmp_path):
 
 
 def test_copies_inside_the_method_are_refused(tmp_path):
-    from executorch_tensorrt.tools.models import example
+    from executorch_tensorrt.examples.models import example
 
     model, inputs = example("bitwise")  # int32 bitwise_and between TensorRT partitions
     with pytest.raises(ExportError) as e:
@@ -278,7 +278,7 @@ def test_resident_program_on_the_fallback_says_no_cuda(programs):
 # ---- the onnxruntime executor's staging, with synthetic arguments ---------------
 
 def _arg(is_input: bool, device: int, data: int | None, sizes, keep: list):
-    from executorch_tensorrt.runtime import executor_table as abi
+    from executorch_tensorrt.runtime.adapter import abi
 
     arr = (ctypes.c_int32 * 2)(2, 3)
     order = (ctypes.c_uint8 * 2)(0, 1)
@@ -293,9 +293,9 @@ def _arg(is_input: bool, device: int, data: int | None, sizes, keep: list):
 
 
 def test_staging_refuses_clearly_without_cuda():
-    from executorch_tensorrt.runtime import executor_table as abi
+    from executorch_tensorrt.runtime.adapter import abi
     from executorch_tensorrt.runtime.arguments import ArgumentError
-    from executorch_tensorrt.runtime.onnxruntime_executor import OnnxRuntimeExecutor
+    from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 
     ex = OnnxRuntimeExecutor(read_blob(identity_blob()))
     keep: list = []

@@ -9,8 +9,8 @@ from executorch.runtime import Runtime
 import executorch_tensorrt
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from executorch_tensorrt.errors import ExportError
-from executorch_tensorrt.tools.models import example
-from executorch_tensorrt.tools.program_info import read_program
+from executorch_tensorrt.examples.models import example
+from executorch_tensorrt.program.info import read_program
 from helpers import tensorrt_blobs
 
 
@@ -105,7 +105,7 @@ class Erfinv(torch.nn.Module):
 
 
 def test_erfinv_runs_in_tensorrt_and_matches_eager(tmp_path, allow_fallback):
-    """torch's exporter has no erfinv; our translation (aot/onnx_extra_ops.py)
+    """torch's exporter has no erfinv; our translation (aot/onnx/extra_ops.py)
     puts it in TensorRT. Checked over [-1, 1] densely, at the poles and outside."""
     x = torch.cat([torch.linspace(-1, 1, 100_001), torch.tensor([
         -1.0, 1.0, 1 - 2**-24, -(1 - 2**-24), 0.0, -0.0, 1.5, -7.0, float("nan"),

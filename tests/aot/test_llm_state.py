@@ -12,10 +12,10 @@ import pytest
 import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
+from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
 from executorch_tensorrt.blob import read_blob
-from executorch_tensorrt.runtime.generate import greedy_decode
-from executorch_tensorrt.tools import llm_models as lm
+from executorch_tensorrt.llm.greedy_decode import greedy_decode
+from executorch_tensorrt.examples import llm as lm
 from helpers import tensorrt_blobs
 
 PROMPT = list(range(3, 11))  # 8 tokens
@@ -126,10 +126,10 @@ def test_cache_is_not_copied_and_reset_restores_it(decoder, allow_fallback):
 
     eager, program, _ = decoder
     method = Runtime.get().load_program(program.buffer).load_method("forward")
-    from executorch_tensorrt.runtime import backend_callbacks
+    from executorch_tensorrt.runtime import callbacks
 
     [st] = [s for s in rt_state.live_states("forward") if s.calls == 0]
-    [executor] = [e for e in backend_callbacks.install().handles.values()
+    [executor] = [e for e in callbacks.install().handles.values()
                   if getattr(e, "state", None) is st]
     addresses = [b.ctypes.data for b in st.buffers]
     first = greedy_decode(method, PROMPT, 4)

@@ -14,8 +14,8 @@ from executorch.runtime import Runtime
 import executorch_tensorrt
 from executorch_tensorrt.aot.export import PartitionSplitWarning, export_program
 from executorch_tensorrt.errors import ExportError
-from executorch_tensorrt.tools.models import example
-from executorch_tensorrt.tools.program_info import read_program
+from executorch_tensorrt.examples.models import example
+from executorch_tensorrt.program.info import read_program
 from helpers import tensorrt_blobs
 
 

@@ -16,8 +16,8 @@ from onnx import TensorProto, helper
 
 from executorch_tensorrt.aot.export import export_program
 from executorch_tensorrt.aot.memory_check import check_export_memory
-from executorch_tensorrt.aot.named_data import store_weights
-from executorch_tensorrt.aot.weights import INLINE_LIMIT, Weight
+from executorch_tensorrt.aot.weights.named_data import store_weights
+from executorch_tensorrt.aot.weights.content import INLINE_LIMIT, Weight
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.blob.format import NAMED_DATA_LOCATION
 from executorch_tensorrt.errors import ExportError
@@ -241,7 +241,7 @@ def test_no_stripped_plan_without_a_usable_gpu():
     says no and the blob ships no plan, as the first test checks."""
     from executorch_tensorrt.aot.backend import _stripped_plans_build, engine_kind
     from executorch_tensorrt.aot.compile_spec import TensorRTCompileSpec
-    from executorch_tensorrt.runtime.cuda_probe import cuda_unavailable_reason
+    from executorch_tensorrt.runtime.cuda.probe import cuda_unavailable_reason
 
     spec = TensorRTCompileSpec()
     if cuda_unavailable_reason() is None:
@@ -274,7 +274,7 @@ def test_preprocess_reuses_an_export_only_over_the_very_same_weights():
     the same tensors, never over other weights (same shapes, other values)."""
     import copy
 
-    from executorch_tensorrt.aot.onnx_export import export_onnx, keep_for_reuse, reused_export
+    from executorch_tensorrt.aot.onnx.export import export_onnx, keep_for_reuse, reused_export
 
     ep = torch.export.export(Mlp().eval(), (torch.randn(2, 256),))
     exported = export_onnx(ep)

@@ -15,8 +15,8 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
-from executorch_tensorrt.aot.onnx_export import export_onnx
-from executorch_tensorrt.aot.onnx_fusions import fuse
+from executorch_tensorrt.aot.onnx.export import export_onnx
+from executorch_tensorrt.aot.onnx.fusions import fuse
 
 
 class GeluMlp(nn.Module):

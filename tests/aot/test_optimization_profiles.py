@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from executorch_tensorrt.aot.export import export
-from executorch_tensorrt.aot.profile_option import normalize_profiles, parse_profile_text
+from executorch_tensorrt.aot.optimization_profiles import normalize_profiles, parse_profile_text
 from executorch_tensorrt.aot.shapes import input_profile_sets, resolve_profiles
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.errors import ExportError
@@ -262,9 +262,9 @@ def test_prefill_and_decode_profiles_of_a_decoder_with_its_kv_cache(allow_fallba
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
     from executorch.runtime import Runtime
 
-    from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
-    from executorch_tensorrt.runtime.generate import greedy_decode
-    from executorch_tensorrt.tools import llm_models as lm
+    from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
+    from executorch_tensorrt.llm.greedy_decode import greedy_decode
+    from executorch_tensorrt.examples import llm as lm
 
     torch.manual_seed(0)
     model = lm.CachedDecoder().eval().requires_grad_(False)
@@ -285,7 +285,7 @@ def test_prefill_and_decode_profiles_of_a_decoder_with_its_kv_cache(allow_fallba
     # The rebuild at load: both profiles, the cache inputs (absent from the
     # profiles: their shapes are static) at their shapes.
     from executorch_tensorrt.blob import write_blob
-    from executorch_tensorrt.runtime.engine_portability import rebuilt_engine
+    from executorch_tensorrt.runtime.tensorrt.portability import rebuilt_engine
     from executorch_tensorrt.tensorrt import engine_builder
 
     monkeypatch.setenv("EXECUTORCH_TENSORRT_CACHE_DIR", str(tmp_path))

@@ -11,8 +11,8 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from executorch_tensorrt.aot.export import export_program
-from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
-from executorch_tensorrt.tools.program_info import read_program
+from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
+from executorch_tensorrt.program.info import read_program
 
 
 class DictOutput(nn.Module):

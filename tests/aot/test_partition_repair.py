@@ -11,10 +11,10 @@ from executorch.runtime import Runtime
 from torch.onnx._internal.exporter import _core, _registration
 
 from executorch_tensorrt.aot.export import export_program
-from executorch_tensorrt.aot.onnx_export import export_onnx, tag_edge_nodes
-from executorch_tensorrt.aot.partition_checks import output_mismatch
-from executorch_tensorrt.aot.partition_program import extract_partition
-from executorch_tensorrt.aot.translatable import _register_copy_ops
+from executorch_tensorrt.aot.onnx.export import export_onnx, tag_edge_nodes
+from executorch_tensorrt.aot.partition.checks import output_mismatch
+from executorch_tensorrt.aot.partition.program import extract_partition
+from executorch_tensorrt.aot.onnx.translatable import _register_copy_ops
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 
 

@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 from executorch_tensorrt.aot.export import export_program
-from executorch_tensorrt.aot.report import format_report, read_report
+from executorch_tensorrt.aot.partition.report import format_report, read_report
 from executorch_tensorrt.errors import ExportError
-from executorch_tensorrt.tools.program_info import read_program
+from executorch_tensorrt.program.info import read_program
 
 
 def gemm() -> nn.Module:

@@ -3,7 +3,7 @@ then (1) TensorRT must take at least the model's coverage floor of its compute o
 (2) the .pte run through executorch.runtime (TensorRT partitions on onnxruntime,
 fallback allowed) must match eager PyTorch within the model's tolerance.
 
-docs/coverage.md (tools/coverage_table.py) records what was measured."""
+docs/coverage.md (tools/release/coverage_table.py) records what was measured."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +13,7 @@ import torch
 from executorch.runtime import Runtime
 
 import executorch_tensorrt
-from executorch_tensorrt.tools.program_info import read_program
+from executorch_tensorrt.program.info import read_program
 
 import zoo
 

@@ -4,9 +4,9 @@ Each entry names a model, a factory (returns the model in eval mode), a seeded
 input maker, the absolute tolerance the .pte must meet against eager PyTorch
 (fp32), and a coverage floor: the share of compute ops (edge call_function
 nodes, getitem excluded) that TensorRT must take. Floors are what TensorRT-RTX's
-parser takes today (tools/coverage_table.py measures it; docs/coverage.md).
+parser takes today (tools/release/coverage_table.py measures it; docs/coverage.md).
 
-Imported by tests/aot/test_zoo.py and tools/coverage_table.py.
+Imported by tests/aot/test_zoo.py and tools/release/coverage_table.py.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from executorch_tensorrt.tools.models import CosErfinvTanh
+from executorch_tensorrt.examples.models import CosErfinvTanh
 
 
 # -- models -------------------------------------------------------------------
@@ -240,7 +240,7 @@ ZOO: list[ZooEntry] = [
     ZooEntry("argmax_topk", ArgmaxTopkHead, _randn(4, 32)),
     ZooEntry("elementwise", ElementwiseMath, _randn(4, 64)),
     ZooEntry("multi_output", MultiOutput, _randn(4, 16)),
-    # erfinv: no torchlib translation and no PyPI runtime kernel (aot/onnx_extra_ops.py).
+    # erfinv: no torchlib translation and no PyPI runtime kernel (aot/onnx/extra_ops.py).
     ZooEntry("cos_erfinv_tanh", CosErfinvTanh, _randn(4, 64)),
 ]
 
@@ -324,7 +324,7 @@ ZOO += HF_ZOO
 BY_NAME = {e.name: e for e in ZOO}
 
 
-# -- measurement helpers (shared by tests/aot/test_zoo.py and tools/coverage_table.py) --
+# -- measurement helpers (shared by tests/aot/test_zoo.py and tools/release/coverage_table.py) --
 def eager(model: nn.Module, inputs) -> tuple[torch.Tensor, ...]:
     """The model's outputs as the program returns them: its pytree's tensor leaves."""
     with torch.no_grad():

@@ -1,7 +1,7 @@
 """Builds the native adapter (and the test libraries) with CMake for tests.
 
 One build per pytest process, shared by every test module that imports this
-helper (tests/native/* and tests/runtime/test_registration.py). Registration is per
+helper (tests/native/* and tests/runtime/adapter/test_registration.py). Registration is per
 process, so tests that load the adapter do it in a subprocess
 (``run_python``), with EXECUTORCH_TENSORRT_ADAPTER pointing at this build.
 """

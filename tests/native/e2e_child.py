@@ -24,10 +24,10 @@ import traceback
 # Load the adapter ourselves, without the package's own executors.
 os.environ["EXECUTORCH_TENSORRT_SKIP_REGISTRATION"] = "1"
 from executorch_tensorrt import blob as blob_format  # noqa: E402
-from executorch_tensorrt.runtime import _native, executor_table as abi  # noqa: E402
+from executorch_tensorrt.runtime.adapter import loader, abi  # noqa: E402
 
 del os.environ["EXECUTORCH_TENSORRT_SKIP_REGISTRATION"]
-lib = _native.load_adapter()
+lib = loader.load_adapter()
 
 OK, INTERNAL, NOT_SUPPORTED, INVALID_ARGUMENT, INVALID_PROGRAM, INCOMPATIBLE = (
     0x0, 0x1, 0x10, 0x12, 0x23, 0x30)
@@ -89,14 +89,14 @@ class Executors:
             })
             if self.init_error is not None:
                 if self.init_message:
-                    _native.set_last_error(self.init_message)
+                    loader.set_last_error(self.init_message)
                 return self.init_error
             self.next_handle += 1
             handle_p[0] = self.next_handle
             nin_p[0], nout_p[0] = 2, 1
             return OK
         except BaseException:
-            _native.set_last_error("test executor init raised: " + traceback.format_exc())
+            loader.set_last_error("test executor init raised: " + traceback.format_exc())
             return INTERNAL
 
     def _execute(self, handle, args, num_args):
@@ -115,11 +115,11 @@ class Executors:
             self.executes.append({"handle": handle, "num_args": num_args, "args": seen})
             if self.execute_error is not None:
                 if self.execute_message:
-                    _native.set_last_error(self.execute_message)
+                    loader.set_last_error(self.execute_message)
                 return self.execute_error
             x, scale, y = args[0], args[1], args[2]
             n = x.shape()[0]
-            rc = _native.resize_tensor(ctypes.pointer(y), [self.resize_to or n])
+            rc = loader.resize_tensor(ctypes.pointer(y), [self.resize_to or n])
             if rc != 0:
                 return rc
             seen[2]["after_resize"] = {"nbytes": y.nbytes, "shape": list(y.shape())}
@@ -129,7 +129,7 @@ class Executors:
                 dst[i] = src[i] * scale.int_value
             return OK
         except BaseException:
-            _native.set_last_error("test executor execute raised: " + traceback.format_exc())
+            loader.set_last_error("test executor execute raised: " + traceback.format_exc())
             return INTERNAL
 
     def _destroy(self, handle):
@@ -179,7 +179,7 @@ def execute(handle, xs, scale, cap, num_args=3, cuda=0):
 
 
 def install(ex):
-    _native.install_executor_table(ex.table if ex is not None else None)
+    loader.install_executor_table(ex.table if ex is not None else None)
 
 
 # ---------------------------------------------------------------- scenarios
@@ -191,7 +191,7 @@ def scenario_no_executor():
     assert rc == NOT_SUPPORTED, hex(rc)
     assert "[executorch_tensorrt] TensorRTBackend init failed: no executor installed: " \
         "import executorch_tensorrt" in err, err
-    assert "no executor installed" in _native.last_error()
+    assert "no executor installed" in loader.last_error()
     assert freed == 1, "processed blob not freed after a failed init"
 
 
@@ -202,7 +202,7 @@ def scenario_install_rejects_bad_tables():
         bad = abi.make_table(ex._is_available, ex._init, ex._execute, ex._destroy)
         setattr(bad, field, value)
         try:
-            _native.install_executor_table(bad)
+            loader.install_executor_table(bad)
         except RuntimeError as e:
             assert needle in str(e), e
         else:
@@ -211,12 +211,12 @@ def scenario_install_rejects_bad_tables():
     # destroy) is still accepted: the slot is optional.
     old = abi.make_table(ex._is_available, ex._init, ex._execute, ex._destroy)
     old.struct_size = abi.EtrtExecutorTable.native_plan.offset
-    _native.install_executor_table(old)
-    _native.install_executor_table(None)
+    loader.install_executor_table(old)
+    loader.install_executor_table(None)
     bad = abi.make_table(ex._is_available, ex._init, ex._execute, ex._destroy)
     bad.struct_size = abi.EtrtExecutorTable.native_plan.offset - 1
     try:
-        _native.install_executor_table(bad)
+        loader.install_executor_table(bad)
     except RuntimeError as e:
         assert "struct_size" in str(e), e
     else:
@@ -224,7 +224,7 @@ def scenario_install_rejects_bad_tables():
     bad = abi.make_table(ex._is_available, ex._init, ex._execute, ex._destroy)
     bad.execute = abi.ExecuteFn()  # NULL
     try:
-        _native.install_executor_table(bad)
+        loader.install_executor_table(bad)
     except RuntimeError as e:
         assert "function pointer" in str(e), e
     else:
@@ -248,7 +248,7 @@ def scenario_roundtrip():
     assert seen["struct_size"] == ctypes.sizeof(abi.EtrtInitArgs)
 
     rc, y, out_n, err = execute(handle, [1.0, 2.0, 3.0], 2, cap=8)
-    assert rc == OK, (hex(rc), err, _native.last_error())
+    assert rc == OK, (hex(rc), err, loader.last_error())
     assert out_n == 3 and y[:3] == [2.0, 4.0, 6.0] and y[3:] == [-1.0] * 5, (out_n, y)
     call = ex.executes[-1]
     assert call["handle"] == ex.next_handle and call["num_args"] == 3
@@ -304,14 +304,14 @@ def scenario_executor_init_error():
     assert rc == INCOMPATIBLE, hex(rc)
     assert "[executorch_tensorrt] TensorRTBackend init failed: engine built for SM89 but " \
         "this GPU is SM90" in err, err
-    assert _native.last_error() == "engine built for SM89 but this GPU is SM90"
+    assert loader.last_error() == "engine built for SM89 but this GPU is SM90"
     assert freed == 1
     # Without a recorded cause, the adapter says so instead of repeating a stale one.
     install(Executors(init_error=INCOMPATIBLE))
     rc, _, _, err = init()
     assert rc == INCOMPATIBLE
     assert "returned error 0x30 without recording a cause" in err, err
-    assert "SM89" not in _native.last_error(), "the cause of an earlier call leaked into this one"
+    assert "SM89" not in loader.last_error(), "the cause of an earlier call leaked into this one"
 
 
 def scenario_executor_execute_error():
@@ -392,13 +392,13 @@ def scenario_handles_outlive_reinstall():
 
 
 def scenario_last_error_and_validate():
-    _native.set_last_error("ünïcode ✓ message")
-    assert _native.last_error() == "ünïcode ✓ message"
-    assert _native.validate_blob(BLOB) is None
-    assert _native.validate_blob(b"TR02" + BLOB[4:]) is None  # aliased_io: the reader's call
-    reason = _native.validate_blob(b"TR03" + BLOB[4:])
+    loader.set_last_error("ünïcode ✓ message")
+    assert loader.last_error() == "ünïcode ✓ message"
+    assert loader.validate_blob(BLOB) is None
+    assert loader.validate_blob(b"TR02" + BLOB[4:]) is None  # aliased_io: the reader's call
+    reason = loader.validate_blob(b"TR03" + BLOB[4:])
     assert reason and "magic" in reason.lower(), reason
-    assert _native.validate_blob(BLOB[:20])
+    assert loader.validate_blob(BLOB[:20])
 
 
 def scenario_last_error_is_scoped_to_the_call():
@@ -410,35 +410,35 @@ def scenario_last_error_is_scoped_to_the_call():
     assert rc == OK
     install(Executors(init_error=INCOMPATIBLE, init_message="engine built for SM89"))
     rc, _, _, _ = init()
-    assert rc == INCOMPATIBLE and _native.last_error() == "engine built for SM89"
+    assert rc == INCOMPATIBLE and loader.last_error() == "engine built for SM89"
     rc, _, _, err = execute(handle, [1.0], 1, cap=4)
     assert rc == OK, err
-    assert _native.last_error() == "", _native.last_error()
+    assert loader.last_error() == "", loader.last_error()
     # An executor that records something and still succeeds leaves nothing either.
     ex.execute_message = "a note, not a failure"
-    _native.set_last_error("stale")
+    loader.set_last_error("stale")
     rc, _, _, _ = execute(handle, [1.0], 1, cap=4)
-    assert rc == OK and _native.last_error() == "", _native.last_error()
+    assert rc == OK and loader.last_error() == "", loader.last_error()
     install(ex)
-    assert drv.drv_is_available() == 1 and _native.last_error() == ""
+    assert drv.drv_is_available() == 1 and loader.last_error() == ""
     drv.drv_destroy(handle)
 
 
 def scenario_last_error_is_per_thread():
     """Like errno: a failure on one thread does not replace another thread's cause."""
     install(Executors(init_error=INCOMPATIBLE, init_message="failed on the worker"))
-    _native.set_last_error("main thread's cause")
+    loader.set_last_error("main thread's cause")
     seen = []
 
     def worker():
         rc, _, _, _ = init()
-        seen.append((rc, _native.last_error()))
+        seen.append((rc, loader.last_error()))
 
     t = threading.Thread(target=worker)
     t.start()
     t.join()
     assert seen == [(INCOMPATIBLE, "failed on the worker")], seen
-    assert _native.last_error() == "main thread's cause", _native.last_error()
+    assert loader.last_error() == "main thread's cause", loader.last_error()
 
 
 def _ones(method):
@@ -455,9 +455,9 @@ def scenario_real_runtime_last_error():
     execute, and a failure ExecuTorch raises itself, leave no stale cause."""
     from executorch.runtime import Runtime
 
-    from executorch_tensorrt.runtime import backend_callbacks
+    from executorch_tensorrt.runtime import callbacks
 
-    backend_callbacks.install()
+    callbacks.install()
     runtime, pte = Runtime.get(), os.environ["ETRT_TEST_PTE"]
     os.environ["EXECUTORCH_TENSORRT_FALLBACK"] = "onnxruntime"
     method = runtime.load_program(pte).load_method("forward")
@@ -470,10 +470,10 @@ def scenario_real_runtime_last_error():
             pass
         else:
             raise AssertionError("loaded without a GPU and without the fallback")
-    cause = _native.last_error()
+    cause = loader.last_error()
     assert "EXECUTORCH_TENSORRT_FALLBACK" in cause, cause
     method.execute(inputs)
-    assert _native.last_error() == "", _native.last_error()
+    assert loader.last_error() == "", loader.last_error()
     with StderrCapture():
         try:
             method.execute(inputs + inputs)  # wrong arity: ExecuTorch refuses it itself
@@ -481,7 +481,7 @@ def scenario_real_runtime_last_error():
             pass
         else:
             raise AssertionError("ExecuTorch accepted twice the inputs")
-    assert _native.last_error() == "", _native.last_error()
+    assert loader.last_error() == "", loader.last_error()
 
 
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items()

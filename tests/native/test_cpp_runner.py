@@ -22,7 +22,7 @@ import numpy as np
 
 from test_cmake_package import (ROUTES, REPO, child_env, cmake_for, configure_and_build,
                                 needed, prefix_path_args)
-from executorch_tensorrt.tools import tensor_file as tf
+from executorch_tensorrt.program import tensor_file as tf
 from helpers import FALLBACK
 
 RUNNER_SRC = REPO / "examples" / "cpp_runner"
@@ -182,7 +182,7 @@ def resident_cnn(exported) -> Path:
 
 
 def _cuda_reason() -> str | None:
-    from executorch_tensorrt.runtime.cuda_probe import cuda_unavailable_reason
+    from executorch_tensorrt.runtime.cuda.probe import cuda_unavailable_reason
 
     return cuda_unavailable_reason()
 
@@ -218,7 +218,7 @@ def test_python_runner_refuses_resident_program(resident_cnn):
 def test_resident_program_on_a_gpu(runner, resident_cnn):
     """Inputs and outputs in CUDA memory from the runner, TensorRT partitions
     on the engine or the onnxruntime fallback, result equal to eager. The
-    same steps ran on the H200 through tools/h200_device_resident.sh."""
+    same steps ran on the H200 through tools/gpu/h200_device_resident.sh."""
     reason = _cuda_reason()
     if reason is not None:
         pytest.skip(f"needs an NVIDIA GPU: {reason}")

@@ -29,8 +29,8 @@ def runner(tmp_path_factory) -> Path:
 def decoder_pte(tmp_path_factory):
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-    from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
-    from executorch_tensorrt.tools import llm_models as lm
+    from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
+    from executorch_tensorrt.examples import llm as lm
 
     torch.manual_seed(1)
     model = lm.CachedDecoder().eval().requires_grad_(False)
@@ -49,8 +49,8 @@ def llama_pte(tmp_path_factory):
     one method with a dynamic sequence), tiny random Llama."""
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-    from executorch_tensorrt.aot.partitioner import TensorRTPartitioner
-    from executorch_tensorrt.tools import llm_models as lm
+    from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
+    from executorch_tensorrt.examples import llm as lm
 
     wrapper = lm.hf_tiny_llama()
     wrapper.requires_grad_(False)
@@ -65,7 +65,7 @@ def llama_pte(tmp_path_factory):
 
 @pytest.mark.parametrize("program", ["decoder_pte", "llama_pte"])
 def test_runner_decode_matches_eager(runner, program, request):
-    from executorch_tensorrt.runtime.generate import greedy_decode
+    from executorch_tensorrt.llm.greedy_decode import greedy_decode
 
     eager, path = request.getfixturevalue(program)
     proc = run(runner, "--model_path", str(path), "--decode", "32", "--prompt",
@@ -93,7 +93,7 @@ def test_runner_decode_usage(runner, decoder_pte):
 def test_runner_decode_prompts_each_start_from_the_initial_state(runner, decoder_pte):
     """';' separates prompts; the runner reloads the method between them, which
     destroys the delegate and its cache (the C++ way to reset)."""
-    from executorch_tensorrt.runtime.generate import greedy_decode
+    from executorch_tensorrt.llm.greedy_decode import greedy_decode
 
     eager, path = decoder_pte
     prompt = ",".join(map(str, PROMPT))

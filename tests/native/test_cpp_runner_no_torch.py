@@ -24,7 +24,7 @@ def imported_modules(*args: str) -> list[str]:
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     modules = _IMPORTED.findall(proc.stderr)
     # The probe works: the embedded interpreter's imports are in the log.
-    assert "executorch_tensorrt.runtime.backend_callbacks" in modules, proc.stderr[-2000:]
+    assert "executorch_tensorrt.runtime.callbacks" in modules, proc.stderr[-2000:]
     return modules
 
 
@@ -34,7 +34,7 @@ def torch_modules(modules: list[str]) -> list[str]:
 
 def test_running_a_cnn_imports_no_torch(runner, cnn):
     modules = imported_modules(runner, "--model_path", str(cnn))
-    assert "executorch_tensorrt.runtime.onnxruntime_executor" in modules
+    assert "executorch_tensorrt.runtime.onnxruntime.executor" in modules
     assert torch_modules(modules) == [], f"the embedded interpreter imported torch: " \
                                          f"{torch_modules(modules)[:5]}"
 

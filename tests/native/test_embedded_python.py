@@ -1,4 +1,4 @@
-"""The embedded Python interpreter (native/src/embedded_python.cpp,
+"""The embedded Python interpreter (native/src/embedded/embedded_python.cpp,
 src/executorch_tensorrt/runtime/embedded.py, docs/cpp.md).
 
 A C++ consumer built against the installed packages (no libpython linked)

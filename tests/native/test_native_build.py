@@ -9,7 +9,7 @@ other comes from ETRT_TEST_CMAKE_OLD / ETRT_TEST_CMAKE_NEW if set, else is
 pip-installed once into a cached venv under the temp directory (needs PyPI).
 
 The ELF rules (SONAME, RUNPATH, register_backend imported, no PyInit_,
-symbol versions) are checked by tools/wheel_checks.py, the checker the wheel
+symbol versions) are checked by tools/release/wheel_checks.py, the checker the wheel
 tests use, so there is one statement of them.
 """
 
@@ -28,7 +28,7 @@ from packaging.version import Version
 
 import adapter_build
 
-sys.path.insert(0, str(adapter_build.REPO / "tools"))
+sys.path.insert(0, str(adapter_build.REPO / "tools" / "release"))
 import wheel_checks  # noqa: E402
 
 HEADER = adapter_build.NATIVE / "include" / "executorch_tensorrt" / "executor_table.h"
@@ -101,7 +101,7 @@ def test_route_used(route_build):
 
 
 def test_adapter_rules(route_build):
-    """Every adapter rule of tools/wheel_checks.py, against the libexecutorch.so it loads beside."""
+    """Every adapter rule of tools/release/wheel_checks.py, against the libexecutorch.so it loads beside."""
     _, built = route_build
     assert wheel_checks.check_adapter(built.adapter, _libexecutorch()) == []
 

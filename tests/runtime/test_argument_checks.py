@@ -15,8 +15,8 @@ import pytest
 
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.errors import ArgumentError
-from executorch_tensorrt.runtime import executor_table as abi
-from executorch_tensorrt.runtime.onnxruntime_executor import OnnxRuntimeExecutor
+from executorch_tensorrt.runtime.adapter import abi
+from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 from helpers import tensorrt_blobs
 
 FLOAT32, UINT8, INT32 = 6, 0, 3
@@ -26,7 +26,7 @@ CANARY = 0xAB
 @pytest.fixture(scope="module")
 def add_blob(tmp_path_factory):
     import executorch_tensorrt
-    from executorch_tensorrt.tools.models import example
+    from executorch_tensorrt.examples.models import example
 
     model, inputs = example("add")
     path = executorch_tensorrt.export(model, inputs, tmp_path_factory.mktemp("a") / "add.pte",

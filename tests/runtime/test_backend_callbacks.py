@@ -10,10 +10,11 @@ import pytest
 import executorch_tensorrt
 from executorch_tensorrt import errors
 from executorch_tensorrt.blob import BlobError, write_blob
-from executorch_tensorrt.runtime import executor_table as abi
-from executorch_tensorrt.runtime.backend_callbacks import PythonExecutors
-from executorch_tensorrt.runtime.executors import Executor, executor_factories
-from executorch_tensorrt.tools.expected import ExpectedError
+from executorch_tensorrt.runtime.adapter import abi
+from executorch_tensorrt.runtime.callbacks import PythonExecutors
+from executorch_tensorrt.runtime.choose import executor_factories
+from executorch_tensorrt.runtime.executor import Executor
+from executorch_tensorrt.program.references import ExpectedError
 from helpers import identity_blob
 
 

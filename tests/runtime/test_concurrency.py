@@ -19,7 +19,7 @@ import textwrap
 import pytest
 import torch
 
-from executorch_tensorrt.tools.models import Mlp
+from executorch_tensorrt.examples.models import Mlp
 
 THREADS, CALLS = 8, 100
 
@@ -122,7 +122,7 @@ def test_a_call_that_enters_a_running_method_fails_both_calls(mlp_program, allow
     returned, the outer one with the inner one's data."""
     from executorch.runtime import Runtime
 
-    from executorch_tensorrt.runtime.onnxruntime_executor import OnnxRuntimeExecutor
+    from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 
     method = Runtime.get().load_program(mlp_program).load_method("forward")
     inner_errors: list[Exception] = []

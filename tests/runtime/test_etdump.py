@@ -17,7 +17,7 @@ import warnings
 import pytest
 
 from executorch_tensorrt.runtime import profiling
-from executorch_tensorrt.runtime._native import adapter_path
+from executorch_tensorrt.runtime.adapter.loader import adapter_path
 
 CALLS = 3
 ORT_STAGES = ["check+bind", "run", "copy out"]
@@ -27,7 +27,7 @@ ORT_STAGES = ["check+bind", "run", "copy out"]
 def bitwise(tmp_path_factory):
     """The bitwise example exported with its ETRecord: (pte, etrecord, inputs)."""
     from executorch_tensorrt.aot.export import export_program
-    from executorch_tensorrt.tools.models import example
+    from executorch_tensorrt.examples.models import example
 
     out = tmp_path_factory.mktemp("etdump")
     model, inputs = example("bitwise")

@@ -7,9 +7,9 @@ from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from executorch_tensorrt.blob import read_blob, write_blob
 from executorch_tensorrt.runtime.arguments import split_bindings
 from executorch_tensorrt.errors import EngineUnavailable, RebuildImpossible
-from executorch_tensorrt.runtime.engine_portability import built_here, rebuilt_engine
-from executorch_tensorrt.runtime.executors import create_executor, fallback_requested
-from executorch_tensorrt.runtime.tensorrt_executor import TensorRTExecutor
+from executorch_tensorrt.runtime.tensorrt.portability import built_here, rebuilt_engine
+from executorch_tensorrt.runtime.choose import create_executor, fallback_requested
+from executorch_tensorrt.runtime.tensorrt.executor import TensorRTExecutor
 from helpers import tensorrt_blobs
 
 BINDINGS = [{"name": "x", "dtype": "float32", "shape": [2, 3], "is_input": True},

@@ -15,9 +15,9 @@ from onnx import TensorProto, helper
 
 from executorch_tensorrt.blob import read_blob, write_blob
 from executorch_tensorrt.errors import InvalidProgramError, RebuildImpossible
-from executorch_tensorrt.runtime.engine_portability import rebuilt_engine
-from executorch_tensorrt.runtime.executors import create_executor
-from executorch_tensorrt.runtime.onnxruntime_executor import OnnxRuntimeExecutor
+from executorch_tensorrt.runtime.tensorrt.portability import rebuilt_engine
+from executorch_tensorrt.runtime.choose import create_executor
+from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 
 SHAPE = [2, 3]

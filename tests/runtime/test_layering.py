@@ -56,15 +56,16 @@ CHILD = textwrap.dedent(r'''
 
     # 2. Load the adapter, install the executors, run a program, rebuild an engine.
     del os.environ["EXECUTORCH_TENSORRT_SKIP_REGISTRATION"]
-    from executorch_tensorrt.runtime import _native, backend_callbacks
-    _native.load_adapter()
-    backend_callbacks.install()
+    from executorch_tensorrt.runtime.adapter import loader
+    from executorch_tensorrt.runtime import callbacks
+    loader.load_adapter()
+    callbacks.install()
     import torch
     from executorch.runtime import Runtime
     method = Runtime.get().load_program(sys.argv[2]).load_method("forward")
     out = method.execute([torch.ones(2, 3)])[0]
     from executorch_tensorrt.blob import read_blob, write_blob
-    from executorch_tensorrt.runtime.engine_portability import rebuilt_engine
+    from executorch_tensorrt.runtime.tensorrt.portability import rebuilt_engine
     from executorch_tensorrt.tensorrt.flavor import load_tensorrt
     old = read_blob(open(sys.argv[3], "rb").read())
     stale = read_blob(write_blob(old.engine, dict(old.metadata, trt_version="0.1.2"),
@@ -79,26 +80,26 @@ CHILD = textwrap.dedent(r'''
 RUNTIME_MODULES = [
     "executorch_tensorrt.errors",
     "executorch_tensorrt.blob",
-    "executorch_tensorrt.runtime.executor_table",
-    "executorch_tensorrt.runtime.backend_callbacks",
-    "executorch_tensorrt.runtime.executors",
+    "executorch_tensorrt.runtime.adapter.abi",
+    "executorch_tensorrt.runtime.callbacks",
+    "executorch_tensorrt.runtime.executor",
     "executorch_tensorrt.runtime.arguments",
-    "executorch_tensorrt.runtime.tensorrt_executor",
-    "executorch_tensorrt.runtime.onnxruntime_executor",
-    "executorch_tensorrt.runtime.onnx_upcast",
+    "executorch_tensorrt.runtime.tensorrt.executor",
+    "executorch_tensorrt.runtime.onnxruntime.executor",
+    "executorch_tensorrt.runtime.onnxruntime.upcast",
     "executorch_tensorrt.runtime.onnx_safety",
-    "executorch_tensorrt.runtime.engine_portability",
+    "executorch_tensorrt.runtime.tensorrt.portability",
     "executorch_tensorrt.runtime.embedded",
     "executorch_tensorrt.runtime.state",
     "executorch_tensorrt.runtime.named_data",
     "executorch_tensorrt.runtime.native_plan",
     "executorch_tensorrt.runtime.profiling",
-    "executorch_tensorrt.runtime.cuda_device",
-    "executorch_tensorrt.runtime.cuda_graphs",
-    "executorch_tensorrt.runtime.cuda_objects",
-    "executorch_tensorrt.runtime.tensorrt_context",
-    "executorch_tensorrt.runtime.cuda_kernel_cache",
-    "executorch_tensorrt.runtime.engine_cache",
+    "executorch_tensorrt.runtime.cuda.device",
+    "executorch_tensorrt.runtime.cuda.graphs",
+    "executorch_tensorrt.runtime.cuda.objects",
+    "executorch_tensorrt.runtime.tensorrt.context",
+    "executorch_tensorrt.runtime.tensorrt.rtx_runtime_cache",
+    "executorch_tensorrt.runtime.tensorrt.engine_cache",
     "executorch_tensorrt.tensorrt.flavor",
     "executorch_tensorrt.tensorrt.options",
     "executorch_tensorrt.tensorrt.engine_builder",

@@ -18,13 +18,13 @@ from onnx import numpy_helper
 import named_data_programs as nd
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.errors import InvalidProgramError, NamedDataError, RebuildImpossible
-from executorch_tensorrt.runtime import executor_table as abi
-from executorch_tensorrt.runtime.engine_portability import rebuilt_engine
-from executorch_tensorrt.runtime.engine_refit import refit_engine
-from executorch_tensorrt.runtime.executors import create_executor
+from executorch_tensorrt.runtime.adapter import abi
+from executorch_tensorrt.runtime.tensorrt.portability import rebuilt_engine
+from executorch_tensorrt.runtime.tensorrt.refit import refit_engine
+from executorch_tensorrt.runtime.choose import create_executor
 from executorch_tensorrt.runtime.named_data import InMemoryNamedData, blob_weights
-from executorch_tensorrt.runtime.onnxruntime_executor import OnnxRuntimeExecutor
-from executorch_tensorrt.runtime.ort_named_weights import PREPACK_ENV
+from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
+from executorch_tensorrt.runtime.onnxruntime.named_weights import PREPACK_ENV
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from executorch_tensorrt.tensorrt.engine_builder import build_engine
 from executorch_tensorrt.tensorrt.onnx_parser import parse_network
@@ -233,7 +233,7 @@ def test_full_engine_needs_named_data_only_to_rebuild():
     as the GPU check (the engine would run as is); "none" needs the weights
     first."""
     from executorch_tensorrt.errors import EngineUnavailable
-    from executorch_tensorrt.runtime.tensorrt_executor import TensorRTExecutor
+    from executorch_tensorrt.runtime.tensorrt.executor import TensorRTExecutor
 
     w, b = nd.weights()
     full = read_blob(nd.named_blob(w, b, engine=b"\0" * 64, kind="full"))

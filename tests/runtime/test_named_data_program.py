@@ -143,7 +143,7 @@ def test_weights_sharing_a_key_share_one_buffer(tmp_path, allow_fallback):
     from onnx import TensorProto, helper, numpy_helper
 
     from executorch_tensorrt.blob import read_blob, write_blob
-    from executorch_tensorrt.runtime import backend_callbacks
+    from executorch_tensorrt.runtime import callbacks
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(nd.X_SHAPE))
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [nd.X_SHAPE[0], nd.W_SHAPE[1]])
@@ -165,7 +165,7 @@ def test_weights_sharing_a_key_share_one_buffer(tmp_path, allow_fallback):
     method = load(pte, ptd)
     np.testing.assert_allclose(method.execute([X])[0].numpy(), X.numpy() @ (2 * W) + B,
                                rtol=1e-5)
-    executors = [e for e in backend_callbacks._executors.handles.values()  # noqa: SLF001
+    executors = [e for e in callbacks._executors.handles.values()  # noqa: SLF001
                  if e.kind == "onnxruntime" and e.weights is not None
                  and [w.name for w in e.weights._weights] == ["W1", "W2"]]  # noqa: SLF001
     (executor,) = executors

@@ -11,10 +11,10 @@ import pytest
 import named_data_programs as nd
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.errors import InvalidProgramError, RebuildImpossible
-from executorch_tensorrt.runtime.engine_portability import rebuilt_engine
+from executorch_tensorrt.runtime.tensorrt.portability import rebuilt_engine
 from executorch_tensorrt.runtime.named_data import InMemoryNamedData, blob_weights
 from executorch_tensorrt.runtime.onnx_safety import self_contained_onnx
-from executorch_tensorrt.runtime.onnxruntime_executor import OnnxRuntimeExecutor
+from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 
 W, B = nd.weights()

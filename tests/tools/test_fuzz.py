@@ -1,4 +1,4 @@
-"""tools/fuzz.py: a bounded slice of the fuzzer through the real executorch.runtime,
+"""tools/fuzz/fuzz.py: a bounded slice of the fuzzer through the real executorch.runtime,
 and its pieces (regions, mutations, crash location).
 
 The slice asserts what must hold whatever ExecuTorch does with a damaged
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FUZZ_PY = REPO / "tools" / "fuzz.py"
+FUZZ_PY = REPO / "tools" / "fuzz" / "fuzz.py"
 
 
 def _load_fuzz():
@@ -96,7 +96,7 @@ def test_crash_location_and_site():
     assert fuzz.locate_crash("", GDB_OURS) == "ours"
     assert fuzz.crash_site(GDB_OURS) == ("?? (libexecutorch_backend_tensorrt.so) <- "
                                          "executorch::runtime::Method::execute (libexecutorch.so)")
-    py = '  File "/site-packages/executorch_tensorrt/runtime/onnxruntime_executor.py", line 9'
+    py = '  File "/site-packages/executorch_tensorrt/runtime/onnxruntime/executor.py", line 9'
     fuzz.OUR_CODE_MARKERS.append("/site-packages/executorch_tensorrt/")
     try:
         assert fuzz.locate_crash(py, "") == "ours"

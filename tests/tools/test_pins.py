@@ -13,7 +13,7 @@ import pytest
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(REPO / "tools" / "release"))
 import pins as pinslib  # noqa: E402
 
 PINS = pinslib.load_pins(REPO)
@@ -30,7 +30,7 @@ def test_pins_toml_is_well_formed():
 
 def test_site_table_lists_existing_files():
     missing = [rel for rel in pinslib.SITES if not (REPO / rel).is_file()]
-    assert not missing, f"tools/pins.py SITES lists files that do not exist: {missing}"
+    assert not missing, f"tools/release/pins.py SITES lists files that do not exist: {missing}"
 
 
 def test_pin_sites_match_pins_toml():
@@ -261,7 +261,7 @@ def test_wrong_pin_in_pins_toml_is_reported(tmp_path):
 def test_listed_file_missing_is_reported(tmp_path):
     root = make_repo(tmp_path)
     (root / "README.md").unlink()
-    assert check(root) == ["README.md: listed in tools/pins.py SITES but does not exist"]
+    assert check(root) == ["README.md: listed in tools/release/pins.py SITES but does not exist"]
 
 
 def test_unlisted_file_with_pins_is_reported(tmp_path):
@@ -271,7 +271,7 @@ def test_unlisted_file_with_pins_is_reported(tmp_path):
     (root / "docs/other.md").write_text("```\npip install numpy==1.0\n```\n")
     problems = pinslib.unlisted_sites(root, sites=SYNTHETIC_SITES)
     assert problems == [f"docs/install.md: names pinned versions (line 2 'executorch=={ET}') but is "
-                        f"not in SITES in tools/pins.py; add \"docs/install.md\": 1"]
+                        f"not in SITES in tools/release/pins.py; add \"docs/install.md\": 1"]
 
 
 @pytest.mark.parametrize("rel", sorted(pinslib.SITES))

@@ -1,4 +1,4 @@
-"""tools/update_pins.py against a synthetic simple index served on 127.0.0.1."""
+"""tools/release/update_pins.py against a synthetic simple index served on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(REPO / "tools" / "release"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pins as pinslib  # noqa: E402
 import update_pins  # noqa: E402
@@ -342,7 +342,7 @@ def test_command_line_on_a_copy_of_this_repository(tmp_path, index):
     index.add_wheel("9.0.0", sha="b" * 40)
     before = {rel: (tmp_path / rel).read_bytes() for rel in ["pins.toml", *pinslib.SITES]}
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    proc = subprocess.run([sys.executable, str(REPO / "tools/update_pins.py"), "--root", str(tmp_path),
+    proc = subprocess.run([sys.executable, str(REPO / "tools/release/update_pins.py"), "--root", str(tmp_path),
                            "--index-url", index.url], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert f"executorch {OLD} -> 9.0.0" in proc.stdout

@@ -3,7 +3,7 @@
 - `python -m build --wheel --no-isolation` makes one wheel, tagged
   py3-none-manylinux_2_28_<arch>, under 1 MB, holding the package, the adapter
   (once), the public header and the CMake package, and nothing else.
-- tools/wheel_checks.py finds no problem in it, and finds exactly the intended
+- tools/release/wheel_checks.py finds no problem in it, and finds exactly the intended
   problem in small libraries/wheels built to break one rule each.
 - Installed with pip into a fresh virtual environment (no access to this
   checkout or this environment's packages), `import executorch_tensorrt`
@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(REPO / "tools" / "release"))
 import wheel_checks as wc  # noqa: E402
 
 MACHINE = platform.machine()
@@ -119,7 +119,7 @@ def test_contents(wheel):
     assert (REPO / "native/include/executorch_tensorrt/executor_table.h").read_bytes() == \
         zipfile.ZipFile(wheel).read(wc.HEADER_IN_WHEEL)
     assert f"{wc.CMAKE_PACKAGE_DIR}/executorch_tensorrtConfig.cmake" in names
-    assert "executorch_tensorrt/runtime/_native.py" in names
+    assert "executorch_tensorrt/runtime/adapter/loader.py" in names
     # Every Python module of the package, and no other.
     src = REPO / "src" / "executorch_tensorrt"
     expected = {f"executorch_tensorrt/{p.relative_to(src).as_posix()}" for p in src.rglob("*.py")
@@ -136,12 +136,12 @@ def test_all_checks_pass(wheel, reference):
 
 
 def test_cli(wheel, tmp_path):
-    ok = subprocess.run([sys.executable, str(REPO / "tools/wheel_checks.py"), "--list", str(wheel)],
+    ok = subprocess.run([sys.executable, str(REPO / "tools/release/wheel_checks.py"), "--list", str(wheel)],
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "all checks passed" in ok.stdout and wc.ADAPTER_IN_WHEEL in ok.stdout
     bad = _rewrite_wheel(wheel, tmp_path / wheel.name, add={"executorch_tensorrt/tests/test_x.py": b""})
-    proc = subprocess.run([sys.executable, str(REPO / "tools/wheel_checks.py"), str(bad)],
+    proc = subprocess.run([sys.executable, str(REPO / "tools/release/wheel_checks.py"), str(bad)],
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert proc.stdout.startswith("contents: tests, build outputs or bytecode"), proc.stdout
@@ -488,10 +488,10 @@ def test_fresh_venv_registers_backend(fresh_venv):
     proc = fresh_venv.run("""
         import sys, executorch_tensorrt
         from executorch.runtime import Runtime
-        from executorch_tensorrt.runtime import _native
+        from executorch_tensorrt.runtime.adapter import loader
         names = Runtime.get().backend_registry.registered_backend_names
         print("FILE", executorch_tensorrt.__file__)
-        print("ADAPTER", _native.adapter_path())
+        print("ADAPTER", loader.adapter_path())
         print("PATH", sys.path)
         print("REGISTERED", "TensorRTBackend" in names, sorted(names))
     """)

@@ -11,16 +11,16 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import wheel_checks as wc  # noqa: E402
 
-from executorch_tensorrt.runtime import _native  # noqa: E402
+from executorch_tensorrt.runtime.adapter import loader  # noqa: E402
 
 
 def test_machine_rule(tmp_path):
-    installed = Path(_native.__file__).resolve().parent.parent / "lib" / _native.ADAPTER_FILENAME
+    installed = Path(loader.__file__).resolve().parent.parent / "lib" / loader.ADAPTER_FILENAME
     reference = wc.read_elf(wc.executorch_package_dir() / "lib" / "libexecutorch.so")
     assert wc.check_machine(wc.read_elf(installed), reference) == []
     data = bytearray(installed.read_bytes())
     data[18:20] = (183 if reference.machine != "EM_AARCH64" else 62).to_bytes(2, "little")
-    foreign = tmp_path / _native.ADAPTER_FILENAME
+    foreign = tmp_path / loader.ADAPTER_FILENAME
     foreign.write_bytes(bytes(data))
     problems = wc.check_machine(wc.read_elf(foreign), reference)
     assert len(problems) == 1 and problems[0].startswith("machine: "), problems

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds both release wheels, x86_64 (native) and aarch64 (cross-compiled with
 # native/cmake/aarch64-linux-gnu.toolchain.cmake), and checks each with
-# tools/wheel_checks.py against its own architecture's libexecutorch.so.
+# tools/release/wheel_checks.py against its own architecture's libexecutorch.so.
 #
 #   bash tools/release/build_wheels.sh [OUT_DIR]      # default: dist/
 #
@@ -22,7 +22,7 @@ rm -f "$OUT"/executorch_tensorrt-*.whl
 
 echo "release: x86_64 wheel"
 "$PY" -m build --wheel --no-isolation --outdir "$OUT" -C build-dir=build/release-x86_64 .
-"$PY" tools/wheel_checks.py "$OUT"/executorch_tensorrt-*_x86_64.whl
+"$PY" tools/release/wheel_checks.py "$OUT"/executorch_tensorrt-*_x86_64.whl
 
 echo "release: aarch64 executorch $ET_VERSION (headers and libexecutorch.so to build against)"
 ET_SITE="$CACHE/executorch-$ET_VERSION-aarch64"
@@ -39,7 +39,7 @@ TAG=$("$PY" -c "import tomllib; o=tomllib.load(open('pyproject.toml','rb'))['too
     -C cmake.define.CMAKE_TOOLCHAIN_FILE="$ROOT/native/cmake/aarch64-linux-gnu.toolchain.cmake" \
     -C cmake.define.executorch_DIR="$ET_SITE/executorch/lib/cmake/executorch" \
     -C wheel.tags="$TAG" .
-"$PY" tools/wheel_checks.py --libexecutorch "$ET_SITE/executorch/lib/libexecutorch.so" \
+"$PY" tools/release/wheel_checks.py --libexecutorch "$ET_SITE/executorch/lib/libexecutorch.so" \
     "$OUT"/executorch_tensorrt-*_aarch64.whl
 
 "$PY" - "$OUT" <<'PYEOF'

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from executorch_tensorrt.tools.tensor_file import read_tensors
+from executorch_tensorrt.program.tensor_file import read_tensors
 
 
 def main(argv: list[str] | None = None) -> int:

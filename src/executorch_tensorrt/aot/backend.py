@@ -21,19 +21,24 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 from .. import blob
 from ..errors import EngineBuildError
-from ..runtime.cuda_probe import cuda_unavailable_reason
+from ..runtime.cuda.probe import cuda_unavailable_reason
 from ..tensorrt.engine_builder import build_engine, current_progress
 from ..tensorrt.flavor import load_tensorrt
 from ..tensorrt.onnx_parser import ParseFailure, parse_network
 from .compile_spec import TensorRTCompileSpec
 from .debug_handles import debug_handle_map, onnx_node_sources
-from .named_data import store_weights
-from .onnx_export import OnnxExport, export_onnx, reused_export
+from .weights.named_data import store_weights
+from .onnx.export import OnnxExport, export_onnx, reused_export
 from .program_copy import copy_program
 from .shapes import input_profile_sets, profile_metadata, resolve_profiles
-from .state import (STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX, aliased_io, finish_onnx,
-                    lift_state)
-from .weights import content_id, initializer_pointers
+from .state.owned import (
+    STATE_INPUT_PREFIX,
+    STATE_OUTPUT_PREFIX,
+    aliased_io,
+    finish_onnx,
+    lift_state,
+)
+from .weights.content import content_id, initializer_pointers
 
 # ONNX TensorProto element type -> the blob's dtype string.
 _ONNX_DTYPE_NAMES = {

@@ -22,7 +22,7 @@ from executorch.exir.passes.propagate_device_config import PropagateDeviceConfig
 from torch.export.graph_signature import InputKind, OutputKind
 
 from ..errors import ExportError
-from ..tools.program_info import ET_COPY_OPS, describe_program, device_resident_problems
+from ..program.info import ET_COPY_OPS, describe_program, device_resident_problems
 from .compile_spec import TARGET_DEVICE_KEY
 
 

@@ -15,13 +15,13 @@ from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
 from ..quantization.torchao_weights import has_torchao_weights, lower_torchao
-from ..tools.expected import reference_source, write_export_reference
-from ..tools.program_info import describe_program
+from ..program.references import reference_source, write_export_reference
+from ..program.info import describe_program
 from . import device_resident as dr
 from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
 from .memory_check import check_export_memory
-from .partitioner import BACKEND_ID, TensorRTPartitioner
-from .report import PartitionReport, format_report, write_report
+from .partition.partitioner import BACKEND_ID, TensorRTPartitioner
+from .partition.report import PartitionReport, format_report, write_report
 from .runtime_kernels import check_runtime_kernels
 
 
@@ -195,7 +195,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     if etrecord_path is not None:
         program.get_etrecord().save(str(etrecord_path))
     written_report = write_report(path, reports) if reports else None
-    # -- reference (tools/expected.py): written after the program, never blocks it --
+    # -- reference (program/references.py): written after the program, never blocks it --
     ref = reference_source(reference[0] if reference else programs,
                            reference[1] if reference else None, reference_inputs)
     exp = write_export_reference(path, ref if write_expected_file else None)

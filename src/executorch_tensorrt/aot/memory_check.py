@@ -3,7 +3,7 @@
 An export that runs out of memory is killed by the kernel with no message,
 often after minutes, and can take other processes on the machine with it.
 So export() estimates its peak need above what the process already holds
-(the weights times the factor measured by tools/bench_big_models.py, see
+(the weights times the factor measured by tools/bench/big_models.py, see
 docs/big-models.md) and fails at once, naming both numbers, when the need is
 clearly more than the memory available (MemAvailable). `check_memory=False`
 skips the check (for instance where swap or a later free-up makes it fit).

@@ -8,8 +8,8 @@ from __future__ import annotations
 import warnings
 
 from ..errors import ExportError
-from ..tools.program_info import MethodInfo
-from .partitioner import BACKEND_ID
+from ..program.info import MethodInfo
+from .partition.partitioner import BACKEND_ID
 
 
 class RuntimeMismatchWarning(UserWarning):

@@ -17,7 +17,7 @@ import torch
 
 from ..errors import ExportError
 from ..tensorrt.options import InputProfile
-from .profile_option import ProfileOption, Range, normalize_profiles
+from .optimization_profiles import ProfileOption, Range, normalize_profiles
 
 __all__ = ["InputProfile", "input_profile_sets", "input_profiles", "profile_metadata",
            "resolve_profiles"]

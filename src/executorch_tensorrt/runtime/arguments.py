@@ -20,8 +20,8 @@ import numpy as np
 
 from ..blob import DTYPE_TO_SCALAR_TYPE
 from ..errors import ArgumentError, InvalidProgramError
-from . import executor_table as abi
-from ._native import last_error, resize_tensor
+from .adapter import abi
+from .adapter.loader import last_error, resize_tensor
 
 __all__ = ["ArgumentError", "Binding", "SCALAR_TYPE_TO_NUMPY", "check_args", "checked_nbytes",
            "dtype_name", "host_array", "optimization_profiles", "resize_output", "split_bindings"]

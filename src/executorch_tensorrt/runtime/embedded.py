@@ -1,5 +1,5 @@
 """Entry point of the Python interpreter that the native adapter embeds in a
-C++ process (native/src/embedded_python.cpp, docs/cpp.md).
+C++ process (native/src/embedded/embedded_python.cpp, docs/cpp.md).
 
 A C++ application that links the adapter has no Python executors. On first
 use the adapter starts an interpreter, points ``EXECUTORCH_TENSORRT_ADAPTER``
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from . import _native
+from .adapter import loader
 
 __all__ = ["start"]
 
@@ -22,16 +22,16 @@ __all__ = ["start"]
 def start(adapter_path: str) -> None:
     """Installs the Python executors into the adapter at ``adapter_path``
     (the running one). Raises with the cause if that is not possible."""
-    if _native.registration_skipped():
+    if loader.registration_skipped():
         raise RuntimeError(
-            f"{_native.SKIP_ENV} is set in this process, so executorch_tensorrt does not load "
+            f"{loader.SKIP_ENV} is set in this process, so executorch_tensorrt does not load "
             "its adapter and the embedded interpreter cannot install the executors; unset it")
-    lib = _native.load_adapter()  # already done by the package import; idempotent
+    lib = loader.load_adapter()  # already done by the package import; idempotent
     loaded = getattr(lib, "_name", None)
     if not loaded or not os.path.exists(loaded) or not os.path.samefile(loaded, adapter_path):
         raise RuntimeError(
             f"executorch_tensorrt loaded the adapter {loaded!r}, but the running adapter is "
             f"{adapter_path!r}; the executors would be installed into the wrong library")
-    from .backend_callbacks import install
+    from .callbacks import install
 
     install()  # idempotent: the package import installed them already

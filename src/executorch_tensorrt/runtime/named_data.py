@@ -27,7 +27,7 @@ import numpy as np
 
 from ..blob import Blob
 from ..errors import NamedDataError
-from . import executor_table as abi
+from .adapter import abi
 
 # "0" skips the content check (the .ptd is already trusted, e.g. pinned by its
 # hash); anything else, or unset, checks. docs/security.md gives its cost.
@@ -124,7 +124,7 @@ class AdapterNamedData(NamedData):
         self._ctx = args.named_data_ctx
 
     def _lookup(self, key: str) -> memoryview:
-        from ._native import last_error  # the adapter recorded why
+        from .adapter.loader import last_error  # the adapter recorded why
 
         data, nbytes = ctypes.c_void_p(), ctypes.c_uint64()
         code = self._fn(self._ctx, key.encode(), ctypes.byref(data), ctypes.byref(nbytes))

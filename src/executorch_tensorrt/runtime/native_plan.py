@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 from typing import Sequence
 
-from . import executor_table as abi
+from .adapter import abi
 
 __all__ = ["OrtRunPlan", "make_signature", "signature_key"]
 

@@ -39,7 +39,7 @@ def _adapter_functions() -> tuple:
     keep it). Without the adapter (executors used directly), profiling is off."""
     global _functions
     if _functions is None:
-        from ._native import load_adapter
+        from .adapter.loader import load_adapter
 
         try:
             loaded = load_adapter()

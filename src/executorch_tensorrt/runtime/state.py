@@ -25,10 +25,10 @@ import numpy as np
 
 from ..blob import Blob
 from ..errors import ArgumentError, InvalidProgramError
-from . import executor_table as abi
+from .adapter import abi
 from .arguments import BLOB_DTYPE_TO_NUMPY, SCALAR_TYPE_TO_NUMPY, Binding, dtype_name
-from .cuda_driver import check, driver
-from .cuda_objects import DeviceBuffer, Stream, make_current
+from .cuda.driver import check, driver
+from .cuda.objects import DeviceBuffer, Stream, make_current
 
 SECTION_INIT_PREFIX = "section:"
 

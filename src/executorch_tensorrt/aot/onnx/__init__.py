@@ -1,0 +1,1 @@
+"""ONNX export of a partition: export, fusions, extra ops, translatable ops, precision."""

@@ -1,0 +1,1 @@
+"""Partitioning: which nodes TensorRT takes, checks, the partition report."""

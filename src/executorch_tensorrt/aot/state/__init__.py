@@ -1,0 +1,1 @@
+"""Delegate-owned state (KV caches) at export: tagging, lifting, KV-update rewriting."""

@@ -1,0 +1,1 @@
+"""Weights at export: content ids, inline or named data (.ptd)."""

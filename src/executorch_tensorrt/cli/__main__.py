@@ -1,0 +1,6 @@
+"""`python -m executorch_tensorrt.cli.main`: the executorch-tensorrt command line."""
+import sys
+
+from .main import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Helpers for language models: greedy decoding over an exported program."""

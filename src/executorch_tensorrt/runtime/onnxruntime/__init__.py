@@ -1,0 +1,1 @@
+"""The onnxruntime executor: C API session, named weights, CUDA staging, native plans."""

@@ -1,0 +1,355 @@
+"""Runs a partition's embedded ONNX model with onnxruntime on the CPU.
+
+Used only when the caller allows the fallback (EXECUTORCH_TENSORRT_FALLBACK=
+onnxruntime or the load-time backend option "fallback"). Reduced-precision
+partitions run in fp32 here (onnx_upcast.py). Arguments in CUDA memory
+(device-resident programs) are staged through host memory with the CUDA
+driver API, which it says once on stderr.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from ...blob import Blob
+from ...errors import ArgumentError, InvalidProgramError
+from ..adapter import abi
+from .. import profiling
+from ..arguments import (
+    SCALAR_TYPE_TO_NUMPY,
+    check_args,
+    checked_nbytes,
+    is_permuted,
+    dtype_name,
+    permuted_to_contiguous,
+    resize_output,
+    split_bindings,
+)
+from .cuda_staging import CudaStaging
+from ..executor import Executor, native_plans_enabled
+from ..native_plan import OrtRunPlan, signature_key
+from ..onnx_safety import self_contained_onnx
+from .upcast import upcast_to_fp32
+from ..named_data import NamedData, blob_weights
+from .capi import ELEMENT_TYPE_NAMES, OrtApi, OrtSession
+from .named_weights import OrtNamedWeights
+from .node_timings import OrtNodeProfiler
+from ..state import ExecutorState, OrtStatefulSession, aliased_pairs, reflect_aliases, state_specs
+
+
+ORT_THREADS_ENV = "EXECUTORCH_TENSORRT_ORT_THREADS"
+
+
+def ort_intra_op_threads() -> int:
+    """onnxruntime's intra-op threads per fallback session: ORT_THREADS_ENV, or 0
+    (onnxruntime's default, one per core). Tiny graphs (a small decoder's
+    token) run faster on 1: waking the pool costs more than it saves."""
+    text = os.environ.get(ORT_THREADS_ENV, "").strip()
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise ArgumentError(f"{ORT_THREADS_ENV}={text!r} is not a thread count: set a whole "
+                            "number (1 for one thread; 0 or unset for onnxruntime's default, "
+                            "one thread per core)")
+    return int(text)
+
+
+# ExecuTorch ScalarType code -> ONNXTensorElementDataType
+_ORT_ELEMENT_TYPES = {SCALAR_TYPE_TO_NUMPY[code]: element for code, element in (
+    (6, 1), (0, 2), (1, 3), (2, 5), (3, 6), (4, 7), (11, 9), (5, 10), (7, 11), (15, 16))}
+
+# --- begin: GIL-holding onnxruntime session (ort_capi.py; docs/concurrency.md) ---
+# ctypes.memmove is a CFUNCTYPE and would release the GIL; this one keeps it.
+_memmove = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(
+    ctypes.cast(ctypes.memmove, ctypes.c_void_p).value)
+
+
+class _BoundValues:
+    """OrtValues over one set of ExecuTorch addresses and input shapes."""
+
+    def __init__(self, api, inputs: ctypes.Array, outputs: ctypes.Array, owned: list):
+        self.api, self.inputs, self.outputs, self.owned = api, inputs, outputs, owned
+        self.plan: OrtRunPlan | None = None  # the last native plan over these values
+
+    def release(self) -> None:
+        self.plan = None
+        for value in self.owned:
+            self.api.ReleaseValue(value)
+        self.owned = []
+
+
+class OnnxRuntimeExecutor(Executor):
+    """Runs the embedded ONNX with onnxruntime's C API. Every call keeps the GIL
+    (ort_capi.py says why), so a second Python thread cannot enter the same
+    ExecuTorch method while this partition runs."""
+
+    kind = "onnxruntime"
+    max_bound = 16  # cached address sets; memory planning keeps addresses stable
+
+    def __init__(self, blob: Blob, named_data: NamedData | None = None):
+        if blob.onnx is None:
+            raise ArgumentError("this blob carries no ONNX model, so onnxruntime cannot run it "
+                                "(it was written by a tool that embeds only the engine)")
+        model = self_contained_onnx(blob)  # refuses external data before anything reads it
+        weights = blob_weights(blob, named_data)  # named-data weights, sizes checked
+        self.inputs, self.outputs = split_bindings(blob.metadata)
+        upcast = blob.metadata.get("precision", "fp32") != "fp32"
+        if upcast:
+            model = upcast_to_fp32(model)  # see onnx_upcast.py: the CPU lacks fp16 kernels
+        # Weights stay in the named data (ort_named_weights.py); released in close().
+        self.weights = OrtNamedWeights(OrtApi.get(), weights, upcast) if weights else None
+        configure = self.weights.configure if self.weights else None
+        # Per-node times only when asked (EXECUTORCH_TENSORRT_PROFILE_NODES=1).
+        self.node_profiler = (OrtNodeProfiler(model, configure) if profiling.nodes_requested()
+                              else None)
+        try:
+            self.session = (self.node_profiler.new_session() if self.node_profiler
+                            else OrtSession(model, intra_op_threads=ort_intra_op_threads(),
+                                            configure=configure))
+        except BaseException:
+            if self.weights is not None:
+                self.weights.release()
+            raise
+        self.api = self.session.api
+        # Delegate-owned state (KV caches): extra model inputs/outputs (state.py).
+        self.state = ExecutorState(state_specs(blob, self.inputs)) if blob.state else None
+        if self.state is not None:
+            self.session = OrtStatefulSession(self.session, self.state, _ORT_ELEMENT_TYPES)
+        if len(self.session.inputs) != len(self.inputs) or \
+                len(self.session.outputs) != len(self.outputs):
+            raise InvalidProgramError(
+                f"the embedded ONNX model has {len(self.session.inputs)} inputs and "
+                f"{len(self.session.outputs)} outputs; the blob's io_bindings list "
+                f"{len(self.inputs)} and {len(self.outputs)}")
+        self.input_types = [t for _, t, _ in self.session.inputs]
+        self.output_types = [t for _, t, _ in self.session.outputs]
+        # Outputs of fixed shape are written by onnxruntime straight into
+        # ExecuTorch's memory; others are allocated by onnxruntime and copied.
+        self.fixed_outputs = all(b.shape is not None and -1 not in b.shape for b in self.outputs)
+        self.bound: dict[tuple, _BoundValues] = {}
+        # Argument bytes this executor copied (outputs onnxruntime allocated, staging),
+        # and those the adapter copied running its plans (copied_bytes adds both).
+        self._plan_copied = ctypes.c_uint64(0)
+        self.copied_bytes = 0
+        # The plan for the last call (host arguments only); the adapter runs
+        # identical calls with it, without Python (native_plan.py), checking
+        # the cache positions itself. Torch-TensorRT's TR02 in-place outputs:
+        # (output index, input index) pairs, copied in Python, so no plan.
+        self.aliases = aliased_pairs(blob, self.inputs, self.outputs)
+        self.publish_plans = native_plans_enabled() and not self.aliases
+        self.plan: OrtRunPlan | None = None
+
+    @property
+    def copied_bytes(self) -> int:
+        """Argument bytes copied for this partition's calls, by the executor and
+        by the adapter's plans (outputs of dynamic shape, staging)."""
+        return self._copied_bytes + self._plan_copied.value
+
+    @copied_bytes.setter
+    def copied_bytes(self, value: int) -> None:
+        self._copied_bytes = value - self._plan_copied.value
+
+    def _element_type(self, arg: abi.EtrtArg, expected: int, what: str) -> int:
+        dtype = SCALAR_TYPE_TO_NUMPY.get(arg.dtype)
+        if _ORT_ELEMENT_TYPES.get(dtype) != expected:
+            got = dtype_name(dtype) if dtype is not None else arg.dtype
+            raise ArgumentError(
+                f"{what} has dtype {got}; the embedded ONNX model takes "
+                f"{ELEMENT_TYPE_NAMES.get(expected, expected)} there")
+        return expected
+
+    def _value(self, arg: abi.EtrtArg, shape, expected: int, what: str, owned: list):
+        element = self._element_type(arg, expected, what)
+        nbytes = checked_nbytes(arg, shape)
+        # onnxruntime refuses a NULL buffer even for an empty tensor.
+        data = arg.data or ctypes.addressof(_EMPTY)
+        value = self.api.tensor(data, nbytes, shape, element)
+        owned.append(value)
+        return value
+
+    def _bind(self, args, shapes, key) -> _BoundValues:
+        owned: list = []
+        try:
+            inputs = [self._value(args[i], shape, self.input_types[i], f"input {i}", owned)
+                      for i, shape in enumerate(shapes)]
+            outputs = []
+            if self.fixed_outputs:
+                for j, out in enumerate(self.outputs):
+                    arg = args[len(self.inputs) + j]
+                    resize_output(arg, out.shape, out)
+                    outputs.append(self._value(arg, out.shape, self.output_types[j],
+                                               f"output {j}", owned))
+            else:
+                outputs = [None] * len(self.outputs)
+        except BaseException:
+            for value in owned:
+                self.api.ReleaseValue(value)
+            raise
+        if len(self.bound) >= self.max_bound:
+            self._release_bound()
+        bound = self.bound[key] = _BoundValues(self.api, OrtSession.values(inputs),
+                                               OrtSession.values(outputs), owned)
+        return bound
+
+    def _plan_for(self, bound: "_BoundValues", args, n: int) -> OrtRunPlan:
+        key = signature_key(args, n)
+        if bound.plan is None or bound.plan.key != key or not bound.plan.reusable:
+            bound.plan = OrtRunPlan(self.session, bound, args, n, key, self._plan_copied)
+        return bound.plan
+
+    def _release_bound(self) -> None:
+        for bound in self.bound.values():
+            bound.release()
+        self.bound.clear()
+
+    def execute(self, args, num_args: int | None = None) -> None:
+        self._execute(args, num_args)
+        if self.aliases:  # TR02: the aliased input holds the new value too (state.py)
+            reflect_aliases(args, self.aliases, len(self.inputs), self.outputs)
+
+    def _execute(self, args, num_args: int | None = None) -> None:
+        self.plan = None  # the adapter forgot it before calling; bound values may go below
+        if self.session is None:
+            raise ArgumentError("this executor was closed (the delegate was destroyed)")
+        recorder = profiling.begin_call()  # None unless ETDump is on
+        t0 = profiling.now() if recorder else 0
+        shapes = check_args(args, len(args) if num_args is None else num_args,
+                            self.inputs, self.outputs, permuted_inputs=True)
+        if self.state is not None:
+            self.state.check_call(args, shapes, self._staged_positions(args))
+        n = len(self.inputs) + len(self.outputs)
+        if all(args[k].device_type == abi.ETRT_DEVICE_CPU for k in range(n)) and not any(
+                is_permuted(args[i]) for i in range(len(self.inputs))):
+            key = (tuple(args[k].data for k in range(n)), tuple(shapes))
+            bound = self.bound.get(key) or self._bind(args, shapes, key)
+            if recorder:
+                recorder.event("check+bind", t0, profiling.now())
+            if self.fixed_outputs:
+                t1 = profiling.now() if recorder else 0
+                self.session.run(bound.inputs, bound.outputs)
+                if recorder:
+                    recorder.event("run", t1, profiling.now())
+                    recorder.event("copy out", profiling.now(), profiling.now())
+                    self._node_events(recorder, t1)
+                elif self.publish_plans:  # a traced call records its stages in Python
+                    self.plan = self._plan_for(bound, args, n)
+                return
+            self._run_and_copy_out(args, bound.inputs, recorder)
+            if self.publish_plans and not recorder:  # outputs resized: their shapes are known
+                self.plan = self._plan_for(bound, args, n)
+            return
+        staged: list = []  # device-resident or permuted inputs: contiguous host copies
+        owned: list = []
+        try:
+            inputs = []
+            for i, shape in enumerate(shapes):
+                arg = args[i]
+                permuted = is_permuted(arg)
+                if arg.device_type != abi.ETRT_DEVICE_CPU or permuted:
+                    # check_args has bounded both reads by the argument's capacity.
+                    host = (CudaStaging.get().to_host(arg, shape)  # bytes as they lie
+                            if arg.device_type != abi.ETRT_DEVICE_CPU else None)
+                    if permuted:
+                        host = permuted_to_contiguous(arg, shape, host)
+                    staged.append(host)
+                    self.copied_bytes += host.nbytes
+                    element = self._element_type(arg, self.input_types[i], f"input {i}")
+                    inputs.append(self.api.tensor(host.ctypes.data if host.nbytes
+                                                  else ctypes.addressof(_EMPTY),
+                                                  host.nbytes, shape, element))
+                    owned.append(inputs[-1])
+                else:
+                    inputs.append(self._value(arg, shape, self.input_types[i], f"input {i}",
+                                              owned))
+            if recorder:
+                recorder.event("check+bind", t0, profiling.now())
+            self._run_and_copy_out(args, OrtSession.values(inputs), recorder)
+        finally:
+            for value in owned:
+                self.api.ReleaseValue(value)
+
+    def _staged_positions(self, args):
+        if all(args[i].device_type == abi.ETRT_DEVICE_CPU for i in range(len(self.inputs))):
+            return None
+        return lambda k: (CudaStaging.get().to_host(args[k], (args[k].sizes[0],))
+                          if args[k].device_type != abi.ETRT_DEVICE_CPU else None)
+
+    def _run_and_copy_out(self, args, inputs: ctypes.Array, recorder=None) -> None:
+        outputs = OrtSession.values([None] * len(self.outputs))
+        try:
+            t0 = profiling.now() if recorder else 0
+            self.session.run(inputs, outputs)
+            t1 = profiling.now() if recorder else 0
+            for j, value in enumerate(outputs):
+                self._copy_out(args[len(self.inputs) + j], j, value)
+            if recorder:
+                recorder.event("run", t0, t1)
+                recorder.event("copy out", t1, profiling.now())
+                self._node_events(recorder, t0)
+        finally:
+            for value in outputs:
+                if value:
+                    self.api.ReleaseValue(value)
+
+    def _node_events(self, recorder: profiling.CallRecorder, run_start_ns: int) -> None:
+        """Sends the last run's per-node times, then starts a new profile."""
+        if self.node_profiler is None:
+            return
+        for name, start, end in self.node_profiler.last_run_nodes(self.session, run_start_ns):
+            recorder.event(name, start, end)
+        old, self.session = self.session, self.node_profiler.new_session()
+        if self.state is not None:
+            self.session = OrtStatefulSession(self.session, self.state, _ORT_ELEMENT_TYPES)
+        for bound in self.bound.values():
+            bound.plan = None  # plans name the old session, released below
+        old.close()
+
+    def _copy_out(self, arg: abi.EtrtArg, j: int, value) -> None:
+        shape, element = self.api.shape_of(value)
+        self._element_type(arg, element, f"output {j}")
+        resize_output(arg, shape, self.outputs[j])
+        data = self.api.data_of(value)
+        if arg.device_type == abi.ETRT_DEVICE_CPU:
+            nbytes = checked_nbytes(arg, shape)
+            if nbytes:
+                _memmove(arg.data, data, nbytes)
+            self.copied_bytes += nbytes
+            return
+        checked_nbytes(arg, shape, "CUDA ")
+        host = np.empty(shape, dtype=SCALAR_TYPE_TO_NUMPY[arg.dtype])
+        if host.nbytes:
+            _memmove(host.ctypes.data, data, host.nbytes)
+        CudaStaging.get().to_device(arg, host)
+        self.copied_bytes += host.nbytes
+
+    def native_plan(self) -> abi.EtrtNativePlan | None:
+        return self.plan.struct if self.plan is not None else None
+
+    def withdraw_native_plan(self) -> None:
+        if self.plan is not None:
+            self.plan.withdraw()
+            self.plan = None
+
+    def close(self) -> None:
+        self.plan = None  # from destroy: the adapter forgot it first (else withdrawn)
+        if self.session is not None:
+            self._release_bound()
+            self.session.close()
+            self.session = None
+        if self.node_profiler is not None:
+            self.node_profiler.close()
+        if self.weights is not None:  # after the session that reads them
+            self.weights.release()
+            self.weights = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - finalizers must not raise (interpreter exit)
+            pass
+
+
+_EMPTY = ctypes.c_uint64(0)  # a valid address for empty tensors
+# --- end: GIL-holding onnxruntime session ---

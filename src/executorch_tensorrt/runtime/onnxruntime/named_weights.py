@@ -1,0 +1,99 @@
+"""Feeds a partition's named-data weights to onnxruntime without copying them.
+
+The weightless ONNX declares each weight as an EXTERNAL initializer at the
+sentinel location (onnx_safety.py checked that). One OrtValue per weight is
+made over the named data's own memory (mapped from the .pte/.ptd by
+ExecuTorch), then handed to the session options with both AddInitializer and
+AddExternalInitializers, with "session.disable_prepacking" set: measured in
+docs/design-weights-and-state.md (A3), that is the one combination under
+which onnxruntime neither copies the weights nor resolves the location
+(AddExternalInitializers alone copies; AddInitializer alone refuses an
+EXTERNAL initializer).
+
+Trade-off: without prepacking, MatMul/Gemm/Conv kernels read the weights in
+their stored layout on every call (slower on large matrices); prepacking
+keeps one packed copy of those weights per session instead, which costs
+their size in memory but runs faster. EXECUTORCH_TENSORRT_ORT_PREPACK=1
+turns prepacking back on.
+
+fp16/bf16 weights of a partition that the fallback upcasts (onnx_upcast.py;
+onnxruntime's CPU kernels lack fp16) are converted into float32 arrays owned
+here: that copy is the upcast itself and cannot be avoided.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from ..named_data import WeightBuffer
+from ..onnx_safety import ONNX_DTYPES
+
+__all__ = ["PREPACK_ENV", "OrtNamedWeights", "prepacking_requested"]
+
+PREPACK_ENV = "EXECUTORCH_TENSORRT_ORT_PREPACK"
+_FLOAT = ONNX_DTYPES["float32"]
+_EMPTY = ctypes.c_uint64(0)  # onnxruntime refuses a NULL buffer, even for an empty tensor
+
+
+def prepacking_requested() -> bool:
+    return os.environ.get(PREPACK_ENV, "").strip().lower() in ("1", "on", "true", "yes")
+
+
+def _as_float32(w: WeightBuffer) -> np.ndarray:
+    """The upcast copy of an fp16/bf16 weight."""
+    if w.dtype == "float16":
+        return np.frombuffer(w.view, dtype=np.float16).astype(np.float32).reshape(w.shape)
+    bits = np.frombuffer(w.view, dtype=np.uint16).astype(np.uint32) << 16  # bfloat16
+    return bits.view(np.float32).reshape(w.shape)
+
+
+class OrtNamedWeights:
+    """OrtValues over the weights; `configure` is OrtSession's hook. Keep this
+    object (and the named data) alive as long as any session made with it."""
+
+    def __init__(self, api, weights: list[WeightBuffer], upcast: bool,
+                 prepack: bool | None = None):
+        self.api = api
+        self.prepack = prepacking_requested() if prepack is None else prepack
+        self.copied_bytes = 0  # bytes the upcast copied (0 for fp32 partitions)
+        self._arrays: list[np.ndarray] = []  # upcast copies
+        self._weights = weights  # keeps the views' exporters alive
+        self.values: list[ctypes.c_void_p] = []
+        try:
+            for w in weights:
+                self.values.append(self._value(w, upcast))
+        except BaseException:
+            self.release()
+            raise
+        self._names = (ctypes.c_char_p * len(weights))(*(w.name.encode() for w in weights))
+        self._array = (ctypes.c_void_p * len(weights))(*(v.value for v in self.values))
+
+    def _value(self, w: WeightBuffer, upcast: bool) -> ctypes.c_void_p:
+        if upcast and w.dtype in ("float16", "bfloat16"):
+            array = _as_float32(w)
+            self._arrays.append(array)
+            self.copied_bytes += array.nbytes
+            address, nbytes, element = array.ctypes.data, array.nbytes, _FLOAT
+        else:
+            address, nbytes, element = w.address, w.nbytes, ONNX_DTYPES[w.dtype]
+        return self.api.tensor(address or ctypes.addressof(_EMPTY), nbytes, w.shape, element)
+
+    def configure(self, api, options) -> None:
+        if not self.prepack:
+            api.check(api.AddSessionConfigEntry(options, b"session.disable_prepacking", b"1"),
+                      "AddSessionConfigEntry(session.disable_prepacking)")
+        for name, value in zip(self._names, self.values):
+            api.check(api.AddInitializer(options, name, value), f"AddInitializer({name!r})")
+        if self.values:
+            api.check(api.AddExternalInitializers(options, self._names, self._array,
+                                                  len(self.values)), "AddExternalInitializers")
+
+    def release(self) -> None:
+        """After every session made with these values is released."""
+        for value in self.values:
+            self.api.ReleaseValue(value)
+        self.values = []
+        self._arrays = []
+        self._weights = []

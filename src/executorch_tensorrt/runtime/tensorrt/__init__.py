@@ -1,0 +1,1 @@
+"""The TensorRT executor: context, optimization profile choice, engine cache, rebuild, refit."""

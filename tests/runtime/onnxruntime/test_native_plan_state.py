@@ -1,0 +1,271 @@
+"""Native plans of stateful partitions (issue 13): a decode call identical to
+a checked one runs in the adapter (native/src/native_plan.cpp), which first
+checks the cache positions the way runtime/state.py does, then runs
+onnxruntime over the state the executor bound, and copies out the logits
+(an output of dynamic shape).
+
+Real programs (the hand-written cached decoder, lowered once per module)
+through the real ExecuTorch runtime and onnxruntime; the only instrumentation
+is a pass-through wrapper around the executor's execute that counts how often
+Python was entered."""
+from __future__ import annotations
+
+import collections
+import copy
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+import executorch_tensorrt
+from executorch_tensorrt.runtime import state as rt_state
+from executorch_tensorrt.llm.greedy_decode import greedy_decode
+from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
+from executorch_tensorrt.examples import llm as lm
+
+PLAN_ENV = "EXECUTORCH_TENSORRT_NATIVE_PLAN"
+PROMPT = list(range(3, 11))  # 8 tokens
+VOCAB = 96  # CachedDecoder's head
+
+
+@pytest.fixture
+def python_calls(monkeypatch):
+    """{id(executor): number of calls that entered that Python executor}."""
+    counts: collections.Counter = collections.Counter()
+    original = OnnxRuntimeExecutor.execute
+
+    def counting(self, args, num_args=None):
+        counts[id(self)] += 1
+        return original(self, args, num_args)
+
+    monkeypatch.setattr(OnnxRuntimeExecutor, "execute", counting)
+    return counts
+
+
+def _lower(ep) -> bytes:
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
+
+    edge = to_edge_transform_and_lower(
+        ep, partitioner=[TensorRTPartitioner(progress=None)],
+        compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    return edge.to_executorch().buffer
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    """In-place KV caches only."""
+    torch.manual_seed(0)
+    model = lm.CachedDecoder().eval().requires_grad_(False)
+    eager = copy.deepcopy(model)  # pristine: each test copies it again
+    return (lambda: copy.deepcopy(eager)), _lower(lm.export_cached_decoder(model))
+
+
+@pytest.fixture(scope="module")
+def hf_llama():
+    """In-place KV caches and two functional (ping-pong) scalar states."""
+    wrapper = lm.hf_tiny_llama().requires_grad_(False)
+    eager = copy.deepcopy(wrapper)
+
+    def fresh():
+        model = copy.deepcopy(eager).model
+        return lambda t, p: model(input_ids=t, cache_position=p)
+
+    return fresh, _lower(lm.export_hf(wrapper))
+
+
+_loaded: list = []
+
+
+@pytest.fixture(autouse=True)
+def _release_programs():
+    """Programs live until the test ends (a Method does not keep its Program
+    alive), then go with their executors and states (reset_state and other
+    tests look at the live ones)."""
+    yield
+    _loaded.clear()
+    gc.collect()
+
+
+def _load(buffer: bytes, monkeypatch, plans: bool = True):
+    """The method and its partition's state (one TensorRT partition)."""
+    from executorch.runtime import Runtime
+
+    before = set(map(id, rt_state.live_states("forward")))
+    if not plans:
+        monkeypatch.setenv(PLAN_ENV, "0")
+    program = Runtime.get().load_program(buffer)
+    _loaded.append(program)  # a Method does not keep its Program alive
+    method = program.load_method("forward")
+    monkeypatch.delenv(PLAN_ENV, raising=False)
+    [state] = [s for s in rt_state.live_states("forward") if id(s) not in before]
+    return method, state, id(_executor(state))
+
+
+def _executor(state):
+    from executorch_tensorrt.runtime import callbacks
+
+    [executor] = [e for e in callbacks.install().handles.values()
+                  if getattr(e, "state", None) is state]
+    return executor
+
+
+@pytest.mark.parametrize("flow,vocab", [("decoder", VOCAB), ("hf_llama", 128)])
+def test_decode_runs_in_the_adapter_and_matches_eager(flow, vocab, request, allow_fallback,
+                                                      monkeypatch, python_calls):
+    """Python runs the prompt and the first single token (each a new shape);
+    every later token is the adapter's, with the same tokens and logits as
+    eager and as the Python path, and only the logits copied."""
+    eager, buffer = request.getfixturevalue(flow)
+    planned, state, planned_id = _load(buffer, monkeypatch)
+    python, _, python_id = _load(buffer, monkeypatch, plans=False)
+    executor = _executor(state)
+    before = executor.copied_bytes
+    got = greedy_decode(planned, PROMPT, 32)
+    assert python_calls[planned_id] == 2, "decode tokens entered Python"
+    # Prompt logits [1, 8, V] and 31 single tokens, copied in by the adapter after the first.
+    assert executor.copied_bytes - before == (len(PROMPT) + 31) * vocab * 4
+    want = greedy_decode(eager(), PROMPT, 32)
+    slow = greedy_decode(python, PROMPT, 32)
+    assert python_calls[python_id] == 32
+    assert got.tokens == want.tokens == slow.tokens
+    for a, b, c in zip(got.logits, want.logits, slow.logits):
+        assert torch.equal(a, c)
+        assert float((a - b).abs().max() / b.abs().max()) < 1e-4
+
+
+def _refusal(method, tokens, positions) -> str:
+    with pytest.raises(RuntimeError):
+        method.execute([tokens, positions])
+    return executorch_tensorrt.last_error()
+
+
+@pytest.mark.parametrize("warm,bad,words", [
+    ([0], [48], "cache position 48 (index 0 of the positions input) is outside the cache"),
+    ([0], [-1], "cache position -1"),
+    ([0, 1], [47, 48], "cache position 48 (index 1"),
+    ([0, 1], [3, 5], "cache positions must be contiguous"),
+])
+def test_a_bad_position_on_a_planned_call_is_refused_in_the_executors_words(
+        decoder, allow_fallback, monkeypatch, python_calls, warm, bad, words):
+    """After the plan for a shape is installed, a call of that shape with a bad
+    position never enters Python: the adapter refuses it with the Python
+    path's exact message and writes nothing into the cache."""
+    _eager, buffer = decoder
+    planned, state, planned_id = _load(buffer, monkeypatch)
+    python, _, _ = _load(buffer, monkeypatch, plans=False)
+    tokens = torch.tensor([[5] * len(warm)])
+    planned.execute([tokens, torch.tensor(warm)])  # Python: checks, binds, plans
+    planned.execute([tokens, torch.tensor(warm)])  # the plan
+    entered = python_calls[planned_id]
+    caches = {s.fqn: state.value(s.fqn) for s in state.specs}
+    cause = _refusal(planned, tokens, torch.tensor(bad))
+    assert python_calls[planned_id] == entered, "the bad call went to Python, not the plan"
+    assert words in cause, cause
+    assert cause == _refusal(python, tokens, torch.tensor(bad))  # same words, either side
+    assert all(np.array_equal(state.value(fqn), v) for fqn, v in caches.items())
+    # The plan is still good for a good call.
+    planned.execute([tokens, torch.tensor(warm)])
+    assert python_calls[planned_id] == entered
+
+
+@pytest.mark.parametrize("flow,tokens", [("decoder", 4), ("decoder", 5), ("hf_llama", 4),
+                                         ("hf_llama", 5)])
+def test_reset_with_a_plan_installed_starts_from_an_empty_cache(
+        flow, tokens, request, allow_fallback, monkeypatch, python_calls):
+    """reset_state rewrites the states where they lie; the plan bound over them
+    runs the next token on the reset state (it caches nothing reset changes),
+    whichever ping-pong buffer the plan's runs left current (an odd and an
+    even number of planned runs)."""
+    eager, buffer = request.getfixturevalue(flow)
+    planned, state, planned_id = _load(buffer, monkeypatch)
+    first = greedy_decode(planned, PROMPT, tokens)
+    entered = python_calls[planned_id]
+    assert executorch_tensorrt.reset_state("forward") >= 1
+    assert all(float(np.abs(state.value(s.fqn)).sum()) == 0 for s in state.specs)
+    # One token at position 0, the shape of the installed plan: the adapter runs it.
+    got = planned.execute([torch.tensor([[7]]), torch.tensor([0])])[0]
+    assert python_calls[planned_id] == entered
+    with torch.no_grad():
+        want = eager()(torch.tensor([[7]]), torch.tensor([0]))
+    assert float((got - want).abs().max() / want.abs().max()) < 1e-4
+    executorch_tensorrt.reset_state("forward")
+    assert greedy_decode(planned, PROMPT, tokens).tokens == first.tokens
+
+
+@pytest.mark.parametrize("flow", ["decoder", "hf_llama"])
+def test_states_after_planned_runs_equal_the_python_paths(flow, request, allow_fallback,
+                                                          monkeypatch, python_calls):
+    """The same calls on a planned method and on one without plans: every
+    state's value is the same after each call, including when Python takes
+    over after an odd number of planned runs (it must read the ping-pong
+    buffer the adapter wrote last)."""
+    _eager, buffer = request.getfixturevalue(flow)
+    planned, state, planned_id = _load(buffer, monkeypatch)
+    python, reference, _ = _load(buffer, monkeypatch, plans=False)
+    calls = [[0, 1, 2], [3], [4], [5], [6, 7], [8], [9], [10, 11, 12], [13], [14]]
+    for positions in calls:
+        args = [torch.tensor([[(5 * p) % 97 for p in positions]]), torch.tensor(positions)]
+        assert torch.equal(planned.execute(args)[0], python.execute(args)[0]), positions
+        for spec in state.specs:
+            assert np.array_equal(state.value(spec.fqn), reference.value(spec.fqn)), spec.fqn
+    assert python_calls[planned_id] < len(calls)  # some ran in the adapter
+
+
+class _Scatter(torch.nn.Module):
+    """A cache updated with index_copy_ (the functional, ping-pong form) whose
+    every value reaches the output: a stale buffer shows in the result."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.register_buffer("k", torch.zeros(1, 6, 8))
+
+    def forward(self, x, pos):
+        self.k.index_copy_(1, pos, self.lin(x))
+        return self.k.sum(1)
+
+
+def test_python_after_an_odd_number_of_planned_runs_reads_the_buffer_written_last(
+        allow_fallback, monkeypatch, python_calls):
+    """A functional state alternates two buffers; the adapter's plan swaps
+    them per run (counting in state.plan_swaps). When Python takes a call
+    after an odd number of planned runs, it must continue from the buffer the
+    adapter wrote last: every output equals eager's."""
+    from executorch_tensorrt.blob import read_blob
+
+    torch.manual_seed(0)
+    model = _Scatter().eval().requires_grad_(False)
+    eager = copy.deepcopy(model)
+    s = torch.export.Dim("s", min=1, max=6)
+    ep = torch.export.export(model, (torch.randn(1, 2, 8), torch.arange(2)),
+                             dynamic_shapes=({1: s}, {0: s}))
+    buffer = _lower(ep)
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    program = deserialize_pte_binary(buffer).program
+    [entry] = read_blob(bytes(program.backend_delegate_data[0].data)).state
+    assert entry["update"] == "functional"
+    planned, state, planned_id = _load(buffer, monkeypatch)
+    calls = [[0, 1], [2, 3], [4], [5], [0], [1, 2], [3, 4], [5, 0], [1]]
+    for positions in calls:
+        x = torch.randn(1, len(positions), 8)
+        got = planned.execute([x, torch.tensor(positions)])[0]
+        with torch.no_grad():
+            want = eager(x, torch.tensor(positions))
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(torch.from_numpy(state.value("k")), eager.k)
+    assert python_calls[planned_id] == 4  # each new shape; the rest ran in the adapter
+    # Reset with the plan installed, after an even and then an odd number of
+    # planned runs (the value in either buffer): the next planned run starts
+    # from zeros (reset writes both buffers).
+    for swaps in (0, 1):
+        assert state.plan_swaps.value % 2 == swaps
+        executorch_tensorrt.reset_state("forward")
+        eager.k.zero_()
+        x, where = torch.randn(1, 1, 8), torch.tensor([3 + swaps])
+        got = planned.execute([x, where])[0]
+        with torch.no_grad():
+            torch.testing.assert_close(got, eager(x, where))
+    assert python_calls[planned_id] == 4
