@@ -3,9 +3,13 @@ environment, the fallback setting, a program's TensorRT
 blobs and a small hand-made blob."""
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 
+import numpy as np
+
+from executorch_tensorrt.runtime.adapter import abi
 from executorch_tensorrt.runtime.executor import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
 
 # What a test sets to let TensorRT partitions run on onnxruntime (no GPU here).
@@ -46,3 +50,34 @@ def identity_blob() -> bytes:
     meta = {"io_bindings": [{"name": "x", "dtype": "float32", "shape": [2, 3], "is_input": True},
                             {"name": "y", "dtype": "float32", "shape": [2, 3], "is_input": False}]}
     return write_blob(b"\0" * 64, meta, onnx=model.SerializeToString())
+
+
+FLOAT32 = 6  # ExecuTorch ScalarType code
+
+
+class Args:
+    """etrt_arg structs over real buffers, kept alive with them."""
+
+    def __init__(self) -> None:
+        self.keep: list = []
+
+    def tensor(self, buffer: np.ndarray, *, is_input: bool, dtype: int = FLOAT32,
+               shape=(2, 3), nbytes: int | None = None, kind: int = abi.ETRT_ARG_TENSOR,
+               dim_order=None, data: int | None = -1) -> abi.EtrtArg:
+        sizes = (ctypes.c_int32 * max(len(shape), 1))(*shape)
+        order = (ctypes.c_uint8 * max(len(shape), 1))(*(dim_order or range(len(shape))))
+        self.keep += [buffer, sizes, order]
+        a = abi.EtrtArg()
+        a.struct_size, a.kind, a.is_input, a.dtype = ctypes.sizeof(a), kind, is_input, dtype
+        a.data = buffer.ctypes.data if data == -1 else data
+        a.nbytes = buffer.nbytes if nbytes is None else nbytes
+        a.ndim, a.device_type, a.device_index = len(shape), abi.ETRT_DEVICE_CPU, 0
+        a.sizes = ctypes.cast(sizes, ctypes.POINTER(ctypes.c_int32))
+        a.dim_order = ctypes.cast(order, ctypes.POINTER(ctypes.c_uint8))
+        return a
+
+    def array(self, *args: abi.EtrtArg):
+        """A C array of args, as the adapter passes them (a pointer)."""
+        array = (abi.EtrtArg * len(args))(*args)
+        self.keep.append(array)
+        return array

@@ -17,7 +17,7 @@ from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.errors import ArgumentError
 from executorch_tensorrt.runtime.adapter import abi
 from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
-from helpers import tensorrt_blobs
+from helpers import Args, tensorrt_blobs
 
 FLOAT32, UINT8, INT32 = 6, 0, 3
 CANARY = 0xAB
@@ -41,34 +41,6 @@ def executor(request, add_blob):
     # With outputs of unknown shape onnxruntime allocates them and the result is copied in.
     ex.fixed_outputs = request.param == "zero-copy"
     return ex
-
-
-class Args:
-    """etrt_arg structs over real buffers, kept alive with them."""
-
-    def __init__(self) -> None:
-        self.keep: list = []
-
-    def tensor(self, buffer: np.ndarray, *, is_input: bool, dtype: int = FLOAT32,
-               shape=(2, 3), nbytes: int | None = None, kind: int = abi.ETRT_ARG_TENSOR,
-               dim_order=None, data: int | None = -1) -> abi.EtrtArg:
-        sizes = (ctypes.c_int32 * max(len(shape), 1))(*shape)
-        order = (ctypes.c_uint8 * max(len(shape), 1))(*(dim_order or range(len(shape))))
-        self.keep += [buffer, sizes, order]
-        a = abi.EtrtArg()
-        a.struct_size, a.kind, a.is_input, a.dtype = ctypes.sizeof(a), kind, is_input, dtype
-        a.data = buffer.ctypes.data if data == -1 else data
-        a.nbytes = buffer.nbytes if nbytes is None else nbytes
-        a.ndim, a.device_type, a.device_index = len(shape), abi.ETRT_DEVICE_CPU, 0
-        a.sizes = ctypes.cast(sizes, ctypes.POINTER(ctypes.c_int32))
-        a.dim_order = ctypes.cast(order, ctypes.POINTER(ctypes.c_uint8))
-        return a
-
-    def array(self, *args: abi.EtrtArg):
-        """A C array of args, as the adapter passes them (a pointer)."""
-        array = (abi.EtrtArg * len(args))(*args)
-        self.keep.append(array)
-        return array
 
 
 def guarded(nbytes: int, spare: int = 64) -> np.ndarray:

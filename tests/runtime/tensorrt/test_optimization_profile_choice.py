@@ -24,7 +24,7 @@ from executorch_tensorrt.runtime.tensorrt.optimization_profiles import (
 from executorch_tensorrt.tensorrt import engine_builder
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from helpers import tensorrt_blobs
-from test_argument_checks import Args
+from helpers import Args
 
 
 class AddScaled(torch.nn.Module):
