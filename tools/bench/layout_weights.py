@@ -52,9 +52,8 @@ def export(folder: Path) -> Path:
 
 
 def child(pte: str, mode: str) -> dict:
-    import numpy as np
     import executorch_tensorrt  # noqa: F401
-    from executorch_tensorrt.runtime.onnxruntime import executor, named_weights
+    from executorch_tensorrt.runtime.onnxruntime import executor
     from executorch.runtime import Runtime
     import torch
 
