@@ -34,7 +34,7 @@ from ..onnx_safety import self_contained_onnx
 from .upcast import upcast_to_fp32
 from ..named_data import NamedData, blob_weights
 from .capi import ELEMENT_TYPE_NAMES, OrtApi, OrtSession
-from .named_weights import OrtNamedWeights
+from .named_weights import OrtNamedWeights, layout_movable
 from .node_timings import OrtNodeProfiler
 from ..state import ExecutorState, OrtStatefulSession, aliased_pairs, reflect_aliases, state_specs
 
@@ -99,7 +99,9 @@ class OnnxRuntimeExecutor(Executor):
         if upcast:
             model = upcast_to_fp32(model)  # see onnx_upcast.py: the CPU lacks fp16 kernels
         # Weights stay in the named data (ort_named_weights.py); released in close().
-        self.weights = OrtNamedWeights(OrtApi.get(), weights, upcast) if weights else None
+        self.weights = OrtNamedWeights(
+            OrtApi.get(), weights, upcast,
+            movable=layout_movable(model, [w.name for w in weights])) if weights else None
         configure = self.weights.configure if self.weights else None
         # Per-node times only when asked (EXECUTORCH_TENSORRT_PROFILE_NODES=1).
         self.node_profiler = (OrtNodeProfiler(model, configure) if profiling.nodes_requested()

@@ -16,6 +16,21 @@ keeps one packed copy of those weights per session instead, which costs
 their size in memory but runs faster. EXECUTORCH_TENSORRT_ORT_PREPACK=1
 turns prepacking back on.
 
+Exception (issue #21): onnxruntime's transpose optimizer (the level-1
+"TransposeOptimizer" and the per-EP "TransposeOptimizer_CPUExecutionProvider")
+pushes a Transpose through an elementwise node by transposing or reshaping
+that node's constant input, and replaces the initializer under the SAME name
+(ApiGraph::TransposeInitializer / ReshapeInitializer). A weight given with
+AddInitializer is looked up by that name when the session saves its
+initializers, so the caller's untouched buffer (old layout, old shape) wins
+over the rewritten one: the run fails to broadcast or, when the dims happen
+to agree, computes with the wrong layout. So a weight that any node other than
+Conv/ConvTranspose/MatMul/Gemm/Gather reads (where that optimizer never moves
+a constant) is given with AddExternalInitializers only: onnxruntime takes its
+own copy, which it may re-lay out. Those are biases, norms, scales and
+position embeddings: small next to the matrices (docs/named-data.md measures
+it).
+
 fp16/bf16 weights of a partition that the fallback upcasts (onnx_upcast.py;
 onnxruntime's CPU kernels lack fp16) are converted into float32 arrays owned
 here: that copy is the upcast itself and cannot be avoided.
@@ -26,15 +41,40 @@ import ctypes
 import os
 
 import numpy as np
+import onnx
 
 from ..named_data import WeightBuffer
 from ..onnx_safety import ONNX_DTYPES
 
-__all__ = ["PREPACK_ENV", "OrtNamedWeights", "prepacking_requested"]
+__all__ = ["PREPACK_ENV", "IN_PLACE_CONSUMERS", "OrtNamedWeights", "layout_movable",
+           "prepacking_requested"]
 
 PREPACK_ENV = "EXECUTORCH_TENSORRT_ORT_PREPACK"
 _FLOAT = ONNX_DTYPES["float32"]
 _EMPTY = ctypes.c_uint64(0)  # onnxruntime refuses a NULL buffer, even for an empty tensor
+
+
+#: Ops whose weight inputs onnxruntime's transpose optimizer never rewrites.
+IN_PLACE_CONSUMERS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Gather"})
+
+
+def _nodes(graph: onnx.GraphProto):
+    """Every node of the graph and of its subgraphs (If/Loop/Scan bodies)."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _nodes(sub)
+
+
+def layout_movable(model: bytes, names: list[str]) -> frozenset[str]:
+    """The weights in `names` that some node outside IN_PLACE_CONSUMERS reads:
+    onnxruntime's transpose optimizer may re-lay them out, so they must be
+    onnxruntime's own copies (module docstring)."""
+    wanted = set(names)
+    graph = onnx.load_model_from_string(model).graph
+    return frozenset(name for node in _nodes(graph) if node.op_type not in IN_PLACE_CONSUMERS
+                     for name in node.input if name in wanted)
 
 
 def prepacking_requested() -> bool:
@@ -54,8 +94,11 @@ class OrtNamedWeights:
     object (and the named data) alive as long as any session made with it."""
 
     def __init__(self, api, weights: list[WeightBuffer], upcast: bool,
-                 prepack: bool | None = None):
+                 prepack: bool | None = None, movable: frozenset[str] = frozenset()):
         self.api = api
+        # Weights onnxruntime copies so its layout rewrites stick (layout_movable).
+        self.movable = movable
+        self.movable_bytes = sum(w.nbytes for w in weights if w.name in movable)
         self.prepack = prepacking_requested() if prepack is None else prepack
         self.copied_bytes = 0  # bytes the upcast copied (0 for fp32 partitions)
         self._arrays: list[np.ndarray] = []  # upcast copies
@@ -85,6 +128,8 @@ class OrtNamedWeights:
             api.check(api.AddSessionConfigEntry(options, b"session.disable_prepacking", b"1"),
                       "AddSessionConfigEntry(session.disable_prepacking)")
         for name, value in zip(self._names, self.values):
+            if name.decode() in self.movable:
+                continue  # AddExternalInitializers alone: onnxruntime's own copy
             api.check(api.AddInitializer(options, name, value), f"AddInitializer({name!r})")
         if self.values:
             api.check(api.AddExternalInitializers(options, self._names, self._array,
