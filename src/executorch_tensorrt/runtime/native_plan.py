@@ -74,7 +74,7 @@ class OrtRunPlan:
     every call misses the adapter's plan (new addresses each call, alternating
     shapes) reuses plans instead of building one per call.
 
-    `session` may be a stateful one (state.py OrtStatefulSession): the plan
+    `session` may be a stateful one (onnxruntime/state.py OrtStatefulSession): the plan
     then runs the full model, the state OrtValues the session binds after the
     user's, and carries the position checks the adapter makes before each run.
     NULL entries of `bound.outputs` are outputs of dynamic shape, which the

@@ -1,4 +1,4 @@
-"""State a partition owns between calls (KV caches), for the executors.
+"""State a partition owns between calls (KV caches): the part both executors share.
 
 ExecuTorch never passes a delegate-owned buffer (docs/llm.md): the executor
 allocates it at init from the blob's "state" entries, feeds it to the engine
@@ -10,12 +10,16 @@ with a "positions" entry are checked against the cache, so a bad
 cache_position is an error naming the value and the limit, never a write
 outside the cache.
 
-`reset_state(method)` re-initializes the states of live executors.
+Here: the state specs read from the blob, the position checks, the host-memory
+ExecutorState, the TR02 aliased-output pairs, and the process-wide registry
+behind `reset_state(method)`, which re-initializes the states of live
+executors. What only one executor uses lives with it: the onnxruntime session
+wrapper in runtime/onnxruntime/state.py, the CUDA states in
+runtime/tensorrt/device_state.py, the device copies in runtime/cuda/copies.py.
 """
 from __future__ import annotations
 
 import ctypes
-import math
 import threading
 import weakref
 from dataclasses import dataclass
@@ -26,12 +30,9 @@ import numpy as np
 from ..blob import Blob
 from ..errors import ArgumentError, InvalidProgramError
 from .adapter import abi
-from .arguments import BLOB_DTYPE_TO_NUMPY, SCALAR_TYPE_TO_NUMPY, Binding, dtype_name
-from .cuda.driver import check, driver
-from .cuda.objects import DeviceBuffer, Stream, make_current
+from .arguments import BLOB_DTYPE_TO_NUMPY, Binding
 
 SECTION_INIT_PREFIX = "section:"
-
 
 @dataclass(frozen=True)
 class StateSpec:
@@ -71,7 +72,8 @@ def state_specs(blob: Blob, inputs: Sequence[Binding]) -> list[StateSpec]:
     return specs
 
 
-def _initial(spec: StateSpec) -> np.ndarray:
+def initial_value(spec: StateSpec) -> np.ndarray:
+    """A fresh host array holding the state's exported initial value (or zeros)."""
     if spec.init is None:
         return np.zeros(spec.shape, dtype=spec.dtype)
     # bytearray: a writable copy the array owns
@@ -123,7 +125,7 @@ class ExecutorState:
 
     def __init__(self, specs: list[StateSpec]):
         self.specs = specs
-        self.buffers = [_initial(s) for s in specs]
+        self.buffers = [initial_value(s) for s in specs]
         # functional states: the buffer the next call writes (ping-pong)
         self.spares = [None if s.in_place else np.empty_like(b)
                        for s, b in zip(specs, self.buffers)]
@@ -173,7 +175,7 @@ class ExecutorState:
     def reset(self) -> None:
         with self._lock:  # both buffers of a functional state: a plan may read either
             for spec, buf, spare in zip(self.specs, self.buffers, self.spares):
-                np.copyto(buf, _initial(spec))
+                np.copyto(buf, initial_value(spec))
                 if spare is not None:
                     np.copyto(spare, buf)
 
@@ -183,181 +185,6 @@ class ExecutorState:
             if spec.fqn == fqn:
                 return self.current(k).copy()
         raise KeyError(f"no state {fqn!r}; states: {[s.fqn for s in self.specs]}")
-
-
-class OrtStatefulSession:
-    """An OrtSession seen as having only the user inputs/outputs: run() adds the
-    state values (the last inputs and outputs of the model) and updates them
-    in place or swaps them, without copying."""
-
-    def __init__(self, session, state: ExecutorState, element_types: dict[np.dtype, int]):
-        self.inner, self.state, self.api = session, state, session.api
-        n_state = len(state.specs)
-        n_in, n_out = len(session.inputs) - n_state, len(session.outputs) - n_state
-        if n_in < 0 or n_out < 0:
-            raise InvalidProgramError("the blob lists more states than the embedded ONNX model "
-                                      "has inputs or outputs")
-        for k, spec in enumerate(state.specs):
-            for index, described, name, what in (
-                    (n_in + k, session.inputs[n_in + k], spec.onnx_input, "input"),
-                    (n_out + k, session.outputs[n_out + k], spec.onnx_output, "output")):
-                got_name, element, dims = described
-                if got_name != name or element != element_types.get(spec.dtype) or \
-                        tuple(dims) != spec.shape:
-                    raise InvalidProgramError(
-                        f"state {spec.fqn!r}: the embedded ONNX model's {what} {index} is "
-                        f"{got_name!r} (element type {element}, shape {list(dims)}); the blob "
-                        f"says {name!r} {dtype_name(spec.dtype)} {list(spec.shape)}")
-        self.inputs, self.outputs = session.inputs[:n_in], session.outputs[:n_out]
-        self.n_in, self.n_out = n_in, n_out
-        self._types = element_types
-        self._values: dict[int, ctypes.c_void_p] = {}  # data_ptr -> OrtValue over it
-
-    @property
-    def session(self):
-        return self.inner.session
-
-    def _value(self, array: np.ndarray):
-        address = array.ctypes.data
-        v = self._values.get(address)
-        if v is None:
-            v = self._values[address] = self.api.tensor(
-                address, array.nbytes, array.shape, self._types[array.dtype])
-        return v
-
-    def _written(self) -> list[np.ndarray]:
-        """Where each state's next value goes: its buffer (in place) or its spare."""
-        st = self.state
-        return [b if s is None else s for b, s in zip(st.buffers, st.spares)]
-
-    def _full(self, inputs: ctypes.Array, outputs: ctypes.Array, reads, writes):
-        """The model's value arrays: the user values, then the states' OrtValues."""
-        ins = [getattr(v, "value", v) for v in map(self._value, reads)]
-        outs = [getattr(v, "value", v) for v in map(self._value, writes)]
-        return ((ctypes.c_void_p * (self.n_in + len(ins)))(
-                    *[inputs[i] for i in range(self.n_in)], *ins),
-                (ctypes.c_void_p * (self.n_out + len(outs)))(
-                    *[outputs[i] for i in range(self.n_out)], *outs))
-
-    def run(self, inputs: ctypes.Array, outputs: ctypes.Array) -> None:
-        st = self.state
-        st.sync_plan_swaps()  # the adapter forgot its plan before calling the executor
-        full_in, full_out = self._full(inputs, outputs, st.buffers, self._written())
-        with st._lock:
-            self.inner.run(full_in, full_out)
-            st.swap()
-        for j in range(self.n_out):  # outputs onnxruntime allocated: the caller releases them
-            outputs[j] = full_out[j]
-
-    def plan_values(self, inputs: ctypes.Array, outputs: ctypes.Array):
-        """The arrays a native plan runs: (inputs, outputs, alt_inputs,
-        alt_outputs), each the user values then the states' OrtValues. An
-        in-place state is one OrtValue at both ends; a functional one reads
-        buffer A and writes B, and the alt pair (None without functional
-        states) the reverse; the adapter alternates them, counting in
-        state.plan_swaps. Buffers stay where they are; reset() rewrites them
-        in place."""
-        st = self.state
-        st.sync_plan_swaps()
-        other = self._written()
-        full_in, full_out = self._full(inputs, outputs, st.buffers, other)
-        if all(s is None for s in st.spares):
-            return full_in, full_out, None, None
-        alt_in, alt_out = self._full(inputs, outputs, other, st.buffers)
-        return full_in, full_out, alt_in, alt_out
-
-    def end_profiling(self) -> str:
-        return self.inner.end_profiling()
-
-    def close(self) -> None:
-        for v in self._values.values():
-            self.api.ReleaseValue(v)
-        self._values.clear()
-        self.inner.close()
-
-
-class DeviceState(ExecutorState):
-    """The TensorRT executor's states: CUDA buffers allocated once at init. An
-    "in_place" state binds one pointer as the engine's input and its aliased
-    output (TensorRT's KV_CACHE_UPDATE layer writes in place, checked with
-    engine.get_aliased_input_tensor); "functional" ones alternate two buffers.
-    GPU-only: no machine here runs it (docs/llm.md)."""
-
-    def __init__(self, specs: list[StateSpec], engine, device: int):
-        self.device = device
-        super().__init__(specs)  # host buffers: the initial values
-        initial = self.buffers
-        self.buffers = [DeviceBuffer(b.nbytes, device) for b in initial]
-        self.spares = [None if s is None else DeviceBuffer(b.nbytes, device)
-                       for s, b in zip(self.spares, initial)]
-        for buf, host in zip(self.buffers, initial):
-            _upload(buf, host)
-        names = {engine.get_tensor_name(i) for i in range(engine.num_io_tensors)}
-        for spec in specs:
-            for name in (spec.onnx_input, spec.onnx_output):
-                if name not in names:
-                    raise InvalidProgramError(f"state {spec.fqn!r}: the engine has no tensor "
-                                              f"{name!r}; the blob is inconsistent")
-            aliased = getattr(engine, "get_aliased_input_tensor", None)
-            if spec.in_place and aliased is not None and \
-                    aliased(spec.onnx_output) != spec.onnx_input:
-                raise InvalidProgramError(
-                    f"state {spec.fqn!r} is updated in place, but the engine's output "
-                    f"{spec.onnx_output!r} aliases {aliased(spec.onnx_output)!r}, not "
-                    f"{spec.onnx_input!r}; re-export the program")
-
-    def reset(self) -> None:
-        with self._lock:
-            make_current(self.device)
-            check(driver().cuCtxSynchronize(), "waiting for the calls that use the state")
-            for spec, buf in zip(self.specs, self.buffers):
-                _upload(buf, _initial(spec))
-
-    def value(self, fqn: str) -> np.ndarray:
-        """A host copy of the state's current value (waits for queued calls)."""
-        for spec, buf in zip(self.specs, self.buffers):
-            if spec.fqn == fqn:
-                make_current(self.device)
-                check(driver().cuCtxSynchronize(), "waiting for the calls that use the state")
-                host = np.empty(spec.shape, dtype=spec.dtype)
-                if host.nbytes:
-                    check(driver().cuMemcpyDtoH_v2(host.ctypes.data, buf.address, host.nbytes),
-                          f"copying state {fqn!r} from CUDA memory")
-                return host
-        raise KeyError(f"no state {fqn!r}; states: {[s.fqn for s in self.specs]}")
-
-    def bind(self, context) -> None:
-        """Sets the state tensors' addresses on the execution context (before enqueue)."""
-        for spec, buf, spare in zip(self.specs, self.buffers, self.spares):
-            context.set_input_shape(spec.onnx_input, spec.shape)
-            context.set_tensor_address(spec.onnx_input, buf.address)
-            context.set_tensor_address(spec.onnx_output,
-                                       buf.address if spare is None else spare.address)
-
-
-def _upload(buf: DeviceBuffer, host: np.ndarray) -> None:
-    """A blocking copy of a state's value into its device buffer (init, reset)."""
-    if host.nbytes:
-        check(driver().cuMemcpyHtoD_v2(buf.address, host.ctypes.data, host.nbytes),
-              "copying a state's initial value to CUDA memory")
-
-
-def cuda_positions(arg: abi.EtrtArg, count: int) -> np.ndarray:
-    """A host copy of `count` int64 positions held in CUDA memory (a few bytes)."""
-    host = np.empty(count, dtype=np.int64)
-    if count:
-        status = driver().cuMemcpyDtoH_v2(host.ctypes.data, arg.data, host.nbytes)
-        if status != 0:
-            raise ArgumentError(f"copying the cache positions from CUDA memory failed "
-                                f"(CUresult {status})")
-    return host
-
-
-def copy_device(dst: int, src: int, nbytes: int, stream: Stream) -> None:
-    """A device-to-device copy queued on `stream` (TR02's aliased output slot)."""
-    status = driver().cuMemcpyDtoDAsync_v2(dst, src, nbytes, stream.handle)
-    if status != 0:
-        raise ArgumentError(f"copying an aliased output on the device failed (CUresult {status})")
 
 
 # -- Torch-TensorRT's TR02 aliased outputs ---------------------------------------
@@ -371,28 +198,6 @@ def aliased_pairs(blob: Blob, inputs: Sequence[Binding],
     return [(out_names.index(a["output"]), in_names.index(a["input"]))
             for a in blob.aliased_io]
 
-
-def reflect_aliases(args, pairs: list[tuple[int, int]], n_inputs: int,
-                    outputs: Sequence[Binding]) -> None:
-    """Copies each aliased output into its input's memory (host arguments; the
-    onnxruntime fallback computes the output out of place)."""
-    for j, i in pairs:
-        out, inp = args[n_inputs + j], args[i]
-        if out.data == inp.data:
-            continue
-        if out.device_type != abi.ETRT_DEVICE_CPU or inp.device_type != abi.ETRT_DEVICE_CPU:
-            raise ArgumentError(f"aliased output {outputs[j].name!r} is in device memory; the "
-                                "onnxruntime fallback updates aliased inputs on the host only")
-        dtype = SCALAR_TYPE_TO_NUMPY.get(out.dtype)
-        if dtype is None or out.dtype != inp.dtype or out.shape() != inp.shape():
-            raise ArgumentError(f"aliased output {outputs[j].name!r} ({out.shape()}, dtype "
-                                f"{out.dtype}) differs from its input ({inp.shape()}, dtype "
-                                f"{inp.dtype})")
-        nbytes = math.prod(out.shape()) * dtype.itemsize
-        if nbytes > min(out.nbytes, inp.nbytes):
-            raise ArgumentError(f"aliased output {outputs[j].name!r} needs {nbytes} bytes; "
-                                f"its buffers hold {out.nbytes} and {inp.nbytes}")
-        ctypes.memmove(inp.data, out.data, nbytes)
 
 
 # -- live states, for reset_state ---------------------------------------------------

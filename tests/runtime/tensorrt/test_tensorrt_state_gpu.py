@@ -17,7 +17,8 @@ import torch
 from executorch_tensorrt.errors import ArgumentError
 from executorch_tensorrt.runtime.adapter import abi
 from executorch_tensorrt.runtime.arguments import split_bindings
-from executorch_tensorrt.runtime.state import DeviceState, StateSpec
+from executorch_tensorrt.runtime.state import StateSpec
+from executorch_tensorrt.runtime.tensorrt.device_state import DeviceState
 from executorch_tensorrt.runtime.tensorrt.context import BoundContext
 
 from test_tensorrt_executor_gpu import arg  # tests/runtime

@@ -36,7 +36,8 @@ from ..named_data import NamedData, blob_weights
 from .capi import ELEMENT_TYPE_NAMES, OrtApi, OrtSession
 from .named_weights import OrtNamedWeights, layout_movable
 from .node_timings import OrtNodeProfiler
-from ..state import ExecutorState, OrtStatefulSession, aliased_pairs, reflect_aliases, state_specs
+from ..state import ExecutorState, aliased_pairs, state_specs
+from .state import OrtStatefulSession, reflect_aliases
 
 
 ORT_THREADS_ENV = "EXECUTORCH_TENSORRT_ORT_THREADS"
@@ -115,7 +116,7 @@ class OnnxRuntimeExecutor(Executor):
                 self.weights.release()
             raise
         self.api = self.session.api
-        # Delegate-owned state (KV caches): extra model inputs/outputs (state.py).
+        # Delegate-owned state (KV caches): extra model inputs/outputs (../state.py, ./state.py).
         self.state = ExecutorState(state_specs(blob, self.inputs)) if blob.state else None
         if self.state is not None:
             self.session = OrtStatefulSession(self.session, self.state, _ORT_ELEMENT_TYPES)

@@ -31,7 +31,8 @@ from .cuda_graph_plan import GraphCall
 from ..cuda.graphs import EnqueueGraph, cuda_graphs_enabled, enqueue
 from ..cuda.objects import DeviceBuffer, Event, Stream, caller_stream, make_current
 from .optimization_profiles import ProfileChoice
-from ..state import DeviceState, copy_device, cuda_positions
+from ..cuda.copies import copy_device, cuda_positions
+from .device_state import DeviceState
 
 __all__ = ["SHARED_SCRATCH_ENV", "BoundContext", "SharedScratch", "create_context",
            "shared_scratch_enabled"]
@@ -150,7 +151,7 @@ class BoundContext:
         self.stream = scratch.stream if scratch is not None else Stream(device)
         self.staging: dict[str, DeviceBuffer] = {}  # device buffers for host arguments
         self.layer_profiler = None  # set when per-layer profiling was asked for
-        # Delegate-owned state (state.py) and TR02 aliases (output -> input), set
+        # Delegate-owned state (device_state.py) and TR02 aliases (output -> input), set
         # by the executor. State binds its own tensors on every call (functional
         # states alternate two buffers), so contexts with state or aliases run
         # plain enqueues, not graphs.

@@ -36,7 +36,8 @@ from ..native_plan import signature_key
 from ..named_data import NamedData, WeightBuffer, blob_weights
 from ..onnx_safety import self_contained_onnx
 from .optimization_profiles import check_engine_profiles, engine_profile_choice, profile_choice
-from ..state import DeviceState, aliased_pairs, state_specs
+from ..state import aliased_pairs, state_specs
+from .device_state import DeviceState
 from .context import BoundContext, create_context
 from .layer_timings import attach_layer_profiler
 

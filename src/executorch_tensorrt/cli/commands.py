@@ -1,0 +1,278 @@
+"""What each executorch-tensorrt subcommand does (`cmd_*`), and how an error a
+command lets through becomes an exit code and a message (`classify`).
+
+A thin layer over the tools (runner.py runs and times, compare.py and
+expected.py check, model_source.py finds what to export, program_info.py
+describes). Each command imports what it needs when it runs, so that
+parsing (cli/parser.py, which names these functions) loads nothing heavy.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_RUN, EXIT_EXPORT = 0, 1, 2, 3, 4
+
+
+class Fail(Exception):
+    """A command's own refusal: the message to print and the exit code (main.py)."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def cmd_inspect(args) -> int:
+    from .runner import check_program_file
+
+    path = check_program_file(args.model)  # before loading torch: a wrong file answers fast
+    data = _data_path(path, args.data)
+    from ..program import named_data as ndi
+    from ..program.info import describe_program, device_resident_problems, format_program, read_pte
+
+    pte = read_pte(path)
+    methods = describe_program(pte.program)
+    print(format_program(methods))
+    try:
+        in_ptd = ndi.read_ptd_index(data) if data is not None else {}
+    except ndi.DataFileError as e:
+        raise Fail(EXIT_USAGE, str(e)) from None
+    ptd_name = data.name if data is not None else None
+    print(ndi.format_named_data(ndi.collect(methods, ndi.pte_named_data(pte), in_ptd, ptd_name),
+                                ptd_name))
+    if args.report:
+        from ..aot.partition.report import format_report, read_report
+
+        try:
+            report = read_report(path)
+        except (OSError, ValueError) as e:
+            raise Fail(EXIT_USAGE, f"no partition report: {e}") from None
+        print("\n" + format_report(report))
+    if not args.device_resident:
+        return EXIT_OK
+    problems = device_resident_problems(methods)
+    for problem in problems:
+        print(f"device-resident: FAIL: {problem}")
+    if problems:
+        return EXIT_MISMATCH
+    print("device-resident: OK (no et_copy ops; every method input and output is a CUDA tensor)")
+    return EXIT_OK
+
+
+def _export_options(args) -> dict:
+    options: dict = {"exclude_ops": tuple(args.exclude_op),
+                     "require_backends": tuple(args.require_backend)}
+    if args.precision:
+        options["precision"] = args.precision
+    if args.compute_capability:
+        options["compute_capabilities"] = tuple(args.compute_capability)
+    if args.external_weights and args.inline_weights:
+        raise Fail(EXIT_USAGE, "--external-weights and --inline-weights contradict each other: "
+                                "inline weights live in the blobs, not in a .ptd")
+    if args.external_weights:
+        options["external_weights"] = True
+    if args.inline_weights:
+        options["inline_weights"] = True
+    if args.no_memory_check:
+        options["check_memory"] = False
+    if args.profiles is not None and args.profile:
+        raise Fail(EXIT_USAGE, "--profiles N splits the range itself; --profile gives each "
+                                "profile: use one of them")
+    if args.profiles is not None or args.profile:
+        from ..aot.optimization_profiles import normalize_profiles, parse_profile_text
+
+        try:
+            options["profiles"] = normalize_profiles(
+                args.profiles if args.profiles is not None
+                else [parse_profile_text(t) for t in args.profile])
+        except ValueError as e:
+            raise Fail(EXIT_USAGE, str(e).replace("profiles=", "--profiles ")) from None
+    return options
+
+
+def cmd_export(args) -> int:
+    from .model_source import load_source, parse_dynamic
+    from .runner import UsageError
+
+    out = Path(args.output)
+    if out.suffix != ".pte":
+        raise Fail(EXIT_USAGE, f"the output {out} should end in .pte")
+    if (args.source is None) == (args.example is None):
+        raise Fail(EXIT_USAGE, "give either a SOURCE (model.pt2, module:callable, "
+                                "file.py:callable) or --example NAME")
+    dims = [parse_dynamic(d) for d in args.dynamic]
+    options = _export_options(args)
+    if args.etrecord:  # for `profile`: Inspector maps events to ATen ops with it
+        options["etrecord_path"] = out.with_suffix(".etrecord")
+    reference_inputs = None
+    if args.reference_inputs:
+        from ..program import tensor_file as tf
+
+        reference_inputs = [tf.to_torch(t) for t in
+                            tf.select(tf.read_tensors(args.reference_inputs), "input")]
+    try:
+        src = load_source(args.source, args.example, dims)
+    except UsageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's factory failed
+        raise Fail(EXIT_EXPORT, f"making the model from {args.source} failed: "
+                                 f"{type(e).__name__}: {e}") from None
+    from ..aot.export import export_program
+
+    print(f"exporting {src.description} -> {out}", file=sys.stderr)
+    try:
+        if src.program is not None:
+            result = export_program({"forward": src.program}, None, out,
+                                    reference_inputs=reference_inputs,
+                                    write_expected_file=not args.no_reference, **options)
+        else:
+            result = export_program(src.model, src.inputs, out, dynamic_shapes=src.dynamic_shapes,
+                                    reference_inputs=reference_inputs,
+                                    write_expected_file=not args.no_reference, **options)
+    except Exception as e:  # noqa: BLE001 - torch.export and lowering raise many kinds
+        if os.environ.get("EXECUTORCH_TENSORRT_DEBUG"):
+            raise
+        raise Fail(EXIT_EXPORT, f"export failed: {type(e).__name__}: {e}") from None
+    backends = ", ".join(f"{m}: {' '.join(ids) or 'no delegate'}"
+                         for m, ids in result.backends.items())
+    print(f"wrote {result.path} ({backends})"
+          + "".join(f" + {p}" for p in result.data_paths))
+    if result.expected_path:
+        print(f"reference: {result.expected_path} (+ {result.expected_path.name}.etensors)")
+    return EXIT_OK
+
+
+def cmd_run(args) -> int:
+    from ..program import tensor_file as tf
+    from .runner import (
+        check_program_file,
+        choose_inputs,
+        execute,
+        format_outputs,
+        load_method,
+        method_input_specs,
+        reference_path,
+    )
+
+    path = check_program_file(args.model)
+    data = _data_path(path, args.data)
+    _refuse_device_resident(path, args.method)
+    method = load_method(path, args.method, data)
+    inputs, where = choose_inputs(method_input_specs(method),
+                                  Path(args.inputs) if args.inputs else None, args.fill,
+                                  reference_path(path))
+    print(f"note: {where}", file=sys.stderr)
+    outputs = execute(method, inputs)
+    print(format_outputs(outputs))
+    if args.outputs:
+        tf.write_tensors(args.outputs, outputs)
+        print(f"note: wrote the full outputs to {args.outputs}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_profile(args) -> int:
+    from .profile import profile
+    from .runner import check_program_file
+
+    path = check_program_file(args.model)
+    data = _data_path(path, args.data)
+    _refuse_device_resident(path, args.method)
+    print(profile(path, calls=args.calls, nodes=args.nodes, etrecord=args.etrecord,
+                  etdump=args.etdump, method=args.method,
+                  inputs_file=Path(args.inputs) if args.inputs else None, data_path=data))
+    return EXIT_OK
+
+
+def _data_path(path: Path, data: str | None) -> Path | None:
+    """--data, else model.ptd beside model.pte when it exists (said on stderr)."""
+    from .runner import resolve_data_path
+
+    resolved, note = resolve_data_path(path, data)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    return resolved
+
+
+def _refuse_device_resident(path: Path, method: str) -> None:
+    from ..program.info import device_tensors, read_program
+
+    try:
+        methods = read_program(path)
+    except ValueError:
+        return  # loading says why
+    on_device = [t for m in methods if m.name == method for t in device_tensors(m)]
+    if on_device:
+        raise Fail(EXIT_RUN, f"method {method!r} of {path} keeps {', '.join(on_device)} "
+                    "(a device-resident program). executorch's Python runtime gives methods "
+                    "host tensors, which such a program cannot take. Run it with the C++ "
+                    "reference runner (examples/cpp_runner), which allocates them in CUDA "
+                    "memory.")
+
+
+def cmd_verify(args) -> int:
+    from ..program import tensor_file as tf
+    from ..program.compare import compare_tensors
+    from ..program.references import compare, expected_path, read_expected, reference_tensors
+
+    atol = args.tolerance if args.atol is None else args.atol
+    # A zero tolerance means exact unless a relative one is asked for.
+    rtol = args.rtol if args.rtol is not None else (0.0 if atol == 0 else 1e-4)
+    if atol < 0 or rtol < 0:
+        raise Fail(EXIT_USAGE, "--atol/--tolerance and --rtol must be >= 0")
+    actual = args.output
+    if actual != "-" and tf.is_tensor_file(actual):
+        ref_path, expected = reference_tensors(args.expected)
+        got = tf.select(tf.read_tensors(actual), "output")
+        results = compare_tensors(expected, got, atol, rtol)
+        for r in results:
+            print(("OK   " if r.ok else "FAIL ") + r.describe(atol, rtol))
+        if all(r.ok for r in results):
+            print(f"OK: {len(expected)} output(s) match {ref_path} in every element "
+                  f"(atol {atol:g}, rtol {rtol:g})")
+            return EXIT_OK
+        return EXIT_MISMATCH
+    exp_file = Path(args.expected)
+    if exp_file.suffix == ".pte":
+        exp_file = expected_path(exp_file)
+    if actual != "-" and Path(actual).is_dir():
+        raise Fail(EXIT_USAGE, f"{actual} is a directory, not a runner's output")
+    try:
+        expected = read_expected(exp_file)
+        text = sys.stdin.read() if actual == "-" else Path(actual).read_text(errors="replace")
+    except OSError as e:
+        raise Fail(EXIT_USAGE, f"{e.filename}: {e.strerror}") from None
+    problems = compare(expected, text, atol, rtol)
+    for p in problems:
+        print(f"FAIL {p}")
+    if problems:
+        return EXIT_MISMATCH
+    print(f"OK: {len(expected)} output(s) match {exp_file} in the printed values only "
+          f"(atol {atol:g}, rtol {rtol:g}); compare whole outputs with run --outputs FILE")
+    return EXIT_OK
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return EXIT_OK if run_demo(args.example, Path(args.out_dir), args.atol, args.rtol) \
+        else EXIT_MISMATCH
+
+
+def classify(e: Exception) -> tuple[int, str]:
+    """Exit code and message for an exception a command let through."""
+    from ..program.references import ExpectedError
+    from .runner import RunError, UsageError
+    from ..program.tensor_file import TensorFileError
+
+    if isinstance(e, (UsageError, ExpectedError, TensorFileError)):
+        return EXIT_USAGE, str(e)
+    if isinstance(e, RunError):
+        return EXIT_RUN, str(e)
+    if isinstance(e, OSError) and e.filename:
+        return EXIT_USAGE, f"{e.filename}: {e.strerror}"
+    from ..errors import ExportError
+
+    if isinstance(e, ExportError):
+        return EXIT_EXPORT, str(e)
+    return EXIT_RUN, f"{type(e).__name__}: {e}"

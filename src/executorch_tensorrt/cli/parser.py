@@ -1,0 +1,160 @@
+"""The executorch-tensorrt argument parser: every subcommand, its options and
+help text, each bound to its implementation in cli/commands.py.
+
+Kept apart from the commands so that it stays readable, and so that building
+it imports nothing heavy: --help, --version and usage errors answer without
+loading torch (tests/cli checks it).
+"""
+from __future__ import annotations
+
+import argparse
+
+from ..examples.names import EXAMPLE_NAMES
+from .commands import cmd_demo, cmd_export, cmd_inspect, cmd_profile, cmd_run, cmd_verify
+
+EXIT_CODES = """exit codes:
+  0  success
+  1  checked and wrong: outputs differ from the reference (verify, demo),
+     or inspect --device-resident found a problem
+  2  usage: bad arguments, a missing file or one of the wrong kind, an
+     unknown method, a malformed reference or tensor file
+  3  the program could not be loaded or run (the backend's cause is printed)
+  4  export failed
+Set EXECUTORCH_TENSORRT_DEBUG=1 for Python tracebacks."""
+
+
+def _version() -> str:
+    from .. import __version__  # the package is imported already; metadata lookups are slow
+
+    return __version__
+
+
+def _add_data_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", metavar="PTD",
+                   help="the program's weights file (.ptd; default: MODEL with the suffix "
+                        ".ptd, when it exists)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="executorch-tensorrt", formatter_class=fmt,
+        description="TensorRT delegate for ExecuTorch: export, inspect, run and verify programs.",
+        epilog=EXIT_CODES)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("demo", formatter_class=fmt, epilog=EXIT_CODES,
+                       help="export a built-in model, inspect, run, compare with eager")
+    p.add_argument("--example", choices=EXAMPLE_NAMES, default="cnn")
+    p.add_argument("--out-dir", default="out")
+    p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--rtol", type=float, default=1e-4)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser(
+        "export", formatter_class=fmt, epilog=EXIT_CODES,
+        help="export a model (.pt2, module:callable, or --example) to a .pte",
+        description="SOURCE is a saved torch.export program (model.pt2), or MODULE:CALLABLE / "
+                    "FILE.py:CALLABLE returning an ExportedProgram or (model, example_inputs"
+                    "[, dynamic_shapes]). Also writes OUTPUT's reference (.expected and "
+                    ".expected.etensors: example inputs and eager outputs).")
+    p.add_argument("source", nargs="?", help="model.pt2, module:callable or file.py:callable")
+    p.add_argument("output", help="the .pte to write")
+    p.add_argument("--example", choices=EXAMPLE_NAMES, help="a built-in model instead of SOURCE")
+    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"))
+    p.add_argument("--dynamic", action="append", default=[], metavar="INPUT:DIM:MIN:MAX",
+                   help="make dimension DIM of input INPUT range over MIN..MAX (repeatable), "
+                        "e.g. 0:0:1:8 for a batch of 1 to 8")
+    p.add_argument("--profiles", type=int, metavar="N",
+                   help="N TensorRT optimization profiles: the widest dynamic dimension split "
+                        "in power-of-two buckets (default: one over each dimension's range)")
+    p.add_argument("--profile", action="append", default=[], metavar="DIM=MIN:OPT:MAX[,...]",
+                   help="one optimization profile (repeatable, first containing a call's "
+                        "shapes runs it); DIM is a Dim's name or INPUT:DIM, e.g. "
+                        "0:0=1:16:16 --profile 0:0=17:256:256")
+    p.add_argument("--exclude-op", action="append", default=[], metavar="OP",
+                   help="keep an ATen op off TensorRT, e.g. aten.convolution.default")
+    p.add_argument("--require-backend", action="append", default=[], metavar="BACKEND",
+                   help="fail unless the program has a delegate of BACKEND")
+    p.add_argument("--compute-capability", action="append", default=[], metavar="SM",
+                   help="TensorRT-RTX target, e.g. SM89 (repeatable; default: all it supports)")
+    p.add_argument("--external-weights", action="store_true",
+                   help="store the weights in OUTPUT's .ptd beside it (load both)")
+    p.add_argument("--inline-weights", action="store_true",
+                   help="self-contained blobs: the engine and the ONNX model each carry the "
+                        "weights (twice the size, < 2 GB; no build or refit at load)")
+    p.add_argument("--no-memory-check", action="store_true",
+                   help="export even when the memory estimate says it will not fit")
+    p.add_argument("--reference-inputs", metavar="FILE",
+                   help="a tensor file whose input.* make the reference instead of the "
+                        "example inputs")
+    p.add_argument("--no-reference", action="store_true", help="write no .expected reference")
+    p.add_argument("--etrecord", action="store_true",
+                   help="also write OUTPUT's ETRecord (.etrecord), for `profile`")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "verify", formatter_class=fmt, epilog=EXIT_CODES,
+        help="compare a runner's outputs with the reference written at export",
+        description="OUTPUT is a tensor file from `run --outputs` (every element is compared: "
+                    "|actual - expected| <= atol + rtol * |expected|, NaN equals NaN) or a "
+                    "runner's printed output (only the printed values are compared).")
+    p.add_argument("expected", help="model.pte, model.expected or model.expected.etensors")
+    p.add_argument("output", nargs="?", default="-",
+                   help="tensor file or printed output (default: standard input)")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default 1e-4)")
+    p.add_argument("--rtol", type=float,
+                   help="relative tolerance (default 1e-4; 0 when the absolute one is 0)")
+    p.add_argument("--tolerance", type=float, default=1e-4,
+                   help="same as --atol (kept for older scripts); 0: printed text must match "
+                        "exactly, tensors element for element")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("inspect", formatter_class=fmt, epilog=EXIT_CODES,
+                       help="describe a .pte: I/O, delegates, operators, blobs")
+    p.add_argument("model")
+    p.add_argument("--device-resident", action="store_true",
+                   help="exit 1 unless every method input and output is recorded as a CUDA "
+                        "tensor and no et_copy (host<->device copy) op is left")
+    p.add_argument("--report", action="store_true",
+                   help="also print the partition report export wrote (model.report.json): "
+                        "per ATen op, nodes on TensorRT and elsewhere, and why")
+    _add_data_argument(p)
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser(
+        "run", formatter_class=fmt, epilog=EXIT_CODES,
+        help="run a .pte and print its outputs",
+        description="Inputs: --inputs FILE, else the example inputs stored beside the program "
+                    "(model.expected.etensors), else a deterministic non-constant pattern.")
+    p.add_argument("model")
+    p.add_argument("--method", default="forward")
+    p.add_argument("--inputs", metavar="FILE", help="tensor file with input.0, input.1, ...")
+    p.add_argument("--fill", choices=("pattern", "ones"),
+                   help="ignore stored inputs: fill with the pattern, or with 1")
+    p.add_argument("--outputs", metavar="FILE", help="write the full outputs to a tensor file")
+    _add_data_argument(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "profile", formatter_class=fmt, epilog=EXIT_CODES,
+        help="run a .pte with ETDump and print where its TensorRT partitions spend time",
+        description="Runs CALLS calls with ExecuTorch's ETDump on and prints, per TensorRT "
+                    "partition, the time of each stage of the call and (--nodes) of each ONNX "
+                    "node (onnxruntime fallback) or TensorRT layer, read back with "
+                    "executorch.devtools.Inspector. The ATen ops of each event come from an "
+                    "ETRecord (default: MODEL with the suffix .etrecord, if present). See "
+                    "docs/profiling.md.")
+    p.add_argument("model")
+    p.add_argument("--calls", type=int, default=10, help="calls to run (default 10)")
+    p.add_argument("--nodes", action="store_true",
+                   help="also time each node/layer (slower calls; "
+                        "same as EXECUTORCH_TENSORRT_PROFILE_NODES=1)")
+    p.add_argument("--method", default="forward")
+    p.add_argument("--inputs", metavar="FILE", help="tensor file with input.0, input.1, ...")
+    p.add_argument("--etrecord", metavar="FILE", help="the ETRecord written at export")
+    p.add_argument("--etdump", metavar="FILE", help="also keep the ETDump there")
+    _add_data_argument(p)
+    p.set_defaults(func=cmd_profile)
+    return parser
