@@ -29,7 +29,7 @@ from ..arguments import (
 )
 from .cuda_staging import CudaStaging
 from ..executor import Executor, native_plans_enabled
-from ..native_plan import OrtRunPlan, signature_key
+from ..native_plan import OrtRunPlan, binding_args, signature_key
 from ..onnx_safety import self_contained_onnx
 from .upcast import upcast_to_fp32
 from ..named_data import NamedData, blob_weights
