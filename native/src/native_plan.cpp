@@ -31,6 +31,12 @@ bool has_appended(const etrt_native_plan& plan) {
   return plan.struct_size >= offsetof(etrt_native_plan, cuda_graph);
 }
 
+bool has_any_address(const etrt_native_plan& plan) {
+  return plan.struct_size >= sizeof(etrt_native_plan) && plan.any_address != 0;
+}
+
+uint64_t empty_buffer = 0; // onnxruntime refuses a NULL buffer even for an empty tensor
+
 /* Python's repr of the first (up to) 8 positions, as the executor quotes them. */
 std::string first_positions(const int64_t* positions, int64_t count) {
   std::string text = "[";
@@ -58,6 +64,12 @@ bool NativePlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
     return false;
   }
   num_user_inputs_ = plan->num_inputs - num_state;
+  any_address_ = has_any_address(*plan);
+  if (any_address_ && (plan->ort_create_tensor == nullptr || plan->ort_memory_info == nullptr ||
+                       plan->element_types == nullptr || plan->ort_release_value == nullptr)) {
+    any_address_ = false;
+    return false;
+  }
   try {
     args_.reserve(num_args);
     for (uint64_t i = 0; i < num_args; ++i) {
@@ -77,6 +89,16 @@ bool NativePlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
       clear();
       return false;
     }
+    if (any_address_) {
+      in_values_.assign(plan->inputs, plan->inputs + plan->num_inputs);
+      out_values_.assign(plan->outputs, plan->outputs + plan->num_outputs);
+      if (plan->alt_inputs != nullptr) {
+        alt_in_values_.assign(plan->alt_inputs, plan->alt_inputs + plan->num_inputs);
+        alt_out_values_.assign(plan->alt_outputs, plan->alt_outputs + plan->num_outputs);
+      }
+      bound_data_.assign(num_args, nullptr);
+      owned_.assign(num_args, nullptr);
+    }
   } catch (const std::bad_alloc&) {
     clear();
     return false;
@@ -89,7 +111,7 @@ bool NativePlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
  * adapter could not perform one safely (the plan is then refused). */
 bool NativePlan::adopt_appended(const etrt_native_plan& plan) {
   const uint64_t num_user_outputs = args_.size() - num_user_inputs_;
-  for (uint64_t j = 0; j < num_user_outputs; ++j) {
+  for (uint64_t j = 0; j < num_user_outputs && !any_address_; ++j) {
     if (plan.outputs[j] == nullptr) {
       copy_out_.push_back(j);
     }
@@ -101,7 +123,7 @@ bool NativePlan::adopt_appended(const etrt_native_plan& plan) {
     if (plan.alt_inputs == nullptr || plan.alt_outputs == nullptr || plan.swaps == nullptr) {
       return false;
     }
-    for (uint64_t j = 0; j < num_user_outputs; ++j) {
+    for (uint64_t j = 0; j < num_user_outputs && !any_address_; ++j) {
       if ((plan.alt_outputs[j] == nullptr) != (plan.outputs[j] == nullptr)) {
         return false; // the same outputs are copied out whichever pair runs
       }
@@ -127,7 +149,7 @@ bool NativePlan::adopt_appended(const etrt_native_plan& plan) {
     const Arg& a = args_[check.arg_index];
     const int64_t count = a.ndim > 0 ? sizes_[a.shape_at] : 1;
     if (a.dtype != kScalarTypeLong || a.device_type != ETRT_DEVICE_CPU || count < 0 ||
-        (count > 0 && a.data == nullptr) ||
+        (count > 0 && a.data == nullptr && !any_address_) ||
         static_cast<uint64_t>(count) > a.nbytes / sizeof(int64_t)) {
       return false;
     }
@@ -138,6 +160,20 @@ bool NativePlan::adopt_appended(const etrt_native_plan& plan) {
 }
 
 void NativePlan::clear() {
+  if (plan_ != nullptr) { // the plan (and its ReleaseValue) is still valid here
+    for (void* value : owned_) {
+      if (value != nullptr) {
+        plan_->ort_release_value(value);
+      }
+    }
+  }
+  owned_.clear();
+  bound_data_.clear();
+  in_values_.clear();
+  out_values_.clear();
+  alt_in_values_.clear();
+  alt_out_values_.clear();
+  any_address_ = false;
   plan_ = nullptr;
   num_user_inputs_ = 0;
   checks_.clear();
@@ -154,7 +190,10 @@ bool NativePlan::matches(const etrt_arg* args, uint64_t num_args) const {
   for (uint64_t i = 0; i < num_args; ++i) {
     const etrt_arg& a = args[i];
     const Arg& s = args_[i];
-    if (a.kind != s.kind || a.dtype != s.dtype || a.ndim != s.ndim || a.data != s.data ||
+    if (any_address_ ? (a.nbytes > 0 && a.data == nullptr) : a.data != s.data) {
+      return false;
+    }
+    if (a.kind != s.kind || a.dtype != s.dtype || a.ndim != s.ndim ||
         a.nbytes != s.nbytes || a.device_type != s.device_type ||
         a.device_index != s.device_index) {
       return false;
@@ -169,20 +208,79 @@ bool NativePlan::matches(const etrt_arg* args, uint64_t num_args) const {
   return true;
 }
 
-int32_t NativePlan::run(etrt_arg* args) const {
+/* An any_address plan: OrtValues over the memory of each argument whose
+ * address changed (the signature fixed everything else). */
+int32_t NativePlan::bind(const etrt_arg* args) {
+  const etrt_native_plan& p = *plan_;
+  int64_t shape[kMaxOutputRank];
+  for (uint64_t k = 0; k < args_.size(); ++k) {
+    const etrt_arg& a = args[k];
+    if (owned_[k] != nullptr && bound_data_[k] == a.data) {
+      continue;
+    }
+    const Arg& s = args_[k];
+    if (s.ndim > static_cast<int32_t>(kMaxOutputRank)) {
+      return fail(Error::InvalidArgument, "argument %llu has rank %d (native plan: at most %zu)",
+                  static_cast<unsigned long long>(k), s.ndim, kMaxOutputRank);
+    }
+    for (int32_t d = 0; d < s.ndim; ++d) {
+      shape[d] = sizes_[s.shape_at + d];
+    }
+    void* value = nullptr;
+    void* status = p.ort_create_tensor(p.ort_memory_info, a.data ? a.data : &empty_buffer,
+                                       static_cast<size_t>(a.nbytes), shape,
+                                       static_cast<size_t>(s.ndim), p.element_types[k], &value);
+    if (status != nullptr || value == nullptr) {
+      const char* message = status != nullptr ? p.ort_error_message(status) : nullptr;
+      const Failure failed = fail(Error::Internal, "onnxruntime could not wrap argument %llu "
+                                  "(native plan): %s", static_cast<unsigned long long>(k),
+                                  message != nullptr ? message : "(no value)");
+      if (status != nullptr) {
+        p.ort_release_status(status);
+      }
+      return failed;
+    }
+    if (owned_[k] != nullptr) {
+      p.ort_release_value(owned_[k]);
+    }
+    owned_[k] = value;
+    bound_data_[k] = a.data;
+    if (k < num_user_inputs_) {
+      in_values_[k] = value;
+      if (!alt_in_values_.empty()) alt_in_values_[k] = value;
+    } else {
+      out_values_[k - num_user_inputs_] = value;
+      if (!alt_out_values_.empty()) alt_out_values_[k - num_user_inputs_] = value;
+    }
+  }
+  return 0;
+}
+
+int32_t NativePlan::run(etrt_arg* args) {
   const etrt_native_plan& p = *plan_;
   if (!checks_.empty()) {
-    const int32_t refused = check_positions(); // before anything is written
+    const int32_t refused = check_positions(args); // before anything is written
     if (refused != 0) {
       return refused;
+    }
+  }
+  if (any_address_) {
+    const int32_t unbound = bind(args);
+    if (unbound != 0) {
+      return unbound;
     }
   }
   // Ping-pong states: the pair *swaps selects (executor_table.h).
   const bool alternate = has_appended(p) && p.alt_inputs != nullptr;
   const bool odd = alternate && (*p.swaps & 1u) != 0;
+  const void* const* inputs = odd ? p.alt_inputs : p.inputs;
   void** outputs = odd ? p.alt_outputs : p.outputs;
+  if (any_address_) {
+    inputs = odd ? alt_in_values_.data() : in_values_.data();
+    outputs = odd ? alt_out_values_.data() : out_values_.data();
+  }
   void* status = p.ort_run(p.session, p.run_options, p.input_names,
-                           odd ? p.alt_inputs : p.inputs, static_cast<size_t>(p.num_inputs),
+                           inputs, static_cast<size_t>(p.num_inputs),
                            p.output_names, static_cast<size_t>(p.num_outputs), outputs);
   if (status == nullptr && alternate) {
     *p.swaps += 1; // the states now live in the buffers just written
@@ -208,9 +306,9 @@ int32_t NativePlan::run(etrt_arg* args) const {
 
 /* The executor's checks (runtime/state.py check_positions), with its words:
  * the call fails the same way whichever side runs it. */
-int32_t NativePlan::check_positions() const {
+int32_t NativePlan::check_positions(const etrt_arg* args) const {
   for (const PositionCheck& c : checks_) {
-    const auto* positions = static_cast<const int64_t*>(args_[c.arg].data);
+    const auto* positions = static_cast<const int64_t*>(args[c.arg].data);
     const char* what = c.what.c_str();
     if (c.count > c.capacity) {
       return fail(Error::InvalidArgument,

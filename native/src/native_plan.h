@@ -30,7 +30,7 @@ class NativePlan {
   /* Runs the plan on the arguments matches() accepted: checks the cache
    * positions, runs, fills the outputs of dynamic shape. Returns 0 or an
    * Error code with the cause in last_error. */
-  int32_t run(etrt_arg* args) const;
+  int32_t run(etrt_arg* args);
 
  private:
   struct Arg {
@@ -47,7 +47,8 @@ class NativePlan {
     std::string what;
   };
   bool adopt_appended(const etrt_native_plan& plan);
-  int32_t check_positions() const;
+  int32_t check_positions(const etrt_arg* args) const;
+  int32_t bind(const etrt_arg* args); // any_address plans: OrtValues over this call's memory
   int32_t copy_out(etrt_arg* args, void** outputs) const;
   int32_t copy_one(void* value, etrt_arg& arg, uint64_t output) const;
 
@@ -58,6 +59,13 @@ class NativePlan {
   std::vector<uint8_t> dim_order_;
   std::vector<PositionCheck> checks_;
   std::vector<uint64_t> copy_out_; // delegate outputs onnxruntime allocates (NULL entries)
+  // any_address plans (issue 19): the adapter's own value arrays and the
+  // OrtValues it made over each delegate argument's memory.
+  bool any_address_ = false;
+  std::vector<const void*> in_values_, alt_in_values_;
+  std::vector<void*> out_values_, alt_out_values_;
+  std::vector<const void*> bound_data_;
+  std::vector<void*> owned_;
 };
 
 } // namespace etrt

@@ -376,6 +376,14 @@ class TensorRTBackend final : public et::BackendInterface {
       std::memset(&arg_array[i], 0, sizeof(etrt_arg));
       arg_array[i].struct_size = sizeof(etrt_arg);
     }
+    // A plan for any address lets the first call run without the executor
+    // (no Python, so no other thread can enter the method mid-call; issue 19).
+    const etrt_native_plan* plan = nullptr;
+    if (has_native_plan(table) && table->native_plan(handle, &plan) == 0 && plan != nullptr &&
+        !state->plan.adopt(plan, num_args)) {
+      state->graph_plan.adopt(plan, num_args);
+    }
+    clear_last_error();
     return state;
   }
 };

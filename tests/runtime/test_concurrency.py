@@ -6,9 +6,10 @@ second thread out of the method's planned memory as long as nothing inside
 the call runs Python bytecode: the interpreter may switch threads between any
 two bytecodes. After the first call the adapter runs identical calls from the
 executor's native plan (native_plan.cpp, runtime/native_plan.py) without
-entering Python, so there is nothing to switch in. The first call of a method
-(or one with new arguments) still runs Python; the adapter detects an overlap
-there and fails both calls (docs/concurrency.md)."""
+entering Python, so there is nothing to switch in; a partition with static
+shapes has its plan from init, its first call included. A call that runs
+Python (dynamic shapes, plans off) can be overlapped; the adapter detects
+that and fails both calls (docs/concurrency.md)."""
 from __future__ import annotations
 
 import json
@@ -119,11 +120,15 @@ def test_a_call_that_enters_a_running_method_fails_both_calls(mlp_program, allow
                                                                 monkeypatch, capfd):
     """The adapter's guard, made deterministic: the method is entered again
     from inside its own delegate call. Both calls fail; without the guard both
-    returned, the outer one with the inner one's data."""
+    returned, the outer one with the inner one's data. Plans are off: a
+    static partition's first call now runs the init plan and never enters
+    the Python executor (issue 19), and the guard must still hold for the
+    calls that do (plans off, dynamic shapes)."""
     from executorch.runtime import Runtime
 
     from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 
+    monkeypatch.setenv("EXECUTORCH_TENSORRT_NATIVE_PLAN", "0")
     method = Runtime.get().load_program(mlp_program).load_method("forward")
     inner_errors: list[Exception] = []
     original = OnnxRuntimeExecutor.execute

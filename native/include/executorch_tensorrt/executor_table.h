@@ -281,6 +281,24 @@ typedef struct etrt_native_plan {
    * before num_state_values (struct_size, kind, withdrawn, num_args,
    * signature) and this one; the ORT fields stay NULL. ---- */
   const etrt_cuda_graph_plan* cuda_graph;
+  /* ---- Appended (issue 19): plans for any address. Read only when
+   * struct_size covers them. any_address non-zero: a call matches on every
+   * signature field but `data` (which must be non-NULL when nbytes > 0); the
+   * adapter binds its own OrtValues over each call's delegate arguments with
+   * ort_create_tensor (onnxruntime's CreateTensorWithDataAsOrtValue) using
+   * ort_memory_info and element_types[k] (ONNX element type of delegate
+   * argument k), releases them with ort_release_value, and runs with its own
+   * copies of the value arrays (the user entries of inputs/outputs and of the
+ * alt pair are then ignored; the state entries are used as they are). It may be
+   * handed out right after init (the adapter asks then too), so the first
+   * call runs without the executor. ---- */
+  int32_t any_address;
+  int32_t reserved1;
+  void* (*ort_create_tensor)(const void* memory_info, void* data, size_t nbytes,
+                             const int64_t* shape, size_t ndim, int32_t element_type,
+                             void** value);
+  const void* ort_memory_info;
+  const int32_t* element_types; /* num_args entries */
 } etrt_native_plan;
 
 
@@ -302,7 +320,9 @@ typedef struct etrt_executor_table {
    * after an execute of `handle` returned 0, on the same thread: stores the
    * executor's plan for the call just made in *plan, or NULL for none
    * (dynamic output shapes, staged device memory, an executor without
-   * plans). Returns 0, or an Error code (the adapter then uses no plan). */
+   * plans). Returns 0, or an Error code (the adapter then uses no plan).
+ * The adapter also calls it right after a successful init (a plan with
+ * any_address set lets the first call run without the executor). */
   int32_t (*native_plan)(uint64_t handle, const etrt_native_plan** plan);
 } etrt_executor_table;
 

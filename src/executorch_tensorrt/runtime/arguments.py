@@ -30,6 +30,7 @@ __all__ = ["ArgumentError", "Binding", "SCALAR_TYPE_TO_NUMPY", "check_args", "ch
 SCALAR_TYPE_TO_NUMPY: dict[int, np.dtype] = {code: np.dtype(t) for code, t in {
     0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16,
     6: np.float32, 7: np.float64, 11: np.bool_, 15: ml_dtypes.bfloat16}.items()}
+NUMPY_TO_SCALAR_TYPE: dict[np.dtype, int] = {t: code for code, t in SCALAR_TYPE_TO_NUMPY.items()}
 BLOB_DTYPE_TO_NUMPY: dict[str, np.dtype] = {
     name: SCALAR_TYPE_TO_NUMPY[code] for name, code in DTYPE_TO_SCALAR_TYPE.items()
     if code in SCALAR_TYPE_TO_NUMPY

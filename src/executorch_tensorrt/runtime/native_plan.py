@@ -18,6 +18,7 @@ import ctypes
 from typing import Sequence
 
 from .adapter import abi
+from .arguments import NUMPY_TO_SCALAR_TYPE
 
 __all__ = ["OrtRunPlan", "make_signature", "signature_key"]
 
@@ -81,7 +82,11 @@ class OrtRunPlan:
     adapter copies out, adding the bytes to `copied_bytes`."""
 
     def __init__(self, session, bound, args: Sequence[abi.EtrtArg], num_args: int,
-                 key: tuple, copied_bytes: ctypes.c_uint64 | None = None):
+                 key: tuple, copied_bytes: ctypes.c_uint64 | None = None,
+                 element_types: Sequence[int] | None = None):
+        """`element_types` (ONNX element type per argument): the adapter binds
+        any address itself (any_address), so the plan serves every call with
+        these shapes, the first one included; every output must then be fixed."""
         api = session.api
         self.key = key
         self._signature, self._shapes = make_signature(args, num_args)
@@ -133,6 +138,12 @@ class OrtRunPlan:
         p.ort_release_value = _address(api.ReleaseValue)
         if copied_bytes is not None:
             p.copied_bytes = ctypes.pointer(copied_bytes)
+        if element_types is not None:
+            self._element_types = (ctypes.c_int32 * num_args)(*element_types)
+            p.any_address = 1
+            p.ort_create_tensor = _address(api.CreateTensorWithDataAsOrtValue)
+            p.ort_memory_info = api.cpu_memory.value
+            p.element_types = ctypes.cast(self._element_types, ctypes.POINTER(ctypes.c_int32))
         if alt_inputs is not None:  # functional states: the adapter alternates the pairs
             p.alt_inputs = ctypes.cast(alt_inputs, ctypes.POINTER(ctypes.c_void_p))
             p.alt_outputs = ctypes.cast(alt_outputs, ctypes.POINTER(ctypes.c_void_p))
@@ -143,3 +154,23 @@ class OrtRunPlan:
         readable for the rest of the process (the adapter may still hold it)."""
         self.struct.withdrawn = 1
         retire(self)
+
+
+def binding_args(bindings) -> list[abi.EtrtArg]:
+    """Arguments as the bindings declare them (static shape, contiguous, host,
+    no memory yet): the signature of a plan handed out at init."""
+    args = []
+    for b in bindings:
+        arg = abi.EtrtArg()
+        ndim = len(b.shape)
+        sizes = (ctypes.c_int32 * max(ndim, 1))(*b.shape)
+        order = (ctypes.c_uint8 * max(ndim, 1))(*range(ndim))
+        arg._keep = (sizes, order)
+        arg.struct_size = ctypes.sizeof(abi.EtrtArg)
+        arg.kind, arg.is_input = abi.ETRT_ARG_TENSOR, int(b.is_input)
+        arg.dtype, arg.ndim, arg.nbytes = NUMPY_TO_SCALAR_TYPE[b.dtype], ndim, b.nbytes()
+        arg.device_type, arg.data = abi.ETRT_DEVICE_CPU, None
+        arg.sizes = ctypes.cast(sizes, ctypes.POINTER(ctypes.c_int32))
+        arg.dim_order = ctypes.cast(order, ctypes.POINTER(ctypes.c_uint8))
+        args.append(arg)
+    return args

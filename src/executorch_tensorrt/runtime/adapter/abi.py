@@ -254,6 +254,12 @@ class EtrtNativePlan(ctypes.Structure):
         ("swaps", ctypes.POINTER(ctypes.c_uint64)),
         # Appended (issue 23): ETRT_PLAN_CUDA_GRAPH's own fields.
         ("cuda_graph", ctypes.POINTER(EtrtCudaGraphPlan)),
+        # Appended (issue 19): the adapter binds any address itself.
+        ("any_address", ctypes.c_int32),
+        ("reserved1", ctypes.c_int32),
+        ("ort_create_tensor", ctypes.c_void_p),
+        ("ort_memory_info", ctypes.c_void_p),
+        ("element_types", ctypes.POINTER(ctypes.c_int32)),
     ]
 
 
