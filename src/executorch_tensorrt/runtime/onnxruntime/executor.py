@@ -148,7 +148,9 @@ class OnnxRuntimeExecutor(Executor):
         # and no call runs Python (docs/concurrency.md, cold first calls).
         static = all(b.dtype is not None and b.shape is not None and -1 not in b.shape
                      for b in self.inputs + self.outputs)
-        self.any_address = self.publish_plans and self.fixed_outputs and static
+        # Not for delegate-owned state: its values join the plan after a Python call.
+        self.any_address = (self.publish_plans and self.fixed_outputs and static
+                            and self.state is None)
         if self.any_address:
             args = binding_args(self.inputs + self.outputs)
             n = len(args)
