@@ -18,7 +18,7 @@ from typing import Sequence
 import ml_dtypes  # bfloat16 for numpy; onnx, which the runtime imports, depends on it
 import numpy as np
 
-from ..blob import DTYPE_TO_SCALAR_TYPE
+from ..dtypes import DTYPES
 from ..errors import ArgumentError, InvalidProgramError
 from .adapter import abi
 from .adapter.loader import last_error, resize_tensor
@@ -26,15 +26,15 @@ from .adapter.loader import last_error, resize_tensor
 __all__ = ["ArgumentError", "Binding", "SCALAR_TYPE_TO_NUMPY", "check_args", "checked_nbytes",
            "dtype_name", "host_array", "optimization_profiles", "resize_output", "split_bindings"]
 
-# ExecuTorch ScalarType code -> numpy dtype (the codes are c10's).
-SCALAR_TYPE_TO_NUMPY: dict[int, np.dtype] = {code: np.dtype(t) for code, t in {
-    0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16,
-    6: np.float32, 7: np.float64, 11: np.bool_, 15: ml_dtypes.bfloat16}.items()}
+# Views of the one dtype table (dtypes.py), as numpy dtypes; bfloat16 is ml_dtypes'.
+def _np(name: str) -> np.dtype:
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+SCALAR_TYPE_TO_NUMPY: dict[int, np.dtype] = {d.scalar_type: _np(d.numpy) for d in DTYPES if d.numpy}
 NUMPY_TO_SCALAR_TYPE: dict[np.dtype, int] = {t: code for code, t in SCALAR_TYPE_TO_NUMPY.items()}
 BLOB_DTYPE_TO_NUMPY: dict[str, np.dtype] = {
-    name: SCALAR_TYPE_TO_NUMPY[code] for name, code in DTYPE_TO_SCALAR_TYPE.items()
-    if code in SCALAR_TYPE_TO_NUMPY
-}
+    d.blob_name: _np(d.numpy) for d in DTYPES if d.blob_name and d.numpy}
 
 
 def dtype_name(dtype: np.dtype | None) -> str:

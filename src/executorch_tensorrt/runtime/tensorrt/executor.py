@@ -23,6 +23,7 @@ from ...errors import (
 from ...tensorrt.flavor import collecting_logger, load_tensorrt
 from ..adapter import abi
 from .. import profiling
+from ...dtypes import DTYPES, tensorrt_dtype
 from ..arguments import SCALAR_TYPE_TO_NUMPY, Binding, dtype_name, split_bindings
 from ..cuda.device import chosen_device
 from .cuda_graph_plan import CudaGraphPlan
@@ -42,12 +43,6 @@ from .context import BoundContext, create_context
 from .layer_timings import attach_layer_profiler
 
 __all__ = ["BoundContext", "EngineUnavailable", "TensorRTExecutor"]  # BoundContext: tensorrt_context.py
-
-
-# TensorRT DataType name -> ExecuTorch ScalarType code (arguments.py's table
-# gives the numpy dtype); BF16 and INT64 are missing from older TensorRTs.
-_TRT_SCALAR_TYPES = {"FLOAT": 6, "HALF": 5, "INT8": 1, "INT32": 3, "BOOL": 11, "UINT8": 0,
-                     "BF16": 15, "INT64": 4}
 
 
 def device_capability(device: int) -> str:
@@ -96,8 +91,9 @@ def engine_binding(trt, engine, binding: Binding) -> Binding:
         raise InvalidProgramError(f"the blob names binding {binding.name!r}, which the engine "
                                   f"does not have (it has {sorted(names)})")
     is_input = engine.get_tensor_mode(binding.name) == m.TensorIOMode.INPUT
-    to_numpy = {getattr(m.DataType, name): SCALAR_TYPE_TO_NUMPY[code]
-                for name, code in _TRT_SCALAR_TYPES.items() if hasattr(m.DataType, name)}
+    # dtypes.py's rows that this TensorRT has (BF16/INT64 are missing from older ones)
+    to_numpy = {tensorrt_dtype(m, d): SCALAR_TYPE_TO_NUMPY[d.scalar_type] for d in DTYPES
+                if d.scalar_type in SCALAR_TYPE_TO_NUMPY and tensorrt_dtype(m, d) is not None}
     dtype = to_numpy.get(engine.get_tensor_dtype(binding.name))
     shape = tuple(engine.get_tensor_shape(binding.name))
     if (is_input != binding.is_input or dtype is None
