@@ -7,6 +7,7 @@
  * opaque handles as pointers.
  */
 #include "cuda_graph_plan.h"
+#include "dl_symver.h"
 
 #include "last_error.h"
 

@@ -1,4 +1,5 @@
 #include "ptd_check.h"
+#include "dl_symver.h"
 
 #include <executorch/extension/flat_tensor/flat_tensor_data_map.h>
 #include <executorch/runtime/core/data_loader.h>

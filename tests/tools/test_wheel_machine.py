@@ -15,7 +15,7 @@ from executorch_tensorrt.runtime.adapter import loader  # noqa: E402
 
 
 def test_machine_rule(tmp_path):
-    installed = Path(loader.__file__).resolve().parent.parent / "lib" / loader.ADAPTER_FILENAME
+    installed = Path(loader.__file__).resolve().parents[2] / "lib" / loader.ADAPTER_FILENAME
     reference = wc.read_elf(wc.executorch_package_dir() / "lib" / "libexecutorch.so")
     assert wc.check_machine(wc.read_elf(installed), reference) == []
     data = bytearray(installed.read_bytes())

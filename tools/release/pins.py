@@ -36,6 +36,8 @@ SITES: dict[str, int] = {
     # executorch, torch, onnx, onnxscript, onnxruntime (5);
     # [project.optional-dependencies] rtx: tensorrt-rtx-cu13 (1).
     "pyproject.toml": 7,
+    # the emulated aarch64 run's pip line: executorch, onnxruntime, onnx, onnxscript (4).
+    "docs/aarch64.md": 4,
     # To add once they exist (count the pinned requirements in them):
     # ".ci/run": N,                 # pip install lines
     # "README.md": N,               # pip install commands in code blocks

@@ -42,7 +42,7 @@ def _import(env_extra: dict[str, str], cwd: Path) -> subprocess.CompletedProcess
 
 
 def test_adapter_of_another_architecture_is_refused_by_name(tmp_path):
-    installed = Path(loader.__file__).resolve().parent.parent / "lib" / loader.ADAPTER_FILENAME
+    installed = Path(loader.__file__).resolve().parents[2] / "lib" / loader.ADAPTER_FILENAME
     foreign = _retarget(installed, tmp_path / loader.ADAPTER_FILENAME)
     proc = _import({loader.ADAPTER_ENV: str(foreign)}, tmp_path)
     assert proc.returncode == 1, proc.stderr  # a Python exception, not a signal
