@@ -22,7 +22,10 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
 from helpers import tensorrt_blobs
+from layering_rules import import_edges, violations
 
 CHILD = textwrap.dedent(r'''
     import importlib, json, os, sys
@@ -128,3 +131,56 @@ def test_runtime_imports_neither_aot_nor_exir(exported, tmp_path):
     assert result["aot"] == []
     assert result["out"] == [[2.0] * 3] * 2
     assert result["engine"] > 0
+
+
+# Static rules over the source tree (layering_rules.py); function-local imports count.
+SRC_ROOT = Path(__file__).resolve().parents[2] / "src"
+
+
+def test_source_tree_keeps_the_import_rules():
+    edges = import_edges(SRC_ROOT)
+    assert len(edges) > 100  # the walk found the package
+    assert violations(edges) == []
+
+
+def _plant(root, files):
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_checker_reports_planted_violations(tmp_path):
+    _plant(tmp_path, {
+        "fakepkg/__init__.py": "",
+        "fakepkg/errors.py": "",
+        "fakepkg/blob/__init__.py": "from ..errors import *\n",
+        "fakepkg/runtime/__init__.py": "",
+        "fakepkg/runtime/run.py": ("from fakepkg.blob import x\n"
+                                   "def later():\n    from ..aot import backend\n"
+                                   "    import torch\n"),
+        "fakepkg/aot/__init__.py": "",
+        "fakepkg/aot/backend.py": "from ..cli import main\n",
+        "fakepkg/cli/__init__.py": "",
+        "fakepkg/cli/main.py": "from fakepkg.aot import backend\n",
+        "fakepkg/tensorrt/__init__.py": "from fakepkg.program import info\n",
+        "fakepkg/program/__init__.py": "",
+    })
+    found = violations(import_edges(tmp_path, "fakepkg"), "fakepkg")
+    assert found == [
+        "nothing imports cli/: fakepkg.aot.backend:1 imports fakepkg.cli",
+        "nothing imports cli/: fakepkg.aot.backend:1 imports fakepkg.cli.main",
+        "runtime/ never imports aot, quantization, cli, exir or torch: "
+        "fakepkg.runtime.run:3 imports fakepkg.aot",
+        "runtime/ never imports aot, quantization, cli, exir or torch: "
+        "fakepkg.runtime.run:3 imports fakepkg.aot.backend",
+        "runtime/ never imports aot, quantization, cli, exir or torch: "
+        "fakepkg.runtime.run:4 imports torch",
+        "upward import (aot below cli): fakepkg.aot.backend:1 imports fakepkg.cli",
+        "upward import (aot below cli): fakepkg.aot.backend:1 imports fakepkg.cli.main",
+        "upward import (runtime below aot): fakepkg.runtime.run:3 imports fakepkg.aot",
+        "upward import (runtime below aot): fakepkg.runtime.run:3 imports fakepkg.aot.backend",
+        "upward import (tensorrt below program): fakepkg.tensorrt:1 imports fakepkg.program",
+        "upward import (tensorrt below program): "
+        "fakepkg.tensorrt:1 imports fakepkg.program.info",
+    ]
