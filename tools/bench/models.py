@@ -26,7 +26,7 @@ from pathlib import Path
 
 os.environ.setdefault("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # tools/<role>/ -> the repository
 CLI_CASES = (["--help"], ["--version"], ["run", "--help"], ["run"])
 
 

@@ -28,7 +28,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # tools/<role>/ -> the repository
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Start-up of a C++ process"
 ENV = dict(os.environ, EXECUTORCH_TENSORRT_FALLBACK="onnxruntime")

@@ -57,7 +57,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
 from packaging.version import InvalidVersion, Version
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # tools/<role>/ -> the repository
 PACKAGE = "executorch_tensorrt"
 ADAPTER = "libexecutorch_backend_tensorrt.so"
 ADAPTER_DIR = f"{PACKAGE}/lib"  # relative to site-packages
