@@ -163,6 +163,30 @@ def test_fuzz_slice_ptd(tmp_path):
             assert frames and frames[0] == "load_program", (f, frames[:3])
 
 
+def test_fuzz_slice_stateful(tmp_path):
+    """The stateful seed: a KV-cache decoder, each case a prefill and then a
+    decode step on one method, mutating the program (its blob's state entries
+    included): no crash of ours, no hang, no wrong output from our regions."""
+    out = tmp_path / "fuzz-decoder"
+    proc = subprocess.run(
+        [sys.executable, str(FUZZ_PY), "--example", "decoder", "--out", str(out),
+         "--cases", "150", "--seed", "9", "--jobs", "2", "--time", "120", "--timeout", "30",
+         "--max-gdb", "0"],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["cases"] >= 120, summary["cases"]
+    outcomes = summary["outcomes"]
+    assert outcomes.get("clean_error", 0) > 50 and outcomes.get("same_output", 0) > 0, outcomes
+    assert not summary["unexpected_errors"], summary["unexpected_errors"][:3]
+    findings = summary["findings"]
+    bad = [f for f in findings if (f["outcome"] == "crash" and f["location"] == "ours")
+           or f["outcome"] == "hang"
+           or (f["outcome"] == "wrong_output" and f["kind"] in fuzz.OUR_REGION_KINDS)]
+    assert not bad, bad[:3]
+
+
 DATA = REPO / "tests" / "data" / "fuzz"
 # ExecuTorch crashes the fuzzer found, as reproducers on a 2 KB program
 # (tests/data/fuzz/seed-add-small.pte, the "add" example with a stub engine:

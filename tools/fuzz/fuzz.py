@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzz_runner import (  # noqa: E402
     OUR_CODE_MARKERS,
     OUTCOMES,
+    Calls,
     Case,
     ForkServer,
     crash_site,
@@ -167,19 +168,39 @@ def mutate(rng: random.Random, pte: bytes, region: Region) -> tuple[bytes, str]:
 # ------------------------------------------------------------------ driver
 
 
+# the stateful seed: a KV-cache decoder whose case is a prefill then a decode
+# step on one method, so mutations of the state metadata meet a cache in use
+DECODER = "decoder"
+
+
 def seed_program(example: str, out: Path, pte: Path | None, external: bool = False):
     """(program bytes, inputs) for the example model; exports it unless `pte` is
-    given. `external`: its weights in `<stem>.ptd` beside it."""
+    given. `external`: its weights in `<stem>.ptd` beside it. For `decoder`,
+    inputs is a fuzz_runner.Calls (calls made one after another)."""
     import executorch_tensorrt
-    from executorch_tensorrt.examples.models import example as make_example
 
-    model, inputs = make_example(example)
+    if example == DECODER:
+        import torch
+        from executorch_tensorrt.examples import llm
+
+        torch.manual_seed(0)
+        model = llm.CachedDecoder().eval().requires_grad_(False)
+        (tokens, positions), dynamic = llm.decoder_example()
+        inputs = Calls([(tokens, positions), (torch.tensor([[7]]), torch.tensor([3]))])
+        export_args = (model, (tokens, positions))
+        options = {"dynamic_shapes": dynamic}
+    else:
+        from executorch_tensorrt.examples.models import example as make_example
+
+        model, example_inputs = make_example(example)
+        inputs = tuple(example_inputs)
+        export_args, options = (model, example_inputs), {}
     if pte is None:
         pte = out / f"seed-{example}{'-ptd' if external else ''}.pte"
         if not pte.exists():
-            executorch_tensorrt.export(model, inputs, pte, progress=None,
+            executorch_tensorrt.export(*export_args, pte, progress=None, **options,
                                        **({"external_weights": True} if external else {}))
-    return pte.read_bytes(), tuple(inputs)
+    return pte.read_bytes(), inputs
 
 
 def summarize(cases: list[Case], seconds: float, seed: int, regions: list[Region]) -> dict:
@@ -346,7 +367,8 @@ def locate_again(out: Path, example: str, limit: int | None = None,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="fuzz-out", help="directory for summary and reproducers")
-    p.add_argument("--example", default="bitwise", help="built-in model (its inputs are used)")
+    p.add_argument("--example", default="bitwise", help="built-in model (its inputs are used), or 'decoder': a KV-cache "
+                        "decoder, each case a prefill and a decode step")
     p.add_argument("--pte", help="program to mutate (default: the example, exported)")
     p.add_argument("--ptd", action="store_true",
                    help="export the example with its weights in a .ptd and mutate the .ptd")
@@ -367,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cold_threads and args.ptd:
         p.error("--cold-threads runs the unmutated program: not with --ptd")
+    if args.cold_threads and args.example == DECODER:
+        p.error("--cold-threads: a stateful program's method is not shared by threads")
     _import_everything()
 
     if args.replay:
