@@ -194,6 +194,11 @@ class BlobMetadata:
 
     # -- JSON ----------------------------------------------------------------
     @classmethod
+    def of(cls, value: "BlobMetadata | dict") -> "BlobMetadata":
+        """`value` itself, or its JSON form parsed (tools and tests hold JSON)."""
+        return value if isinstance(value, cls) else cls.from_json(dict(value))
+
+    @classmethod
     def from_json(cls, meta: Any, dtypes: frozenset = READ_DTYPES,
                   key_info: dict | None = None) -> "BlobMetadata":
         """Checks and parses the top-level object (the reader has removed the

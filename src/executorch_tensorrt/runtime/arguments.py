@@ -18,13 +18,14 @@ from typing import Sequence
 import ml_dtypes  # bfloat16 for numpy; onnx, which the runtime imports, depends on it
 import numpy as np
 
+from ..blob.metadata import Binding as BlobBinding, BlobMetadata, Profile
 from ..dtypes import DTYPES
 from ..errors import ArgumentError, InvalidProgramError
 from .adapter import abi
 from .adapter.loader import last_error, resize_tensor
 
 __all__ = ["ArgumentError", "Binding", "SCALAR_TYPE_TO_NUMPY", "check_args", "checked_nbytes",
-           "dtype_name", "host_array", "optimization_profiles", "resize_output", "split_bindings"]
+           "dtype_name", "host_array", "resize_output", "split_bindings"]
 
 # Views of the one dtype table (dtypes.py), as numpy dtypes; bfloat16 is ml_dtypes'.
 def _np(name: str) -> np.dtype:
@@ -56,21 +57,21 @@ class Binding:
     profile_bounds: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
 
     @classmethod
-    def from_metadata(cls, entry: dict, profiles: list[dict]) -> "Binding":
+    def from_metadata(cls, entry: BlobBinding, profiles: list[Profile]) -> "Binding":
         """`profiles`: this input's entry in each optimization profile (none
         for an output or a static input)."""
-        recorded = entry["dtype"].removeprefix("torch.")
+        recorded = entry.dtype.removeprefix("torch.")
         dtype = BLOB_DTYPE_TO_NUMPY.get(recorded) if recorded else None
         if recorded and dtype is None:
-            raise InvalidProgramError(f"binding {entry['name']!r} has dtype {entry['dtype']!r}, "
+            raise InvalidProgramError(f"binding {entry.name!r} has dtype {entry.dtype!r}, "
                                       "which this runtime cannot map to a tensor type")
         # Torch-TensorRT records dtype "" and shape [] for bindings it leaves to the engine.
-        shape = None if not recorded and not entry["shape"] else tuple(entry["shape"])
-        each = tuple((tuple(p["min"]), tuple(p["max"])) for p in profiles)
+        shape = None if not recorded and not entry.shape else entry.shape
+        each = tuple((p.min, p.max) for p in profiles)
         # The union's bounds: per dimension, the smallest min and the largest max.
         bounds = ((tuple(map(min, zip(*(lo for lo, _ in each)))),
                    tuple(map(max, zip(*(hi for _, hi in each))))) if each else (None, None))
-        return cls(entry["name"], dtype, shape, bool(entry["is_input"]), *bounds,
+        return cls(entry.name, dtype, shape, entry.is_input, *bounds,
                    each if len(each) > 1 else ())
 
     def nbytes(self) -> int | None:
@@ -80,21 +81,14 @@ class Binding:
         return math.prod(self.shape) * self.dtype.itemsize
 
 
-def optimization_profiles(metadata: dict) -> list[list[dict]]:
-    """Every optimization profile of the blob, in engine order: its
-    "optimization_profiles", else "profiles" alone (one profile, or none)."""
-    if "optimization_profiles" in metadata:
-        return metadata["optimization_profiles"]
-    return [metadata["profiles"]] if metadata.get("profiles") else []
-
-
-def split_bindings(metadata: dict) -> tuple[list[Binding], list[Binding]]:
-    per_input: dict[str, list[dict]] = {}
-    for profile in optimization_profiles(metadata):
+def split_bindings(metadata: BlobMetadata | dict) -> tuple[list[Binding], list[Binding]]:
+    """The blob's inputs and outputs, each with its optimization profiles' bounds."""
+    meta = BlobMetadata.of(metadata)
+    per_input: dict[str, list[Profile]] = {}
+    for profile in meta.engine_profiles:
         for p in profile:
-            per_input.setdefault(p["name"], []).append(p)
-    bindings = [Binding.from_metadata(e, per_input.get(e["name"], []))
-                for e in metadata["io_bindings"]]
+            per_input.setdefault(p.name, []).append(p)
+    bindings = [Binding.from_metadata(e, per_input.get(e.name, [])) for e in meta.io_bindings]
     return [b for b in bindings if b.is_input], [b for b in bindings if not b.is_input]
 
 

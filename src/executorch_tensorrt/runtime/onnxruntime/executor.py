@@ -95,8 +95,8 @@ class OnnxRuntimeExecutor(Executor):
                                 "(it was written by a tool that embeds only the engine)")
         model = self_contained_onnx(blob)  # refuses external data before anything reads it
         weights = blob_weights(blob, named_data)  # named-data weights, sizes checked
-        self.inputs, self.outputs = split_bindings(blob.metadata)
-        upcast = blob.metadata.get("precision", "fp32") != "fp32"
+        self.inputs, self.outputs = split_bindings(blob.meta)
+        upcast = blob.meta.build.precision_or_default != "fp32"
         if upcast:
             model = upcast_to_fp32(model)  # see onnx_upcast.py: the CPU lacks fp16 kernels
         # Weights stay in the named data (ort_named_weights.py); released in close().
@@ -117,7 +117,7 @@ class OnnxRuntimeExecutor(Executor):
             raise
         self.api = self.session.api
         # Delegate-owned state (KV caches): extra model inputs/outputs (../state.py, ./state.py).
-        self.state = ExecutorState(state_specs(blob, self.inputs)) if blob.state else None
+        self.state = ExecutorState(state_specs(blob, self.inputs)) if blob.meta.state else None
         if self.state is not None:
             self.session = OrtStatefulSession(self.session, self.state, _ORT_ELEMENT_TYPES)
         if len(self.session.inputs) != len(self.inputs) or \
