@@ -24,7 +24,7 @@ from ..errors import ArgumentError, InvalidProgramError
 from .adapter import abi
 from .adapter.loader import last_error, resize_tensor
 
-__all__ = ["ArgumentError", "Binding", "SCALAR_TYPE_TO_NUMPY", "check_args", "checked_nbytes",
+__all__ = ["ArgumentError", "Binding", "CheckedCall", "SCALAR_TYPE_TO_NUMPY", "check_args", "checked_nbytes",
            "dtype_name", "host_array", "resize_output", "split_bindings"]
 
 # Views of the one dtype table (dtypes.py), as numpy dtypes; bfloat16 is ml_dtypes'.
@@ -173,6 +173,23 @@ def _check_one(arg: abi.EtrtArg, binding: Binding, what: str,
     return shape
 
 
+@dataclass(frozen=True)
+class CheckedCall:
+    """What check_args found for one call's inputs, in input order: each one's
+    shape, byte size (of that shape, within the buffer) and dim order, and
+    whether it is permuted (not contiguous). Executors read these instead of
+    re-deriving them from the arguments."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    nbytes: tuple[int, ...]
+    dim_orders: tuple[tuple[int, ...], ...]
+    permuted: tuple[bool, ...]
+
+    @property
+    def any_permuted(self) -> bool:
+        return any(self.permuted)
+
+
 def _signature(arg: abi.EtrtArg) -> tuple:
     """Every field the checks read, as one comparable value."""
     ndim = arg.ndim
@@ -181,38 +198,43 @@ def _signature(arg: abi.EtrtArg) -> tuple:
             tuple(arg.dim_order[:ndim]) if ndim > 0 and arg.dim_order else None)
 
 
-# (id(binding), signature) -> (binding, shape) of arguments that passed: the
-# same fields pass again, so a steady call pays for reading them only.
-_passed: dict[tuple, tuple[Binding, tuple[int, ...]]] = {}
+# (id(binding), signature) -> (binding, shape, nbytes, dim order) of arguments
+# that passed: the same fields pass again, so a steady call pays for reading
+# them only.
+_passed: dict[tuple, tuple[Binding, tuple[int, ...], int, tuple[int, ...]]] = {}
 
 
 def check_args(args: Sequence[abi.EtrtArg], num_args: int, inputs: list[Binding],
-               outputs: list[Binding], *, permuted_inputs: bool = False) -> list[tuple[int, ...]]:
+               outputs: list[Binding], *, permuted_inputs: bool = False) -> CheckedCall:
     """Checks every argument of one call (count, kind, direction, dtype, rank,
     shape, dim order, byte capacity, memory) against the partition's bindings
     before anything touches their memory. Returns the inputs' shapes.
     `permuted_inputs`: the executor copies inputs of another dim order into
-    contiguous memory (see permuted_to_contiguous), so they pass."""
+    contiguous memory (see permuted_to_contiguous), so they pass. The one
+    gate: executors take the inputs' shapes, sizes and dim orders from its
+    CheckedCall."""
     n_in = len(inputs)
     if num_args != n_in + len(outputs):
         raise ArgumentError(f"the delegate call passes {num_args} arguments, the partition has "
                             f"{n_in} inputs and {len(outputs)} outputs")
-    shapes = []
+    found = []
     for k, binding in enumerate(inputs + outputs):
         arg = args[k]
         key = (id(binding), permuted_inputs, _signature(arg))
         hit = _passed.get(key)
-        if hit is not None and hit[0] is binding:
-            shape = hit[1]
-        else:
+        if hit is None or hit[0] is not binding:
             what = f"input {k}" if k < n_in else f"output {k - n_in}"
             shape = _check_one(arg, binding, f"{what} ({binding.name!r})", permuted_inputs)
+            hit = (binding, shape, math.prod(shape) * SCALAR_TYPE_TO_NUMPY[arg.dtype].itemsize,
+                   dim_order(arg))
             if len(_passed) > 256:
                 _passed.clear()
-            _passed[key] = (binding, shape)
+            _passed[key] = hit
         if k < n_in:
-            shapes.append(shape)
-    return shapes
+            found.append(hit)
+    return CheckedCall(tuple(h[1] for h in found), tuple(h[2] for h in found),
+                       tuple(h[3] for h in found),
+                       tuple(h[3] != tuple(range(len(h[1]))) for h in found))
 
 
 def host_array(address: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
