@@ -30,6 +30,11 @@ class DelegateInfo:
     onnx_size: int | None = None
     error: str | None = None
 
+    @property
+    def metadata(self) -> dict | None:
+        """The blob's metadata as JSON (None for other backends), for tools."""
+        return self.meta.to_json() if self.meta is not None else None
+
 
 @dataclass
 class MethodInfo:

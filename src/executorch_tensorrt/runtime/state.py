@@ -32,7 +32,6 @@ from ..errors import ArgumentError, InvalidProgramError
 from .adapter import abi
 from .arguments import BLOB_DTYPE_TO_NUMPY, Binding
 
-SECTION_INIT_PREFIX = "section:"
 
 @dataclass(frozen=True)
 class StateSpec:
