@@ -99,11 +99,6 @@ def dim_order(arg: abi.EtrtArg) -> tuple[int, ...] | None:
     return tuple(arg.dim_order[i] for i in range(arg.ndim)) if arg.dim_order else None
 
 
-def is_permuted(arg: abi.EtrtArg) -> bool:
-    """Whether a (checked) argument's memory is not in contiguous order."""
-    return dim_order(arg) != tuple(range(arg.ndim))
-
-
 def _check_one(arg: abi.EtrtArg, binding: Binding, what: str,
                permuted_inputs: bool) -> tuple[int, ...]:
     """Checks one argument against its binding; returns its shape. `what` names it."""
