@@ -13,7 +13,7 @@ from dataclasses import dataclass
 PACKAGE = "executorch_tensorrt"
 
 # Order set from the real import graph (2026-12-01): a package may import only
-# packages of a lower or equal level. tensorrt sits below blob (blob/schema.py
+# packages of a lower or equal level. tensorrt sits below blob (blob/metadata_profiles.py
 # reads tensorrt.options.MAX_OPTIMIZATION_PROFILES) and runtime below program
 # (program/info.py reads runtime.arguments.SCALAR_TYPE_TO_NUMPY).
 LEVELS = {

@@ -20,6 +20,9 @@ from executorch.exir.backend.backend_details import BackendDetails, PreprocessRe
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 from .. import blob
+from ..blob.metadata import (Binding, BlobMetadata, BuildFacts, NodeSource, Profile,
+                             WeightEntry)
+from ..blob.metadata_state import parse_aliased_io, parse_state
 from ..errors import EngineBuildError
 from ..runtime.cuda.probe import cuda_unavailable_reason
 from ..tensorrt.engine_builder import build_engine, current_progress
@@ -30,7 +33,7 @@ from .debug_handles import debug_handle_map, onnx_node_sources
 from .weights.named_data import store_weights
 from .onnx.export import OnnxExport, export_onnx, reused_export
 from .program_copy import copy_program
-from .shapes import input_profile_sets, profile_metadata, resolve_profiles
+from .shapes import input_profile_sets, resolve_profiles
 from .state.owned import (
     STATE_INPUT_PREFIX,
     STATE_OUTPUT_PREFIX,
@@ -49,7 +52,15 @@ _ONNX_DTYPE_NAMES = {
 }
 
 
-def io_bindings(model: onnx.ModelProto) -> list[dict]:
+# The blob's top-level key order as this backend has always written it (the
+# JSON bytes stay the same across versions; the writer puts io_bindings,
+# aliased_io and device_id first).
+_KEY_ORDER = ("io_bindings", "aliased_io", "profiles", "optimization_profiles", "trt_flavor",
+              "trt_version", "compute_capabilities", "device_id", "precision", "onnx_opset",
+              "state", "onnx_node_sources", "engine", "weights_location", "weights")
+
+
+def io_bindings(model: onnx.ModelProto) -> list[Binding]:
     """The engine's inputs then outputs, in the order ExecuTorch passes them."""
     out = []
     for values, is_input in ((model.graph.input, True), (model.graph.output, False)):
@@ -59,9 +70,8 @@ def io_bindings(model: onnx.ModelProto) -> list[dict]:
             if dtype is None:
                 raise ValueError(f"ONNX value {v.name!r} has element type {t.elem_type}, "
                                  "which has no ExecuTorch dtype")
-            shape = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
-            out.append({"name": v.name, "dtype": dtype, "shape": shape,
-                        "is_input": is_input})
+            shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
+            out.append(Binding(v.name, dtype, shape, is_input))
     return out
 
 
@@ -182,28 +192,34 @@ class TensorRTBackend(BackendDetails):
         bindings = io_bindings(model)
         if state is not None:  # the state pairs are the last inputs/outputs
             bindings = [b for b in bindings
-                        if not b["name"].startswith((STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX))]
-        inputs = [b["name"] for b in bindings if b["is_input"]]
-        metadata = {
-            "io_bindings": bindings,
-            **({"aliased_io": aliases} if aliases else {}),
-            **profile_metadata(inputs, profiles),
-            **_builder_fields(built, spec),
-            "device_id": spec.device_id,
-            "precision": spec.precision,
-            "onnx_opset": max((o.version for o in model.opset_import
-                               if o.domain in ("", "ai.onnx")),
-                              default=None),
-        }
-        if state is not None:
-            metadata["state"] = state.entries
+                        if not b.name.startswith((STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX))]
+        by_name = {b.name: b for b in bindings}
+        inputs = [b.name for b in bindings if b.is_input]
+        sets = tuple(tuple(Profile(n, p.min, p.opt, p.max) for n, p in zip(inputs, s))
+                     for s in profiles)
         sources = onnx_node_sources(model, exported.edge_node_of)
-        if sources:
-            metadata["onnx_node_sources"] = sources
-        metadata["engine"] = kind
+        opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                    default=None)
+        metadata = BlobMetadata(
+            tuple(bindings),
+            aliased_io=parse_aliased_io(aliases, by_name, None) if aliases else None,
+            device_id=spec.device_id,
+            # "profiles" is profile 0 (what single-profile readers know),
+            # "optimization_profiles" every profile when there are several
+            profiles=sets[0] if sets else (),
+            optimization_profiles=sets if len(sets) > 1 else None,
+            onnx_node_sources=tuple(NodeSource(s["node"], tuple(s["edge_nodes"]))
+                                    for s in sources) or None,
+            build=_build_facts(built, spec),
+            engine=kind,
+            weights_location="named_data" if stored is not None else None,
+            weights=tuple(WeightEntry(w["name"], w["key"], w["dtype"], tuple(w["shape"]),
+                                      w["nbytes"]) for w in stored.entries)
+            if stored is not None else None,
+            state=parse_state(state.entries, by_name, None) if state is not None else None,
+            extra=(("onnx_opset", opset),),
+            key_order=_KEY_ORDER)
         if stored is not None:
-            metadata["weights_location"] = "named_data"
-            metadata["weights"] = stored.entries
             if progress:
                 where = f"{spec.weights_file}.ptd" if spec.weights_file else "the .pte"
                 progress(f"{len(stored.entries)} weights ({_mb(exported.weight_bytes)}) go to "
@@ -225,11 +241,11 @@ def weights_id(exported: OnnxExport, stored=None) -> str:
     return content_id(exported.weights)
 
 
-def _builder_fields(built, spec: TensorRTCompileSpec) -> dict:
+def _build_facts(built, spec: TensorRTCompileSpec) -> BuildFacts:
     """The builder that made the plan, or (no plan) the one the runtime should use."""
     if built is not None:
-        return {"trt_flavor": built.flavor, "trt_version": built.version,
-                "compute_capabilities": list(built.compute_capabilities or []) or "all"}
+        return BuildFacts(spec.precision, built.flavor, built.version,
+                          tuple(built.compute_capabilities or ()) or "all")
     trt = load_tensorrt()
-    return {"trt_flavor": trt.flavor, "trt_version": trt.version,
-            "compute_capabilities": list(spec.compute_capabilities or []) or "all"}
+    return BuildFacts(spec.precision, trt.flavor, trt.version,
+                      tuple(spec.compute_capabilities or ()) or "all")

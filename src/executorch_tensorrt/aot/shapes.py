@@ -19,7 +19,7 @@ from ..errors import ExportError
 from ..tensorrt.options import InputProfile
 from .optimization_profiles import ProfileOption, Range, normalize_profiles
 
-__all__ = ["InputProfile", "input_profile_sets", "input_profiles", "profile_metadata",
+__all__ = ["InputProfile", "input_profile_sets", "input_profiles",
            "resolve_profiles"]
 
 SymbolProfile = dict[str, Range]  # symbol name -> (min, opt, max); others span their range
@@ -95,18 +95,6 @@ def input_profile_sets(ep: torch.export.ExportedProgram,
 def input_profiles(ep: torch.export.ExportedProgram) -> list[InputProfile]:
     """The single profile over the export ranges (one per user input, in order)."""
     return input_profile_sets(ep)[0]
-
-
-def profile_metadata(input_names: list[str], sets: list[list[InputProfile]]) -> dict:
-    """The blob's fields: "profiles" is profile 0 (what single-profile readers
-    know), "optimization_profiles" every profile, in engine order, when there
-    are several (docs/blob-format.md)."""
-    def entries(profiles):
-        return [p.as_dict(n) for n, p in zip(input_names, profiles)]
-    out = {"profiles": entries(sets[0]) if sets else []}
-    if len(sets) > 1:
-        out["optimization_profiles"] = [entries(s) for s in sets]
-    return out
 
 
 # -- the user's option, resolved on the whole program ------------------------------------

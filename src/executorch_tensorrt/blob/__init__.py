@@ -17,8 +17,10 @@ The metadata lists the sections (``"sections": [{"name", "offset", "size",
 (``"engine_sha256"``), so a parser that knows only TR01 still finds the
 engine at the header's offset and ignores everything after it.
 
-Modules: ``format`` (constants, dtype table, Blob/Section), ``schema`` (the
-metadata fields, checked on write and read), ``writer``, ``reader``. The C++
+Modules: ``format`` (constants, dtype table, Blob/Section), ``metadata``
+(``BlobMetadata``: the typed metadata, checked on write and read; with
+``metadata_profiles``, ``metadata_entries``, ``metadata_state`` and the shared
+``json_checks``), ``writer``, ``reader``. The C++
 adapter (native/src/blob_header.cpp) checks the fixed header and regions only.
 """
 

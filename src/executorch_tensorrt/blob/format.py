@@ -105,12 +105,15 @@ class Section:
 class Blob:
     """A parsed blob.
 
-    ``metadata`` is the JSON object without the writer's own keys ("sections",
-    "engine_sha256"), so ``read_blob(write_blob(e, m)).metadata == m``.
+    ``meta`` is the typed, checked metadata (blob/metadata.py) that runtime
+    code reads. ``metadata`` and the list properties below are its JSON form
+    (without the writer's own keys "sections" and "engine_sha256", so
+    ``read_blob(write_blob(e, m)).metadata == m``), for tools that show or
+    edit the JSON.
     """
 
     engine: bytes = field(repr=False)
-    metadata: dict
+    meta: "BlobMetadata"  # noqa: F821 - blob.metadata imports this module
     onnx: bytes | None = field(repr=False)
     sections: tuple[Section, ...] = ()
     metadata_offset: int = 0
@@ -119,6 +122,11 @@ class Blob:
     engine_size: int = 0
     reserved: bytes = b"\0" * 8
     engine_sha256: str | None = None  # None: the blob records no digests (Torch-TensorRT's)
+
+    @property
+    def metadata(self) -> dict:
+        """The metadata as a JSON object (a fresh copy each time)."""
+        return self.meta.to_json()
 
     @property
     def io_bindings(self) -> list:
@@ -133,22 +141,22 @@ class Blob:
     @property
     def engine_kind(self) -> str:
         """One of ENGINE_KINDS ("full" when the metadata does not say)."""
-        return self.metadata.get("engine", "full")
+        return self.meta.engine_kind
 
     @property
     def state(self) -> list:
-        """Delegate-owned state entries ([] when the partition has none)."""
-        return self.metadata.get("state", [])
+        """Delegate-owned state entries as JSON ([] when the partition has none)."""
+        return [e.to_json() for e in self.meta.state or ()]
 
     @property
     def aliased_io(self) -> list:
-        """Torch-TensorRT's in-place output pairs ([] for a TR01 blob)."""
-        return self.metadata.get("aliased_io", [])
+        """Torch-TensorRT's in-place output pairs as JSON ([] for a TR01 blob)."""
+        return [a.to_json() for a in self.meta.aliased_io or ()]
 
     @property
     def weights(self) -> list:
-        """The named-data weights ([] when the weights are inline)."""
-        return self.metadata.get("weights", [])
+        """The named-data weights as JSON ([] when the weights are inline)."""
+        return [w.to_json() for w in self.meta.weights or ()]
 
     @property
     def has_digests(self) -> bool:

@@ -30,8 +30,9 @@ from .format import (
     is_int,
     show,
 )
-from .schema import check_digest, check_engine_kind, check_metadata, check_object_keys
-from .state_schema import check_state_sections
+from .json_checks import check_digest, check_object_keys
+from .metadata import BlobMetadata
+from .metadata_state import check_state_sections
 
 
 class _Layout(NamedTuple):
@@ -40,7 +41,7 @@ class _Layout(NamedTuple):
     engine_offset: int
     engine_size: int
     reserved: bytes
-    metadata: dict  # without "sections" and the engine digest
+    metadata: BlobMetadata  # without "sections" and the engine digest
     engine_sha256: str | None
     sections: list  # (name, offset, size, sha256 or None)
 
@@ -138,15 +139,15 @@ def _parse_layout(mv: memoryview) -> _Layout:
     engine_digest = meta.pop(ENGINE_DIGEST_KEY, None)
     if engine_digest is not None:
         check_digest(engine_digest, f"'{ENGINE_DIGEST_KEY}'")
-    check_metadata(meta, READ_DTYPES, key_info)
-    if (magic == MAGIC_ALIASED) != bool(meta.get("aliased_io")):
-        raise BlobError(f"magic {bytes(magic)!r} with {len(meta.get('aliased_io') or [])} "
+    has_table, table = "sections" in meta, meta.pop("sections", None)
+    parsed = BlobMetadata.from_json(meta, READ_DTYPES, key_info)
+    if (magic == MAGIC_ALIASED) != bool(parsed.aliased_io):
+        raise BlobError(f"magic {bytes(magic)!r} with {len(parsed.aliased_io or ())} "
                         "aliased_io entries: a blob is TR02 exactly when it has aliased "
                         "(in-place) outputs; the header or the metadata is corrupt")
 
     sections: list[tuple[str, int, int, str | None]] = []
-    if "sections" in meta:
-        table = meta["sections"]
+    if has_table:
         if not isinstance(table, list):
             raise BlobError(f"'sections' must be an array, got {type(table).__name__}")
         prev_end, prev_what = eng_off + eng_size, "the engine region"
@@ -177,7 +178,6 @@ def _parse_layout(mv: memoryview) -> _Layout:
                 check_digest(digest, f"{where}.{SECTION_DIGEST_KEY}")
             sections.append((name, off, n, digest))
             prev_end, prev_what = off + n, f"section {name!r}"
-        del meta["sections"]
     recorded = [engine_digest] + [d for *_, d in sections]
     if any(d is None for d in recorded) and any(d is not None for d in recorded):
         # A writer records all digests or none: a missing one means the
@@ -185,9 +185,9 @@ def _parse_layout(mv: memoryview) -> _Layout:
         raise BlobError("the blob records SHA-256 digests for some of its regions but not "
                         f"all ('{ENGINE_DIGEST_KEY}' and each section's "
                         f"'{SECTION_DIGEST_KEY}'): its metadata is corrupt; re-export the program")
-    check_engine_kind(eng_size, meta, {name for name, *_ in sections})
-    check_state_sections(meta, {name: n for name, _, n, _ in sections})
-    return _Layout(meta_off, meta_size, eng_off, eng_size, bytes(reserved), meta,
+    parsed.check_engine_kind(eng_size, {name for name, *_ in sections})
+    check_state_sections(parsed.state or (), {name: n for name, _, n, _ in sections})
+    return _Layout(meta_off, meta_size, eng_off, eng_size, bytes(reserved), parsed,
                    engine_digest, sections)
 
 
@@ -241,7 +241,7 @@ def read_blob(data: bytes | bytearray | memoryview, *, check_digests: bool = Tru
             _verify(s.data, f"section {s.name!r}", s.offset, s.sha256)
     return Blob(
         engine=engine,
-        metadata=layout.metadata,
+        meta=layout.metadata,
         onnx=next((s.data for s in sections if s.name == SECTION_ONNX), None),
         sections=sections,
         metadata_offset=layout.metadata_offset,

@@ -24,8 +24,8 @@ from .format import (
     show,
 )
 from .reader import parse
-from .schema import check_engine_kind, check_metadata
-from .state_schema import check_state_sections
+from .metadata import BlobMetadata
+from .metadata_state import check_state_sections
 
 # Keys write_blob fills in itself.
 _RESERVED_WRITE_KEYS = ("sections", ENGINE_DIGEST_KEY)
@@ -103,16 +103,18 @@ def _as_bytes(v: Any, what: str) -> bytes:
 
 def write_blob(
     engine: bytes,
-    metadata: dict,
+    metadata: BlobMetadata | Mapping[str, Any],
     onnx: bytes | None = None,
     *,
     sections: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
 ) -> bytes:
     """Serializes an engine, its metadata and optional extension sections.
 
-    ``metadata`` must hold ``io_bindings`` (a list of
-    ``{"name", "dtype", "shape", "is_input"}`` objects, extra keys allowed);
-    every other JSON-serializable key is carried as is. ``onnx`` becomes the
+    ``metadata`` is a ``BlobMetadata`` (blob/metadata.py; what the AOT side
+    builds) or its JSON form, a dict that must hold ``io_bindings`` (a list
+    of ``{"name", "dtype", "shape", "is_input"}`` objects, extra keys
+    allowed); every other JSON-serializable key is carried as is. Either is
+    checked here, with read_blob's checks. ``onnx`` becomes the
     first section ("onnx"); ``sections`` adds more named sections after it.
     The writer records a SHA-256 digest of the engine ("engine_sha256") and
     of each section (its entry's "sha256"), which read_blob checks. The keys
@@ -120,6 +122,8 @@ def write_blob(
     passed in.
     """
     engine = _as_bytes(engine, "engine")
+    if isinstance(metadata, BlobMetadata):
+        metadata = metadata.to_json()  # checked below like a dict: it may be built by hand
     if not isinstance(metadata, Mapping):
         raise BlobError(f"metadata must be a dict, got {type(metadata).__name__}")
     for k in _RESERVED_WRITE_KEYS:
@@ -127,8 +131,8 @@ def write_blob(
             raise BlobError(f"metadata key {k!r} is written by write_blob itself (sections "
                             "come from the onnx/sections arguments, digests are computed)")
     _check_jsonable(metadata)
-    meta = dict(metadata)
-    check_metadata(meta, WRITE_DTYPES, None)
+    parsed = BlobMetadata.from_json(dict(metadata), WRITE_DTYPES, None)
+    meta = parsed.to_json()
 
     named: list[tuple[str, bytes]] = []
     if onnx is not None:
@@ -144,8 +148,8 @@ def write_blob(
         if name in seen:
             raise BlobError(f"duplicate section name {name!r}")
         seen.add(name)
-    check_engine_kind(len(engine), meta, seen)
-    check_state_sections(meta, {name: len(data) for name, data in named})
+    parsed.check_engine_kind(len(engine), seen)
+    check_state_sections(parsed.state or (), {name: len(data) for name, data in named})
 
     engine_sha256 = hashlib.sha256(engine).hexdigest()
     digests = [hashlib.sha256(data).hexdigest() for _, data in named]
@@ -189,7 +193,7 @@ def write_blob(
                             f"blob's {key}. Set a top-level {key!r}.")
 
     out = bytearray()
-    magic = MAGIC_ALIASED if meta.get("aliased_io") else MAGIC  # as Torch-TensorRT writes
+    magic = MAGIC_ALIASED if parsed.aliased_io else MAGIC  # as Torch-TensorRT writes
     out += struct.pack(HEADER_FORMAT, magic, HEADER_SIZE, len(meta_bytes), engine_offset,
                        len(engine), bytes([SCHEMA_VERSION]) + b"\0" * 7)
     out += meta_bytes

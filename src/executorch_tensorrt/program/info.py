@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..blob import BlobError, read_blob
+from ..blob.metadata import BlobMetadata
 from ..runtime.arguments import SCALAR_TYPE_TO_NUMPY
 
 
@@ -24,10 +25,15 @@ class TensorInfo:
 class DelegateInfo:
     backend: str
     size: int
-    metadata: dict | None = None   # TensorRT blobs only
+    meta: BlobMetadata | None = None   # TensorRT blobs only
     engine_size: int | None = None
     onnx_size: int | None = None
     error: str | None = None
+
+    @property
+    def metadata(self) -> dict | None:
+        """The blob's metadata as JSON (None for other backends), for tools."""
+        return self.meta.to_json() if self.meta is not None else None
 
 
 @dataclass
@@ -83,7 +89,7 @@ def describe_program(program) -> list[MethodInfo]:
             if delegate.id == "TensorRTBackend":
                 try:
                     b = read_blob(blob_bytes)
-                    d.metadata, d.engine_size = b.metadata, len(b.engine)
+                    d.meta, d.engine_size = b.meta, len(b.engine)
                     d.onnx_size = len(b.onnx) if b.onnx is not None else None
                 except BlobError as e:
                     d.error = str(e)
@@ -141,17 +147,18 @@ def format_program(methods: list[MethodInfo]) -> str:
             elif d.error:
                 lines.append(f"    [{i}] TensorRTBackend: INVALID BLOB: {d.error}")
             else:
-                md = d.metadata or {}
-                ios = ", ".join(f"{'in' if b['is_input'] else 'out'} {b['name']} {b['dtype']}"
-                                f"{b['shape']}" for b in md.get("io_bindings", []))
-                weights = md.get("weights", [])
+                md = d.meta
+                ios = ", ".join(f"{'in' if b.is_input else 'out'} {b.name} {b.dtype}"
+                                f"{list(b.shape)}" for b in md.io_bindings)
+                weights = md.weights or ()
                 held = (f"weights in named data ({len(weights)}, "
-                        f"{sum(w['nbytes'] for w in weights)} bytes)" if weights
+                        f"{sum(w.nbytes for w in weights)} bytes)" if weights
                         else "weights inline")
-                lines.append(f"    [{i}] TensorRTBackend: engine {md.get('engine', 'full')}, "
-                             f"{d.engine_size} bytes ({md.get('trt_flavor')} "
-                             f"{md.get('trt_version')}, compute capabilities "
-                             f"{md.get('compute_capabilities')}), onnx {d.onnx_size} bytes, "
+                cc = md.build.compute_capabilities
+                lines.append(f"    [{i}] TensorRTBackend: engine {md.engine_kind}, "
+                             f"{d.engine_size} bytes ({md.build.trt_flavor} "
+                             f"{md.build.trt_version}, compute capabilities "
+                             f"{list(cc) if isinstance(cc, tuple) else cc}), onnx {d.onnx_size} bytes, "
                              f"{held}; {ios}")
         lines.append("  operators outside delegates: " + (", ".join(m.operators) or "none"))
     return "\n".join(lines)

@@ -83,9 +83,9 @@ def collect(methods, in_pte: dict[str, int], in_ptd: dict[str, int],
         entries.setdefault(key, NamedDataEntry(key, nbytes, ptd_name or ".ptd"))
     for m in methods:
         for i, d in enumerate(m.delegates):
-            for w in (d.metadata or {}).get("weights", []) if not d.error else []:
-                entry = entries.setdefault(w["key"], NamedDataEntry(w["key"], None, "missing"))
-                entry.users.append(f"{m.name}[{i}] {w['name']}")
+            for w in (d.meta.weights or ()) if d.meta is not None and not d.error else ():
+                entry = entries.setdefault(w.key, NamedDataEntry(w.key, None, "missing"))
+                entry.users.append(f"{m.name}[{i}] {w.name}")
     return list(entries.values())
 
 

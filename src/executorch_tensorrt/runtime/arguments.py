@@ -18,13 +18,14 @@ from typing import Sequence
 import ml_dtypes  # bfloat16 for numpy; onnx, which the runtime imports, depends on it
 import numpy as np
 
+from ..blob.metadata import Binding as BlobBinding, BlobMetadata, Profile
 from ..dtypes import DTYPES
 from ..errors import ArgumentError, InvalidProgramError
 from .adapter import abi
 from .adapter.loader import last_error, resize_tensor
 
-__all__ = ["ArgumentError", "Binding", "SCALAR_TYPE_TO_NUMPY", "check_args", "checked_nbytes",
-           "dtype_name", "host_array", "optimization_profiles", "resize_output", "split_bindings"]
+__all__ = ["ArgumentError", "Binding", "CheckedCall", "SCALAR_TYPE_TO_NUMPY", "check_args", "checked_nbytes",
+           "dtype_name", "host_array", "resize_output", "split_bindings"]
 
 # Views of the one dtype table (dtypes.py), as numpy dtypes; bfloat16 is ml_dtypes'.
 def _np(name: str) -> np.dtype:
@@ -56,21 +57,21 @@ class Binding:
     profile_bounds: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
 
     @classmethod
-    def from_metadata(cls, entry: dict, profiles: list[dict]) -> "Binding":
+    def from_metadata(cls, entry: BlobBinding, profiles: list[Profile]) -> "Binding":
         """`profiles`: this input's entry in each optimization profile (none
         for an output or a static input)."""
-        recorded = entry["dtype"].removeprefix("torch.")
+        recorded = entry.dtype.removeprefix("torch.")
         dtype = BLOB_DTYPE_TO_NUMPY.get(recorded) if recorded else None
         if recorded and dtype is None:
-            raise InvalidProgramError(f"binding {entry['name']!r} has dtype {entry['dtype']!r}, "
+            raise InvalidProgramError(f"binding {entry.name!r} has dtype {entry.dtype!r}, "
                                       "which this runtime cannot map to a tensor type")
         # Torch-TensorRT records dtype "" and shape [] for bindings it leaves to the engine.
-        shape = None if not recorded and not entry["shape"] else tuple(entry["shape"])
-        each = tuple((tuple(p["min"]), tuple(p["max"])) for p in profiles)
+        shape = None if not recorded and not entry.shape else entry.shape
+        each = tuple((p.min, p.max) for p in profiles)
         # The union's bounds: per dimension, the smallest min and the largest max.
         bounds = ((tuple(map(min, zip(*(lo for lo, _ in each)))),
                    tuple(map(max, zip(*(hi for _, hi in each))))) if each else (None, None))
-        return cls(entry["name"], dtype, shape, bool(entry["is_input"]), *bounds,
+        return cls(entry.name, dtype, shape, entry.is_input, *bounds,
                    each if len(each) > 1 else ())
 
     def nbytes(self) -> int | None:
@@ -80,21 +81,14 @@ class Binding:
         return math.prod(self.shape) * self.dtype.itemsize
 
 
-def optimization_profiles(metadata: dict) -> list[list[dict]]:
-    """Every optimization profile of the blob, in engine order: its
-    "optimization_profiles", else "profiles" alone (one profile, or none)."""
-    if "optimization_profiles" in metadata:
-        return metadata["optimization_profiles"]
-    return [metadata["profiles"]] if metadata.get("profiles") else []
-
-
-def split_bindings(metadata: dict) -> tuple[list[Binding], list[Binding]]:
-    per_input: dict[str, list[dict]] = {}
-    for profile in optimization_profiles(metadata):
+def split_bindings(metadata: BlobMetadata | dict) -> tuple[list[Binding], list[Binding]]:
+    """The blob's inputs and outputs, each with its optimization profiles' bounds."""
+    meta = BlobMetadata.of(metadata)
+    per_input: dict[str, list[Profile]] = {}
+    for profile in meta.engine_profiles:
         for p in profile:
-            per_input.setdefault(p["name"], []).append(p)
-    bindings = [Binding.from_metadata(e, per_input.get(e["name"], []))
-                for e in metadata["io_bindings"]]
+            per_input.setdefault(p.name, []).append(p)
+    bindings = [Binding.from_metadata(e, per_input.get(e.name, [])) for e in meta.io_bindings]
     return [b for b in bindings if b.is_input], [b for b in bindings if not b.is_input]
 
 
@@ -103,11 +97,6 @@ def dim_order(arg: abi.EtrtArg) -> tuple[int, ...] | None:
     if not arg.ndim:
         return ()
     return tuple(arg.dim_order[i] for i in range(arg.ndim)) if arg.dim_order else None
-
-
-def is_permuted(arg: abi.EtrtArg) -> bool:
-    """Whether a (checked) argument's memory is not in contiguous order."""
-    return dim_order(arg) != tuple(range(arg.ndim))
 
 
 def _check_one(arg: abi.EtrtArg, binding: Binding, what: str,
@@ -179,6 +168,23 @@ def _check_one(arg: abi.EtrtArg, binding: Binding, what: str,
     return shape
 
 
+@dataclass(frozen=True)
+class CheckedCall:
+    """What check_args found for one call's inputs, in input order: each one's
+    shape, byte size (of that shape, within the buffer) and dim order, and
+    whether it is permuted (not contiguous). Executors read these instead of
+    re-deriving them from the arguments."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    nbytes: tuple[int, ...]
+    dim_orders: tuple[tuple[int, ...], ...]
+    permuted: tuple[bool, ...]
+
+    @property
+    def any_permuted(self) -> bool:
+        return any(self.permuted)
+
+
 def _signature(arg: abi.EtrtArg) -> tuple:
     """Every field the checks read, as one comparable value."""
     ndim = arg.ndim
@@ -187,38 +193,43 @@ def _signature(arg: abi.EtrtArg) -> tuple:
             tuple(arg.dim_order[:ndim]) if ndim > 0 and arg.dim_order else None)
 
 
-# (id(binding), signature) -> (binding, shape) of arguments that passed: the
-# same fields pass again, so a steady call pays for reading them only.
-_passed: dict[tuple, tuple[Binding, tuple[int, ...]]] = {}
+# (id(binding), signature) -> (binding, shape, nbytes, dim order) of arguments
+# that passed: the same fields pass again, so a steady call pays for reading
+# them only.
+_passed: dict[tuple, tuple[Binding, tuple[int, ...], int, tuple[int, ...]]] = {}
 
 
 def check_args(args: Sequence[abi.EtrtArg], num_args: int, inputs: list[Binding],
-               outputs: list[Binding], *, permuted_inputs: bool = False) -> list[tuple[int, ...]]:
+               outputs: list[Binding], *, permuted_inputs: bool = False) -> CheckedCall:
     """Checks every argument of one call (count, kind, direction, dtype, rank,
     shape, dim order, byte capacity, memory) against the partition's bindings
     before anything touches their memory. Returns the inputs' shapes.
     `permuted_inputs`: the executor copies inputs of another dim order into
-    contiguous memory (see permuted_to_contiguous), so they pass."""
+    contiguous memory (see permuted_to_contiguous), so they pass. The one
+    gate: executors take the inputs' shapes, sizes and dim orders from its
+    CheckedCall."""
     n_in = len(inputs)
     if num_args != n_in + len(outputs):
         raise ArgumentError(f"the delegate call passes {num_args} arguments, the partition has "
                             f"{n_in} inputs and {len(outputs)} outputs")
-    shapes = []
+    found = []
     for k, binding in enumerate(inputs + outputs):
         arg = args[k]
         key = (id(binding), permuted_inputs, _signature(arg))
         hit = _passed.get(key)
-        if hit is not None and hit[0] is binding:
-            shape = hit[1]
-        else:
+        if hit is None or hit[0] is not binding:
             what = f"input {k}" if k < n_in else f"output {k - n_in}"
             shape = _check_one(arg, binding, f"{what} ({binding.name!r})", permuted_inputs)
+            hit = (binding, shape, math.prod(shape) * SCALAR_TYPE_TO_NUMPY[arg.dtype].itemsize,
+                   dim_order(arg))
             if len(_passed) > 256:
                 _passed.clear()
-            _passed[key] = (binding, shape)
+            _passed[key] = hit
         if k < n_in:
-            shapes.append(shape)
-    return shapes
+            found.append(hit)
+    return CheckedCall(tuple(h[1] for h in found), tuple(h[2] for h in found),
+                       tuple(h[3] for h in found),
+                       tuple(h[3] != tuple(range(len(h[1]))) for h in found))
 
 
 def host_array(address: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -26,6 +26,7 @@ from typing import Mapping
 import numpy as np
 
 from ..blob import Blob
+from ..blob.metadata import WeightEntry
 from ..errors import NamedDataError
 from .adapter import abi
 
@@ -86,12 +87,12 @@ class NamedData(abc.ABC):
         check_content(key, view, what)
         return view
 
-    def weight(self, entry: dict) -> WeightBuffer:
-        name = entry["name"]
-        view = self.get(entry["key"], int(entry["nbytes"]),
-                        f"weight {name!r} ({entry['dtype']} {list(entry['shape'])}) of this "
+    def weight(self, entry: WeightEntry) -> WeightBuffer:
+        name = entry.name
+        view = self.get(entry.key, entry.nbytes,
+                        f"weight {name!r} ({entry.dtype} {list(entry.shape)}) of this "
                         "TensorRT partition")
-        return WeightBuffer(name, entry["key"], entry["dtype"], tuple(entry["shape"]), view)
+        return WeightBuffer(name, entry.key, entry.dtype, entry.shape, view)
 
 
 def check_content(key: str, view: memoryview, what: str) -> None:
@@ -152,12 +153,13 @@ class InMemoryNamedData(NamedData):
 def blob_weights(blob: Blob, named_data: NamedData | None) -> list[WeightBuffer]:
     """The blob's named-data weights, each checked against its recorded size;
     [] for a blob whose weights are inline."""
-    if not blob.weights:
+    weights = blob.meta.weights or ()
+    if not weights:
         return []
     if named_data is None:
-        first = blob.weights[0]
+        first = weights[0]
         raise NamedDataError(
             f"the program's weights are in named data that was not supplied (weight "
-            f"{first['name']!r}, key {first['key']!r}, and {len(blob.weights) - 1} more): "
+            f"{first.name!r}, key {first.key!r}, and {len(weights) - 1} more): "
             f"{PASS_THE_PTD}")
-    return [named_data.weight(entry) for entry in blob.weights]
+    return [named_data.weight(entry) for entry in weights]

@@ -20,11 +20,14 @@ the location. Anything else external is refused, listed or not.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import onnx
 from google.protobuf.message import DecodeError
 
 from ..blob import Blob
 from ..blob.format import NAMED_DATA_LOCATION
+from ..blob.metadata import WeightEntry
 from ..errors import InvalidProgramError
 
 __all__ = ["ONNX_DTYPES", "self_contained_onnx", "check_self_contained"]
@@ -83,7 +86,7 @@ def _type_name(data_type: int) -> str:
         return f"data type {data_type}"
 
 
-def _check_named_weight(tensor: onnx.TensorProto, label: str, entry: dict) -> None:
+def _check_named_weight(tensor: onnx.TensorProto, label: str, entry: WeightEntry) -> None:
     """A listed weight: the sentinel and nothing else, with the recorded type."""
     entries = [(e.key, e.value) for e in tensor.external_data]
     if tensor.data_location != onnx.TensorProto.EXTERNAL or entries != [
@@ -94,19 +97,19 @@ def _check_named_weight(tensor: onnx.TensorProto, label: str, entry: dict) -> No
     if inline:
         raise InvalidProgramError(f"{label} is a named-data weight but also carries data "
                                   f"inline ({', '.join(inline)}); the blob is corrupt")
-    dtype = ONNX_DTYPES.get(entry["dtype"])
-    if tensor.data_type != dtype or list(tensor.dims) != list(entry["shape"]):
+    dtype = ONNX_DTYPES.get(entry.dtype)
+    if tensor.data_type != dtype or list(tensor.dims) != list(entry.shape):
         raise InvalidProgramError(
             f"{label} is {_type_name(tensor.data_type)} {list(tensor.dims)} in the ONNX model, but the blob's \"weights\" entry says "
-            f"{entry['dtype']} {list(entry['shape'])}; the blob is corrupt (re-export it)")
+            f"{entry.dtype} {list(entry.shape)}; the blob is corrupt (re-export it)")
 
 
-def check_self_contained(model: onnx.ModelProto, weights: list | tuple = ()) -> None:
+def check_self_contained(model: onnx.ModelProto, weights: Sequence[WeightEntry] = ()) -> None:
     """Raises InvalidProgramError if any tensor of the model (graph, subgraphs,
     functions) keeps its data outside the model, except the named-data
     weights listed in `weights` (blob "weights" entries), each of which must
     be a top-level initializer referencing exactly the sentinel location."""
-    listed = {w["name"]: w for w in weights}
+    listed = {w.name: w for w in weights}
     found: set[str] = set()
     graphs = [(model.graph, "graph", True)]
     for f in model.functions:
@@ -145,5 +148,5 @@ def self_contained_onnx(blob: Blob) -> bytes:
         model = onnx.load_model_from_string(blob.onnx)
     except (DecodeError, ValueError, RuntimeError) as e:
         raise InvalidProgramError(f"the blob's embedded ONNX model does not parse: {e}") from None
-    check_self_contained(model, blob.weights)
+    check_self_contained(model, blob.meta.weights or ())
     return blob.onnx

@@ -32,7 +32,6 @@ from ..errors import ArgumentError, InvalidProgramError
 from .adapter import abi
 from .arguments import BLOB_DTYPE_TO_NUMPY, Binding
 
-SECTION_INIT_PREFIX = "section:"
 
 @dataclass(frozen=True)
 class StateSpec:
@@ -56,19 +55,18 @@ def state_specs(blob: Blob, inputs: Sequence[Binding]) -> list[StateSpec]:
     """The blob's states (already schema-checked by read_blob)."""
     names = [b.name for b in inputs]
     specs = []
-    for e in blob.state:
-        dtype = BLOB_DTYPE_TO_NUMPY.get(e["dtype"])
+    for e in blob.meta.state or ():
+        dtype = BLOB_DTYPE_TO_NUMPY.get(e.dtype)
         if dtype is None:
-            raise InvalidProgramError(f"state {e['fqn']!r} has dtype {e['dtype']!r}, which "
+            raise InvalidProgramError(f"state {e.fqn!r} has dtype {e.dtype!r}, which "
                                       "this runtime has no tensor type for")
-        init = None
-        if e["init"] != "zeros":
-            init = blob.section(e["init"][len(SECTION_INIT_PREFIX):])
-        pos = e.get("positions")
-        specs.append(StateSpec(e["fqn"], e["onnx_input"], e["onnx_output"], dtype,
-                               tuple(e["shape"]), e.get("update") == "in_place", init,
-                               names.index(pos["input"]) if pos else None,
-                               pos["axis"] if pos else None))
+        section = e.init_section
+        init = blob.section(section) if section is not None else None
+        pos = e.positions
+        specs.append(StateSpec(e.fqn, e.onnx_input, e.onnx_output, dtype, e.shape,
+                               e.in_place, init,
+                               names.index(pos.input) if pos else None,
+                               pos.axis if pos else None))
     return specs
 
 
@@ -195,8 +193,8 @@ def aliased_pairs(blob: Blob, inputs: Sequence[Binding],
     executor must leave the new value in the input's memory as TensorRT's
     in-place layer does, and in the output."""
     in_names, out_names = [b.name for b in inputs], [b.name for b in outputs]
-    return [(out_names.index(a["output"]), in_names.index(a["input"]))
-            for a in blob.aliased_io]
+    return [(out_names.index(a.output), in_names.index(a.input))
+            for a in blob.meta.aliased_io or ()]
 
 
 

@@ -27,9 +27,10 @@ def parse_device(text: str, source: str) -> int:
     return int(value)
 
 
-def chosen_device(meta: dict, option: str | None = None) -> int:
+def chosen_device(meta, option: str | None = None) -> int:
     """The CUDA device index for a partition: the load-time option, else the
-    environment, else the blob's device_id; checked against the GPUs present."""
+    environment, else the blob's device_id (`meta`: a BlobMetadata, or its
+    JSON form); checked against the GPUs present."""
     if option:
         source = f"the load-time backend option device={option!r}"
         index = parse_device(option, "the load-time backend option \"device\"")
@@ -37,7 +38,8 @@ def chosen_device(meta: dict, option: str | None = None) -> int:
         source = f"{DEVICE_ENV}={os.environ[DEVICE_ENV]}"
         index = parse_device(os.environ[DEVICE_ENV], DEVICE_ENV)
     else:
-        index = int(meta.get("device_id", 0))
+        device_id = meta.get("device_id") if isinstance(meta, dict) else meta.device_id
+        index = device_id if device_id is not None else 0
         source = f"the program's device_id {index} (set at export)"
     reason = cuda_unavailable_reason()
     if reason is not None:

@@ -21,7 +21,6 @@ from ..arguments import (
     SCALAR_TYPE_TO_NUMPY,
     check_args,
     checked_nbytes,
-    is_permuted,
     dtype_name,
     permuted_to_contiguous,
     resize_output,
@@ -95,8 +94,8 @@ class OnnxRuntimeExecutor(Executor):
                                 "(it was written by a tool that embeds only the engine)")
         model = self_contained_onnx(blob)  # refuses external data before anything reads it
         weights = blob_weights(blob, named_data)  # named-data weights, sizes checked
-        self.inputs, self.outputs = split_bindings(blob.metadata)
-        upcast = blob.metadata.get("precision", "fp32") != "fp32"
+        self.inputs, self.outputs = split_bindings(blob.meta)
+        upcast = blob.meta.build.precision_or_default != "fp32"
         if upcast:
             model = upcast_to_fp32(model)  # see onnx_upcast.py: the CPU lacks fp16 kernels
         # Weights stay in the named data (ort_named_weights.py); released in close().
@@ -117,7 +116,7 @@ class OnnxRuntimeExecutor(Executor):
             raise
         self.api = self.session.api
         # Delegate-owned state (KV caches): extra model inputs/outputs (../state.py, ./state.py).
-        self.state = ExecutorState(state_specs(blob, self.inputs)) if blob.state else None
+        self.state = ExecutorState(state_specs(blob, self.inputs)) if blob.meta.state else None
         if self.state is not None:
             self.session = OrtStatefulSession(self.session, self.state, _ORT_ELEMENT_TYPES)
         if len(self.session.inputs) != len(self.inputs) or \
@@ -235,13 +234,14 @@ class OnnxRuntimeExecutor(Executor):
             raise ArgumentError("this executor was closed (the delegate was destroyed)")
         recorder = profiling.begin_call()  # None unless ETDump is on
         t0 = profiling.now() if recorder else 0
-        shapes = check_args(args, len(args) if num_args is None else num_args,
-                            self.inputs, self.outputs, permuted_inputs=True)
+        call = check_args(args, len(args) if num_args is None else num_args,
+                          self.inputs, self.outputs, permuted_inputs=True)
+        shapes = call.shapes
         if self.state is not None:
             self.state.check_call(args, shapes, self._staged_positions(args))
         n = len(self.inputs) + len(self.outputs)
-        if all(args[k].device_type == abi.ETRT_DEVICE_CPU for k in range(n)) and not any(
-                is_permuted(args[i]) for i in range(len(self.inputs))):
+        if all(args[k].device_type == abi.ETRT_DEVICE_CPU for k in range(n)) and not (
+                call.any_permuted):
             key = (tuple(args[k].data for k in range(n)), tuple(shapes))
             bound = self.bound.get(key) or self._bind(args, shapes, key)
             if recorder:
@@ -266,7 +266,7 @@ class OnnxRuntimeExecutor(Executor):
             inputs = []
             for i, shape in enumerate(shapes):
                 arg = args[i]
-                permuted = is_permuted(arg)
+                permuted = call.permuted[i]
                 if arg.device_type != abi.ETRT_DEVICE_CPU or permuted:
                     # check_args has bounded both reads by the argument's capacity.
                     host = (CudaStaging.get().to_host(arg, shape)  # bytes as they lie

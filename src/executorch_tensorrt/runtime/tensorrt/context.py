@@ -232,8 +232,9 @@ class BoundContext:
         t0 = profiling.now() if recorder else 0
         self.last_graph_call = None
         self._staged = ([], [])
-        shapes = check_args(args, len(args) if num_args is None else num_args,
-                            self.inputs, self.outputs)
+        call = check_args(args, len(args) if num_args is None else num_args,
+                          self.inputs, self.outputs)
+        shapes = call.shapes
         make_current(self.device)  # ExecuTorch may call from any thread
         if self.state is not None:  # positions inside the cache before anything runs
             self.state.check_call(args, shapes, lambda k: cuda_positions(
@@ -309,7 +310,7 @@ class BoundContext:
             if arg.device_type == _CUDA:
                 self._set_address(i, arg.data)
             else:
-                nbytes = checked_nbytes(arg, shapes[i])
+                nbytes = call.nbytes[i]  # within the buffer: check_args
                 staged = self._staging_address(self._names[i], nbytes)
                 if nbytes:  # pageable memory: returns once the bytes are read
                     check(driver().cuMemcpyHtoDAsync_v2(staged, arg.data, nbytes,

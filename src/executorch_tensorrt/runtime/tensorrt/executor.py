@@ -70,12 +70,12 @@ def _why_rebuilt(blob: Blob, trt, device: int, here: str) -> str:
         return (f"the program ships no engine for this partition (it is built at load from the "
                 f"embedded ONNX and the named-data weights) with {trt.flavor} {trt.version} "
                 f"for this GPU ({here})")
-    meta = blob.metadata
-    built = meta.get("compute_capabilities")
+    facts = blob.meta.build
+    built = facts.compute_capabilities
     if built == "all":
-        built = [k for k in trt.module.ComputeCapability.__members__ if k.startswith("SM")]
-    was = (f"{meta.get('trt_flavor')} {meta.get('trt_version')} for "
-           f"{', '.join(built) if isinstance(built, list) and built else 'its GPU'}")
+        built = tuple(k for k in trt.module.ComputeCapability.__members__ if k.startswith("SM"))
+    was = (f"{facts.trt_flavor} {facts.trt_version} for "
+           f"{', '.join(built) if isinstance(built, tuple) and built else 'its GPU'}")
     return (f"the engine was built with {was}, and this GPU ({device_name(device)})"
             f" is {here}, compute capability {here[2:-1]}.{here[-1]}, with {trt.flavor} "
             f"{trt.version} here")
@@ -112,7 +112,7 @@ class TensorRTExecutor(Executor):
 
     def __init__(self, blob: Blob, named_data: NamedData | None = None,
                  device: str | None = None):
-        meta = blob.metadata
+        meta = blob.meta
         # A partition that needs its named data (no engine, or a stripped one)
         # fails on a missing .ptd first, whatever would run it; a full engine
         # needs it only if it has to be rebuilt here.
@@ -125,7 +125,7 @@ class TensorRTExecutor(Executor):
         # The GPU first: without one, TensorRT (~110 MB resident) is never
         # loaded, and a process on the CPU fallback stays small.
         device = chosen_device(meta, device)  # device_id unless overridden at load
-        flavor = meta.get("trt_flavor")
+        flavor = meta.build.trt_flavor
         try:  # the flavour that built it, else any: engine_for_this_gpu rebuilds
             try:
                 self.trt = load_tensorrt(flavor)
@@ -133,7 +133,7 @@ class TensorRTExecutor(Executor):
                 self.trt = load_tensorrt()
         except TensorRTNotInstalledError as e:
             raise EngineUnavailable(f"the engine was built with {flavor or 'TensorRT'} "
-                                    f"{meta.get('trt_version', '')}, and no TensorRT is "
+                                    f"{meta.build.trt_version or ''}, and no TensorRT is "
                                     f"installed here to run or rebuild it: {e}")
         make_current(device)  # TensorRT (the CUDA runtime) works in the current context
         engine = engine_for_this_gpu(blob, self.trt, device, named_weights)
@@ -147,7 +147,7 @@ class TensorRTExecutor(Executor):
         if blob.engine_kind == "stripped" and engine is blob.engine:  # not rebuilt with weights
             refit_engine(self.trt, self.engine, self_contained_onnx(blob), named_weights(),
                          self.logger)
-        n_state = 2 * len(blob.state)  # delegate-owned state: engine inputs/outputs (state.py)
+        n_state = 2 * len(meta.state or ())  # delegate-owned state: engine inputs/outputs (state.py)
         if self.engine.num_io_tensors != len(self.inputs) + len(self.outputs) + n_state:
             raise InvalidProgramError(
                 f"the engine has {self.engine.num_io_tensors} input and output tensors, the "
@@ -161,10 +161,10 @@ class TensorRTExecutor(Executor):
                                     kernel_cache=self.kernel_cache)  # tensorrt_context.py
         self.bound.bind(self.inputs, self.outputs)
         self.state = self.bound.state = (DeviceState(state_specs(blob, self.inputs), self.engine,
-                                                     device) if blob.state else None)
+                                                     device) if meta.state else None)
         self.bound.aliases = dict(aliased_pairs(blob, self.inputs, self.outputs))
         # Several optimization profiles: one chosen per call (profile_choice.py).
-        self.bound.profiles = (profile_choice(meta, self.inputs) if "profiles" in meta
+        self.bound.profiles = (profile_choice(meta, self.inputs) if meta.profiles is not None
                                else engine_profile_choice(self.engine, self.inputs))
         if profiling.nodes_requested():  # GPU-only, unverified (tensorrt_profiling.py)
             self.bound.layer_profiler = attach_layer_profiler(self.trt, self.bound.context)

@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from ...errors import ArgumentError, InvalidProgramError
-from ..arguments import Binding, optimization_profiles
+from ...blob.metadata import BlobMetadata
+from ..arguments import Binding
 
 __all__ = ["ProfileChoice", "check_engine_profiles", "engine_profile_choice", "profile_choice"]
 
@@ -78,15 +79,15 @@ class ProfileChoice:
         return True
 
 
-def profile_choice(metadata: dict, inputs: list[Binding]) -> ProfileChoice | None:
+def profile_choice(metadata: BlobMetadata | dict, inputs: list[Binding]) -> ProfileChoice | None:
     """The choice for a blob with several optimization profiles; None with one
     or none (the context stays in profile 0, nothing to choose per call)."""
-    profiles = optimization_profiles(metadata)
+    profiles = BlobMetadata.of(metadata).engine_profiles
     if len(profiles) < 2:
         return None
     bounds = []
     for profile in profiles:
-        by_name = {p["name"]: (tuple(p["min"]), tuple(p["max"])) for p in profile}
+        by_name = {p.name: (p.min, p.max) for p in profile}
         bounds.append([by_name.get(b.name) for b in inputs])
     return ProfileChoice([b.name for b in inputs], bounds)
 
@@ -105,25 +106,25 @@ def engine_profile_choice(engine, inputs: list[Binding]) -> ProfileChoice | None
     return ProfileChoice([b.name for b in inputs], bounds)
 
 
-def check_engine_profiles(engine, metadata: dict) -> None:
+def check_engine_profiles(engine, metadata: BlobMetadata | dict) -> None:
     """The blob's profiles are the engine's (both untrusted): as many, and each
     input's min/opt/max in each profile as TensorRT reports it, so that the
     index chosen per call is a profile of this engine with these bounds."""
-    profiles = optimization_profiles(metadata)
+    profiles = BlobMetadata.of(metadata).engine_profiles
     count = int(getattr(engine, "num_optimization_profiles", 1))
     if len(profiles) > 1 and count != len(profiles):
         raise InvalidProgramError(f"the blob lists {len(profiles)} optimization profiles, the "
                                   f"engine has {count}; the blob is corrupt or was altered")
     if len(profiles) < 2:
         return
-    dynamic = {p["name"] for profile in profiles for p in profile if p["min"] != p["max"]}
+    dynamic = {p.name for profile in profiles for p in profile if p.min != p.max}
     for k, profile in enumerate(profiles):
         for p in profile:
-            if p["name"] not in dynamic:  # a static input: its binding's shape is checked
+            if p.name not in dynamic:  # a static input: its binding's shape is checked
                 continue
-            got = [list(s) for s in engine.get_tensor_profile_shape(p["name"], k)]
-            want = [list(p["min"]), list(p["opt"]), list(p["max"])]
+            got = [list(s) for s in engine.get_tensor_profile_shape(p.name, k)]
+            want = [list(p.min), list(p.opt), list(p.max)]
             if got != want:
                 raise InvalidProgramError(
-                    f"optimization profile {k} of the engine gives input {p['name']!r} min/opt/"
+                    f"optimization profile {k} of the engine gives input {p.name!r} min/opt/"
                     f"max {got}, the blob says {want}; the blob is corrupt or was altered")

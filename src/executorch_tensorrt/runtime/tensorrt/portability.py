@@ -19,7 +19,7 @@ from ...errors import EngineBuildError, InvalidProgramError, RebuildImpossible
 from ...tensorrt.engine_builder import build_engine, stderr_progress
 from ...tensorrt.flavor import TensorRT
 from ...tensorrt.options import BuildOptions, InputProfile
-from ..arguments import optimization_profiles
+from ...blob.metadata import BlobMetadata
 from .engine_cache import EngineCache
 from ..named_data import WeightBuffer
 from ..onnx_safety import self_contained_onnx
@@ -35,21 +35,20 @@ def cache_dir() -> Path:
 
 def built_here(blob: Blob, trt: TensorRT, capability: str) -> bool:
     """Whether the blob's engine is this TensorRT's, for a set of GPUs including this one."""
-    meta = blob.metadata
-    if meta.get("trt_flavor") != trt.flavor or meta.get("trt_version") != trt.version:
+    facts = blob.meta.build
+    if facts.trt_flavor != trt.flavor or facts.trt_version != trt.version:
         return False
-    built = meta.get("compute_capabilities")
+    built = facts.compute_capabilities
     return not trt.is_rtx or built == "all" or capability in (built or [])
 
 
-def _profiles(meta: dict) -> list[dict[str, InputProfile]]:
+def _profiles(meta: BlobMetadata) -> list[dict[str, InputProfile]]:
     """Every optimization profile of the blob, rebuilt in the same order (the
     executor chooses among them by index), by input name; delegate-owned state
     inputs (not in the profiles: their shapes are static) at their shape."""
-    state = {s["onnx_input"]: InputProfile(*(tuple(s["shape"]),) * 3)
-             for s in meta.get("state", [])}
-    return [{**{p["name"]: InputProfile.from_dict(p) for p in profile}, **state}
-            for profile in optimization_profiles(meta)]
+    state = {s.onnx_input: InputProfile(*(s.shape,) * 3) for s in meta.state or ()}
+    return [{**{p.name: InputProfile(p.min, p.opt, p.max) for p in profile}, **state}
+            for profile in meta.engine_profiles]
 
 
 def cached_or_built(key: str, build: Callable[[], bytes]) -> bytes:
@@ -75,19 +74,20 @@ def rebuilt_engine(blob: Blob, trt: TensorRT, capability: str,
         onnx_bytes = self_contained_onnx(blob)
     except InvalidProgramError as e:
         raise RebuildImpossible(str(e)) from None
-    if len(weights) != len(blob.weights):
-        raise RebuildImpossible(f"the blob lists {len(blob.weights)} weights in named data, "
+    meta = blob.meta
+    if len(weights) != len(meta.weights or ()):
+        raise RebuildImpossible(f"the blob lists {len(meta.weights or ())} weights in named data, "
                                 f"{len(weights)} were supplied to the build")
-    meta = blob.metadata
+    json_form = meta.to_json()  # the cache key: what the blob records, as it records it
     weights_id = json.dumps([[w.name, w.key, w.nbytes] for w in weights])
-    key_data = json.dumps([trt.flavor, trt.version, capability, meta.get("profiles"),
-                           meta.get("precision"), weights_id]
-                          + ([meta["optimization_profiles"]]
-                             if "optimization_profiles" in meta else []),
+    key_data = json.dumps([trt.flavor, trt.version, capability, json_form.get("profiles"),
+                           meta.build.precision, weights_id]
+                          + ([json_form["optimization_profiles"]]
+                             if meta.optimization_profiles is not None else []),
                           sort_keys=True).encode()
     # The embedded ONNX already has the partition's precision in its types.
     options = BuildOptions(compute_capabilities=(capability,) if trt.is_rtx else None,
-                           precision=str(meta.get("precision", "fp32")))
+                           precision=meta.build.precision_or_default)
 
     def build() -> bytes:
         try:
