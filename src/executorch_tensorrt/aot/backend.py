@@ -28,7 +28,8 @@ from ..tensorrt.onnx_parser import ParseFailure, parse_network
 from .compile_spec import TensorRTCompileSpec
 from .debug_handles import debug_handle_map, onnx_node_sources
 from .weights.named_data import store_weights
-from .onnx.export import OnnxExport, export_onnx, reused_export
+from .onnx.export import OnnxExport, export_onnx
+from .onnx.export_cache import cache_named_in
 from .program_copy import copy_program
 from .shapes import input_profile_sets, profile_metadata, resolve_profiles
 from .state.owned import (
@@ -130,6 +131,7 @@ class TensorRTBackend(BackendDetails):
     def preprocess(edge_program: torch.export.ExportedProgram,
                    compile_specs: list[CompileSpec]) -> PreprocessResult:
         spec = TensorRTCompileSpec.from_compile_specs(compile_specs)
+        export_cache = cache_named_in(compile_specs)  # the partitioner's, if it named one
         progress = current_progress()
         nodes = sum(1 for n in edge_program.graph.nodes if n.op == "call_function")
         if progress:
@@ -141,8 +143,9 @@ class TensorRTBackend(BackendDetails):
             scatters = bool(lifted.aliases or any(
                 s.kv_update is not None and s.kv_update.scatter for s in lifted.states))
             stateful = bool(lifted.aliases or lifted.states)
-            exported = ((None if stateful else reused_export(edge_program, spec.precision))
-                        or export_onnx(lifted.program, spec.precision))
+            reused = (export_cache.take(edge_program, spec.precision)
+                      if export_cache is not None and not stateful else None)
+            exported = reused or export_onnx(lifted.program, spec.precision)
             profiles = input_profile_sets(lifted.program,
                                           resolve_profiles(lifted.program, spec.profiles))
             state, aliases = None, []

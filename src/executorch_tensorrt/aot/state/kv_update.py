@@ -14,25 +14,14 @@ output aliases its input; onnxruntime updates the bound buffer in place.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import onnx
 import torch
 from onnx import helper
 
-if TYPE_CHECKING:
-    from .owned import LiftedProgram
+from .lifted import KvUpdate, LiftedProgram
 
 TENSOR_SCATTER_OPSET = 24
-
-
-@dataclass
-class KvUpdate:
-    axis: int                 # the sequence axis of the cache
-    positions_input: int      # index of the positions among the lifted user inputs
-    update_node: str          # the index_put edge node
-    scatter: bool = False     # can become TensorScatter (in place)
 
 
 def _is_index_put(node: torch.fx.Node) -> bool:
@@ -181,7 +170,7 @@ def mark_kv_updates(gm: torch.fx.GraphModule, updates: list[KvUpdate]) -> None:
     gm.recompile()
 
 
-def rewrite_tensor_scatter(model: onnx.ModelProto, lifted: "LiftedProgram", entries: list[dict],
+def rewrite_tensor_scatter(model: onnx.ModelProto, lifted: LiftedProgram, entries: list[dict],
                            edge_node_of: dict[int, str]) -> dict[int, str]:
     """Records each cache's positions input and turns its marker node into
     TensorScatter (the model moves to opset 24); returns the node map with the

@@ -16,38 +16,18 @@ it at run time: the delegate owns it (docs/llm.md). Here:
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import onnx
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
-from .kv_update import KvUpdate, find_kv_updates, mark_kv_updates, rewrite_tensor_scatter
+from .kv_update import find_kv_updates, mark_kv_updates, rewrite_tensor_scatter
+from .lifted import LiftedProgram, LiftedState
 
 STATE_INPUT_PREFIX = "state_in."
 STATE_OUTPUT_PREFIX = "state_out."
-
-
-@dataclass
-class LiftedState:
-    fqn: str                 # the buffer's name in the module ("key_cache_0")
-    placeholder: str         # its placeholder in the partition's graph
-    init: torch.Tensor       # initial value
-    kv_update: KvUpdate | None = None  # set when the update is a contiguous cache write
-
-
-@dataclass
-class LiftedProgram:
-    program: torch.export.ExportedProgram  # state as user inputs/outputs
-    states: list[LiftedState] = field(default_factory=list)
-    user_inputs: int = 0       # user inputs of the original program
-    user_outputs: int = 0
-    state_input_positions: list[int] = field(default_factory=list)  # in the lifted inputs
-    state_output_positions: list[int] = field(default_factory=list)
-    # Caches ExecuTorch owns (state="caller"): (user input, user output) pairs the
-    # engine updates in place, written as Torch-TensorRT's aliased_io (TR02).
-    aliases: list[tuple[int, int]] = field(default_factory=list)
 
 
 def tag_owned_state(ep: torch.export.ExportedProgram, notes: dict[str, str]) -> None:
