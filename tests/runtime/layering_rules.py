@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 PACKAGE = "executorch_tensorrt"
 
-# Order set from the real import graph (2026-12-01): a package may import only
+# Order set from the real import graph (2026-12-02): a package may import only
 # packages of a lower or equal level. tensorrt sits below blob (blob/schema.py
-# reads tensorrt.options.MAX_OPTIMIZATION_PROFILES) and runtime below program
-# (program/info.py reads runtime.arguments.SCALAR_TYPE_TO_NUMPY).
+# reads tensorrt.options.MAX_OPTIMIZATION_PROFILES); program (reading programs)
+# sits below runtime, as docs/architecture.md draws it, now that its dtype
+# names come from dtypes.py: neither imports the other.
 LEVELS = {
     "": 0, "__init__": 0, "errors": 0, "dtypes": 0,
-    "tensorrt": 1, "blob": 2, "runtime": 3, "program": 4,
+    "tensorrt": 1, "blob": 2, "program": 3, "runtime": 4,
     "aot": 5, "quantization": 5, "llm": 6, "examples": 6,
     "cli": 7, "__main__": 8,
 }

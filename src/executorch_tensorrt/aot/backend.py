@@ -31,6 +31,7 @@ from .weights.named_data import store_weights
 from .onnx.export import OnnxExport, export_onnx
 from .onnx.export_cache import cache_named_in
 from .program_copy import copy_program
+from .torch_dtypes import BLOB_NAME_OF_ONNX
 from .shapes import input_profile_sets, profile_metadata, resolve_profiles
 from .state.owned import (
     STATE_INPUT_PREFIX,
@@ -41,14 +42,6 @@ from .state.owned import (
 )
 from .weights.content import content_id, initializer_pointers
 
-# ONNX TensorProto element type -> the blob's dtype string.
-_ONNX_DTYPE_NAMES = {
-    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
-    onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.INT8: "int8",
-    onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT32: "int32",
-    onnx.TensorProto.INT64: "int64", onnx.TensorProto.BOOL: "bool",
-}
-
 
 def io_bindings(model: onnx.ModelProto) -> list[dict]:
     """The engine's inputs then outputs, in the order ExecuTorch passes them."""
@@ -56,7 +49,7 @@ def io_bindings(model: onnx.ModelProto) -> list[dict]:
     for values, is_input in ((model.graph.input, True), (model.graph.output, False)):
         for v in values:
             t = v.type.tensor_type
-            dtype = _ONNX_DTYPE_NAMES.get(t.elem_type)
+            dtype = BLOB_NAME_OF_ONNX.get(t.elem_type)
             if dtype is None:
                 raise ValueError(f"ONNX value {v.name!r} has element type {t.elem_type}, "
                                  "which has no ExecuTorch dtype")

@@ -19,6 +19,7 @@ import onnx
 import torch
 from onnx import helper
 
+from ...dtypes import EXPORT_DTYPES
 from .lifted import KvUpdate, LiftedProgram
 
 TENSOR_SCATTER_OPSET = 24
@@ -129,8 +130,9 @@ def _register_marker_schema() -> None:
         attributes=[defs.OpSchema.Attribute("axis", defs.OpSchema.AttrType.INT, "axis")]))
 
 
-_TENSOR_TYPES = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(int8)",
-                 "tensor(uint8)", "tensor(int32)", "tensor(int64)", "tensor(bool)"]
+# ONNX type strings of dtypes.py's exported rows ("tensor(float)", ...).
+_TENSOR_TYPES = [f"tensor({onnx.TensorProto.DataType.Name(d.onnx).lower()})"
+                 for d in EXPORT_DTYPES]
 
 
 def _marker_translation():

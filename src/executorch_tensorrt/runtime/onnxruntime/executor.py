@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from ...blob import Blob
+from ...dtypes import DTYPES
 from ...errors import ArgumentError, InvalidProgramError
 from ..adapter import abi
 from .. import profiling
@@ -57,9 +58,9 @@ def ort_intra_op_threads() -> int:
     return int(text)
 
 
-# ExecuTorch ScalarType code -> ONNXTensorElementDataType
-_ORT_ELEMENT_TYPES = {SCALAR_TYPE_TO_NUMPY[code]: element for code, element in (
-    (6, 1), (0, 2), (1, 3), (2, 5), (3, 6), (4, 7), (11, 9), (5, 10), (7, 11), (15, 16))}
+# numpy dtype -> ONNXTensorElementDataType (dtypes.py's rows that numpy has)
+_ORT_ELEMENT_TYPES = {SCALAR_TYPE_TO_NUMPY[d.scalar_type]: d.onnxruntime for d in DTYPES
+                      if d.numpy and d.onnxruntime is not None}
 
 # --- begin: GIL-holding onnxruntime session (ort_capi.py; docs/concurrency.md) ---
 # ctypes.memmove is a CFUNCTYPE and would release the GIL; this one keeps it.
