@@ -216,7 +216,7 @@ class OrtSession:
     """One onnxruntime session over a model held in memory; run() keeps the GIL."""
 
     def __init__(self, model: bytes, intra_op_threads: int = 0,
-                 profile_prefix: str | None = None, configure=None):
+                 timings_prefix: str | None = None, configure=None):
         """`configure(api, options)`, when given, adds to the session options
         before the session is created (ort_named_weights.py feeds weights so);
         whatever it hands onnxruntime must outlive this session."""
@@ -226,8 +226,8 @@ class OrtSession:
         try:
             if configure is not None:
                 configure(api, options)
-            if profile_prefix is not None:  # per-node times: a JSON file at end_profiling()
-                api.check(api.EnableProfiling(options, profile_prefix.encode()), "EnableProfiling")
+            if timings_prefix is not None:  # per-node times: a JSON file at end_profiling()
+                api.check(api.EnableProfiling(options, timings_prefix.encode()), "EnableProfiling")
             api.check(api.SetSessionLogSeverityLevel(options, _ORT_LOGGING_LEVEL_ERROR),
                       "SetSessionLogSeverityLevel")
             api.check(api.SetIntraOpNumThreads(options, intra_op_threads), "SetIntraOpNumThreads")
