@@ -2,8 +2,10 @@
 
 Torch-free (the runtime never imports torch). Each row gives the ExecuTorch
 ScalarType code, the numpy dtype name, the ONNX TensorProto code, the
-onnxruntime element type, the name the blob's metadata records and the
-TensorRT DataType member name. TensorRT itself is looked up lazily
+onnxruntime element type, the name the blob's metadata records, the
+TensorRT DataType member name and torch's dtype name (a string: the AOT
+side maps it to `torch.<name>`, aot/torch_dtypes.py). Every other dtype
+table of the package is derived from these rows (tests/test_dtypes.py). TensorRT itself is looked up lazily
 (`tensorrt_dtype`), for either `tensorrt` or `tensorrt_rtx`, so importing
 this module loads neither.
 """
@@ -13,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DType", "DTYPES", "by_blob_name", "by_scalar_type", "by_onnx", "tensorrt_dtype"]
+__all__ = ["DType", "DTYPES", "EXPORT_DTYPES", "by_blob_name", "by_scalar_type", "by_onnx",
+           "tensorrt_dtype"]
 
 
 @dataclass(frozen=True)
@@ -25,21 +28,29 @@ class DType:
     onnxruntime: int | None  # ONNXTensorElementDataType (the C API's enum)
     tensorrt: str | None  # tensorrt.DataType member name
     itemsize: int
+    torch: str  # torch.<name>: the dtype torch gives this ScalarType
 
 
 DTYPES: tuple[DType, ...] = (
-    DType("uint8", 0, "uint8", 2, 2, "UINT8", 1),
-    DType("int8", 1, "int8", 3, 3, "INT8", 1),
-    DType(None, 2, "int16", 5, 5, None, 2),
-    DType("int32", 3, "int32", 6, 6, "INT32", 4),
-    DType("int64", 4, "int64", 7, 7, "INT64", 8),
-    DType("float16", 5, "float16", 10, 10, "HALF", 2),
-    DType("float32", 6, "float32", 1, 1, "FLOAT", 4),
-    DType(None, 7, "float64", 11, 11, None, 8),
-    DType("bool", 11, "bool", 9, 9, "BOOL", 1),
-    DType("bfloat16", 15, "bfloat16", 16, 16, "BF16", 2),
-    DType("float8", 24, None, 17, 17, "FP8", 1),  # TensorRT's FP8: Float8_e4m3fn
+    DType("uint8", 0, "uint8", 2, 2, "UINT8", 1, "uint8"),
+    DType("int8", 1, "int8", 3, 3, "INT8", 1, "int8"),
+    DType(None, 2, "int16", 5, 5, None, 2, "int16"),
+    DType("int32", 3, "int32", 6, 6, "INT32", 4, "int32"),
+    DType("int64", 4, "int64", 7, 7, "INT64", 8, "int64"),
+    DType("float16", 5, "float16", 10, 10, "HALF", 2, "float16"),
+    DType("float32", 6, "float32", 1, 1, "FLOAT", 4, "float32"),
+    DType(None, 7, "float64", 11, 11, None, 8, "float64"),
+    DType("bool", 11, "bool", 9, 9, "BOOL", 1, "bool"),
+    DType("bfloat16", 15, "bfloat16", 16, 16, "BF16", 2, "bfloat16"),
+    DType(None, 23, None, 19, 19, None, 1, "float8_e5m2"),  # read from older blobs only
+    DType("float8", 24, None, 17, 17, "FP8", 1, "float8_e4m3fn"),  # TensorRT's FP8
 )
+
+#: What our export writes into blobs (a delegate's inputs and outputs, weights,
+#: state buffers): every blob dtype but "float8", which only blobs written by
+#: Torch-TensorRT carry.
+EXPORT_DTYPES: tuple[DType, ...] = tuple(
+    d for d in DTYPES if d.blob_name and d.blob_name != "float8")
 
 _BY_BLOB = {d.blob_name: d for d in DTYPES if d.blob_name}
 _BY_CODE = {d.scalar_type: d for d in DTYPES}

@@ -274,17 +274,19 @@ def test_preprocess_reuses_an_export_only_over_the_very_same_weights():
     the same tensors, never over other weights (same shapes, other values)."""
     import copy
 
-    from executorch_tensorrt.aot.onnx.export import export_onnx, keep_for_reuse, reused_export
+    from executorch_tensorrt.aot.onnx.export import export_onnx
+    from executorch_tensorrt.aot.onnx.export_cache import OnnxExportCache
 
+    cache = OnnxExportCache()
     ep = torch.export.export(Mlp().eval(), (torch.randn(2, 256),))
     exported = export_onnx(ep)
-    keep_for_reuse(ep, "fp32", exported)
+    cache.offer(ep, "fp32", exported)
     other = copy.deepcopy(ep)  # equal graph, cloned weights
-    assert reused_export(other, "fp32") is None
-    keep_for_reuse(ep, "fp32", exported)
-    again = reused_export(ep, "fp32")
+    assert cache.take(other, "fp32") is None
+    cache.offer(ep, "fp32", exported)
+    again = cache.take(ep, "fp32")
     assert again is not None and again.onnx_bytes == exported.onnx_bytes
     assert all(a.value is b.value for a, b in zip(again.weights, exported.weights))
-    assert reused_export(ep, "fp32") is None  # taken once
-    keep_for_reuse(ep, "fp16", exported)  # converted weights are never kept
-    assert reused_export(ep, "fp16") is None
+    assert cache.take(ep, "fp32") is None  # taken once
+    cache.offer(ep, "fp16", exported)  # converted weights are never kept
+    assert cache.take(ep, "fp16") is None

@@ -11,7 +11,8 @@ from executorch.runtime import Runtime
 from torch.onnx._internal.exporter import _core, _registration
 
 from executorch_tensorrt.aot.export import export_program
-from executorch_tensorrt.aot.onnx.export import export_onnx, tag_edge_nodes
+from executorch_tensorrt.aot.onnx.edge_tags import tag_edge_nodes
+from executorch_tensorrt.aot.onnx.export import export_onnx
 from executorch_tensorrt.aot.partition.checks import output_mismatch
 from executorch_tensorrt.aot.partition.program import extract_partition
 from executorch_tensorrt.aot.onnx.translatable import _register_copy_ops

@@ -25,7 +25,14 @@ import textwrap
 from pathlib import Path
 
 from helpers import tensorrt_blobs
-from layering_rules import import_edges, violations
+from layering_rules import (
+    ALLOWED_CYCLES,
+    cycle_violations,
+    import_cycles,
+    import_edges,
+    module_names,
+    violations,
+)
 
 CHILD = textwrap.dedent(r'''
     import importlib, json, os, sys
@@ -143,6 +150,12 @@ def test_source_tree_keeps_the_import_rules():
     assert violations(edges) == []
 
 
+def test_source_tree_has_no_import_cycle():
+    """Function-local and TYPE_CHECKING imports count; nothing is allow-listed."""
+    assert not ALLOWED_CYCLES
+    assert cycle_violations(import_edges(SRC_ROOT), module_names(SRC_ROOT), ALLOWED_CYCLES) == []
+
+
 def _plant(root, files):
     for rel, text in files.items():
         path = root / rel
@@ -184,3 +197,42 @@ def test_checker_reports_planted_violations(tmp_path):
         "upward import (tensorrt below program): "
         "fakepkg.tensorrt:1 imports fakepkg.program.info",
     ]
+
+
+def test_checker_reports_planted_cycles(tmp_path):
+    """A cycle through a function-local import, one through a TYPE_CHECKING
+    import over three modules, and a package's own `from . import` (no cycle)."""
+    _plant(tmp_path, {
+        "fakepkg/__init__.py": "from . import a\n",
+        "fakepkg/a.py": "from .b import thing\n",
+        "fakepkg/b.py": "def later():\n    from fakepkg import a\n",
+        "fakepkg/aot/__init__.py": "",
+        "fakepkg/aot/x.py": "from .y import Y\n",
+        "fakepkg/aot/y.py": "from . import z\n",
+        "fakepkg/aot/z.py": ("from typing import TYPE_CHECKING\n"
+                             "if TYPE_CHECKING:\n    from .x import X\n"),
+        "fakepkg/aot/alone.py": "from . import x\nimport os\n",
+    })
+    edges = import_edges(tmp_path, "fakepkg")
+    modules = module_names(tmp_path, "fakepkg")
+    assert import_cycles(edges, modules) == [
+        frozenset({"fakepkg", "fakepkg.a", "fakepkg.b"}),
+        frozenset({"fakepkg.aot.x", "fakepkg.aot.y", "fakepkg.aot.z"}),
+    ]
+    allowed = {frozenset({"fakepkg.aot.x", "fakepkg.aot.y", "fakepkg.aot.z"})}
+    assert cycle_violations(edges, modules, allowed) == [
+        "import cycle: fakepkg <-> fakepkg.a <-> fakepkg.b"]
+
+
+def test_a_cycle_planted_in_a_copy_of_the_tree_is_found(tmp_path):
+    """The old export <-> translatable cycle put back (a function-local import)
+    in a copy of the real tree: the check that passes on the tree fails."""
+    import shutil
+
+    shutil.copytree(SRC_ROOT / "executorch_tensorrt", tmp_path / "executorch_tensorrt")
+    translatable = tmp_path / "executorch_tensorrt/aot/onnx/translatable.py"
+    translatable.write_text(translatable.read_text()
+                            + "\n\ndef _planted():\n    from .export import export_onnx\n")
+    found = cycle_violations(import_edges(tmp_path), module_names(tmp_path), ALLOWED_CYCLES)
+    assert found == ["import cycle: executorch_tensorrt.aot.onnx.export <-> "
+                     "executorch_tensorrt.aot.onnx.translatable"]

@@ -320,10 +320,8 @@ def plan_overhead(calls: int, adapter_dir: Path, raw_lib: Path) -> dict:
     inputs, outputs = split_bindings(meta)
     report: dict = {"calls": calls}
     for where in ("cuda", "cpu"):
-        ex = object.__new__(TensorRTExecutor)  # its engine: the stand-in below
-        ex.bound = BoundContext(KernelsContext(1), inputs, outputs, 0, graphs=True)
-        ex.publish_plans, ex.plan_launches, ex._plan, ex._last_call = (
-            True, ctypes.c_uint64(0), None, None)
+        ex = TensorRTExecutor.over_bound_context(  # its engine: the stand-in below
+            BoundContext(KernelsContext(1), inputs, outputs, 0, graphs=True))
         keep: list = []
         tensors = [torch.zeros(2, 3, device=where) for _ in range(3)]
         args = (abi.EtrtArg * 3)(*(_arg(t, k < 2, keep) for k, t in enumerate(tensors)))

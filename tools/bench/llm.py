@@ -105,7 +105,7 @@ def main(argv=None) -> int:
             keep.append((program, loaded))
             methods[backend] = loaded.load_method("forward")
         [state] = [s for s in rt_state.live_states("forward") if s.calls == 0]
-        [executor] = [e for e in callbacks.install().handles.values()
+        [executor] = [e for e in callbacks.install().live_executors()
                       if getattr(e, "state", None) is state]
         times: dict[str, list[float]] = {b: [] for b in methods}
         steady: dict[str, list[float]] = {b: [] for b in methods}

@@ -31,8 +31,10 @@ from ..tensorrt.onnx_parser import ParseFailure, parse_network
 from .compile_spec import TensorRTCompileSpec
 from .debug_handles import debug_handle_map, onnx_node_sources
 from .weights.named_data import store_weights
-from .onnx.export import OnnxExport, export_onnx, reused_export
+from .onnx.export import OnnxExport, export_onnx
+from .onnx.export_cache import cache_named_in
 from .program_copy import copy_program
+from .torch_dtypes import BLOB_NAME_OF_ONNX
 from .shapes import input_profile_sets, resolve_profiles
 from .state.owned import (
     STATE_INPUT_PREFIX,
@@ -42,14 +44,6 @@ from .state.owned import (
     lift_state,
 )
 from .weights.content import content_id, initializer_pointers
-
-# ONNX TensorProto element type -> the blob's dtype string.
-_ONNX_DTYPE_NAMES = {
-    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
-    onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.INT8: "int8",
-    onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT32: "int32",
-    onnx.TensorProto.INT64: "int64", onnx.TensorProto.BOOL: "bool",
-}
 
 
 # The blob's top-level key order as this backend has always written it (the
@@ -66,7 +60,7 @@ def io_bindings(model: onnx.ModelProto) -> list[Binding]:
     for values, is_input in ((model.graph.input, True), (model.graph.output, False)):
         for v in values:
             t = v.type.tensor_type
-            dtype = _ONNX_DTYPE_NAMES.get(t.elem_type)
+            dtype = BLOB_NAME_OF_ONNX.get(t.elem_type)
             if dtype is None:
                 raise ValueError(f"ONNX value {v.name!r} has element type {t.elem_type}, "
                                  "which has no ExecuTorch dtype")
@@ -140,6 +134,7 @@ class TensorRTBackend(BackendDetails):
     def preprocess(edge_program: torch.export.ExportedProgram,
                    compile_specs: list[CompileSpec]) -> PreprocessResult:
         spec = TensorRTCompileSpec.from_compile_specs(compile_specs)
+        export_cache = cache_named_in(compile_specs)  # the partitioner's, if it named one
         progress = current_progress()
         nodes = sum(1 for n in edge_program.graph.nodes if n.op == "call_function")
         if progress:
@@ -151,8 +146,9 @@ class TensorRTBackend(BackendDetails):
             scatters = bool(lifted.aliases or any(
                 s.kv_update is not None and s.kv_update.scatter for s in lifted.states))
             stateful = bool(lifted.aliases or lifted.states)
-            exported = ((None if stateful else reused_export(edge_program, spec.precision))
-                        or export_onnx(lifted.program, spec.precision))
+            reused = (export_cache.take(edge_program, spec.precision)
+                      if export_cache is not None and not stateful else None)
+            exported = reused or export_onnx(lifted.program, spec.precision)
             profiles = input_profile_sets(lifted.program,
                                           resolve_profiles(lifted.program, spec.profiles))
             state, aliases = None, []

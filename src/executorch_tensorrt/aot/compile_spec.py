@@ -15,6 +15,9 @@ _CC = re.compile(r"^SM(\d{2,3})$")
 # ExecuTorch's own key (PropagateDevicePass): b"cuda:<device_id>" on a delegate
 # places its inputs and outputs in CUDA memory (device_resident.py adds it).
 TARGET_DEVICE_KEY = "target_device"
+# Names the partitioner's ONNX export cache for preprocess (onnx/export_cache.py);
+# not an engine option, and meaningless outside the exporting process.
+EXPORT_CACHE_KEY = "onnx_export_cache"
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class TensorRTCompileSpec:
         for spec in specs:
             if spec.key == TARGET_DEVICE_KEY:  # not an engine option: checked below
                 target_device = bytes(spec.value).decode(errors="replace")
+                continue
+            if spec.key == EXPORT_CACHE_KEY:  # read by preprocess (onnx/export_cache.py)
                 continue
             if spec.key not in known:
                 raise ValueError(

@@ -174,6 +174,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             # Non-core ATen ops (erfinv, ...) must get through to be reported below.
             compile_config=EdgeCompileConfig(_check_ir_validity=False),
             generate_etrecord=etrecord_path is not None)
+        trt_partitioner.export_cache.clear()  # preprocess is done: what it left goes
         if device_resident:
             dr.check_device_io(edge)
         program = edge.to_executorch(*([dr.backend_config()] if device_resident else []))

@@ -1,8 +1,9 @@
-"""TR01 constants, the dtype table and the parsed-blob types.
+"""TR01 constants, the blob's dtype names and the parsed-blob types.
 
 Every constant the C++ adapter shares (MAGIC, HEADER_FORMAT, HEADER_SIZE,
-ALIGNMENT, the dtype codes) is a plain literal at module level: the native
-build step reads them from this file with ``ast``, without importing it.
+ALIGNMENT) is a plain literal at module level: the native build step reads
+them from this file with ``ast``, without importing it. The C++ side reads
+no dtype; the dtype names and codes here are views of dtypes.py.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..dtypes import DTYPES
 from ..errors import InvalidProgramError
 
 MAGIC = b"TR01"
@@ -60,30 +62,17 @@ I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 #: The dtype strings of io_bindings entries, as ExecuTorch's upstream
 #: TensorRT delegate writes them (backends/nvidia/tensorrt/backend.py,
 #: ``_trt_dtype_to_string``), with the ExecuTorch ScalarType code each one
-#: corresponds to. "float8" is TensorRT's FP8, i.e. Float8_e4m3fn.
-DTYPE_TO_SCALAR_TYPE = {
-    "uint8": 0,  # Byte
-    "int8": 1,  # Char
-    "int32": 3,  # Int
-    "int64": 4,  # Long
-    "float16": 5,  # Half
-    "float32": 6,  # Float
-    "bool": 11,  # Bool
-    "bfloat16": 15,  # BFloat16
-    "float8": 24,  # Float8_e4m3fn
-}
+#: corresponds to: the rows of dtypes.py that have a blob name. "float8" is
+#: TensorRT's FP8, i.e. Float8_e4m3fn.
+DTYPE_TO_SCALAR_TYPE = {d.blob_name: d.scalar_type for d in DTYPES if d.blob_name}
 #: Bytes per element of each dtype above.
-DTYPE_ITEMSIZE = {"uint8": 1, "int8": 1, "int32": 4, "int64": 8, "float16": 2, "float32": 4,
-                  "bool": 1, "bfloat16": 2, "float8": 1}
+DTYPE_ITEMSIZE = {d.blob_name: d.itemsize for d in DTYPES if d.blob_name}
 #: What write_blob accepts as a dtype: the names above, or "" for "not
 #: recorded" (Torch-TensorRT's ExecuTorch path writes "").
 WRITE_DTYPES = frozenset(DTYPE_TO_SCALAR_TYPE) | {""}
-# read_blob also accepts str(torch.dtype), which an earlier Torch-TensorRT
-# ExecuTorch helper wrote ("torch.float32").
-_TORCH_DTYPE_NAMES = ("uint8", "int8", "int16", "int32", "int64", "float16",
-                      "float32", "float64", "bool", "bfloat16",
-                      "float8_e4m3fn", "float8_e5m2")
-READ_DTYPES = WRITE_DTYPES | {"torch." + n for n in _TORCH_DTYPE_NAMES}
+# read_blob also accepts str(torch.dtype) of every row, which an earlier
+# Torch-TensorRT ExecuTorch helper wrote ("torch.float32").
+READ_DTYPES = WRITE_DTYPES | {"torch." + d.torch for d in DTYPES}
 
 
 class BlobError(InvalidProgramError):

@@ -6,12 +6,12 @@ from pathlib import Path
 
 from ..blob import BlobError, read_blob
 from ..blob.metadata import BlobMetadata
-from ..runtime.arguments import SCALAR_TYPE_TO_NUMPY
+from ..dtypes import by_scalar_type
 
 
 def scalar_type_name(code: int) -> str:
-    dtype = SCALAR_TYPE_TO_NUMPY.get(code)
-    return dtype.name if dtype is not None else f"scalar_type {code}"
+    row = by_scalar_type(code)
+    return row.numpy if row is not None and row.numpy else f"scalar_type {code}"
 
 
 @dataclass

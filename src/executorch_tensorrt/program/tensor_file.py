@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..dtypes import DTYPES as ALL_DTYPES
+
 MAGIC = b"ETTENSR1"
 VERSION = 1
 MAX_RANK = 16
@@ -34,14 +36,12 @@ MAX_NAME = 1024
 MAX_TENSORS = 1 << 16
 SUFFIX = ".etensors"
 
-# ExecuTorch ScalarType code -> (name, numpy storage dtype)
+# ExecuTorch ScalarType code -> (name, numpy storage dtype, little-endian):
+# dtypes.py's rows that numpy has, bfloat16 stored as its uint16 bits.
 DTYPES: dict[int, tuple[str, np.dtype]] = {
-    0: ("uint8", np.dtype("<u1")), 1: ("int8", np.dtype("<i1")),
-    2: ("int16", np.dtype("<i2")), 3: ("int32", np.dtype("<i4")),
-    4: ("int64", np.dtype("<i8")), 5: ("float16", np.dtype("<f2")),
-    6: ("float32", np.dtype("<f4")), 7: ("float64", np.dtype("<f8")),
-    11: ("bool", np.dtype("bool")), 15: ("bfloat16", np.dtype("<u2")),
-}
+    d.scalar_type: (d.numpy, np.dtype("<u2") if d.numpy == "bfloat16"
+                    else np.dtype(d.numpy).newbyteorder("<"))
+    for d in ALL_DTYPES if d.numpy}
 CODE_OF_NAME = {name: code for code, (name, _) in DTYPES.items()}
 
 

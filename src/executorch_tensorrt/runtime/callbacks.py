@@ -114,6 +114,11 @@ class PythonExecutors:
         except BaseException as e:  # noqa: BLE001
             _record("TensorRTBackend destroy", e)
 
+    def live_executors(self) -> list[Executor]:
+        """The executors of the delegates loaded now (benchmarks read their counters)."""
+        with self.lock:
+            return list(self.handles.values())
+
     def close_all(self) -> None:
         """Closes every executor (at interpreter exit: sessions and engines are
         released while Python and their libraries are still whole)."""

@@ -26,18 +26,15 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..blob import Blob
+from ..dtypes import DTYPES
 from ..blob.format import NAMED_DATA_LOCATION
 from ..blob.metadata import WeightEntry
 from ..errors import InvalidProgramError
 
 __all__ = ["ONNX_DTYPES", "self_contained_onnx", "check_self_contained"]
 
-#: blob dtype name -> ONNX TensorProto data type
-ONNX_DTYPES = {"float32": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16,
-               "bfloat16": onnx.TensorProto.BFLOAT16, "int8": onnx.TensorProto.INT8,
-               "uint8": onnx.TensorProto.UINT8, "int32": onnx.TensorProto.INT32,
-               "int64": onnx.TensorProto.INT64, "bool": onnx.TensorProto.BOOL,
-               "float8": onnx.TensorProto.FLOAT8E4M3FN}
+#: blob dtype name -> ONNX TensorProto data type (dtypes.py's rows)
+ONNX_DTYPES = {d.blob_name: d.onnx for d in DTYPES if d.blob_name and d.onnx is not None}
 _INLINE_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data",
                   "double_data", "uint64_data")
 

@@ -67,13 +67,9 @@ def executor_over(context: StandInContext) -> TensorRTExecutor:
     """A TensorRTExecutor whose engine is the stand-in: only what native_plan
     and execute read is set (loading needs a TensorRT engine, which no
     reachable GPU runs)."""
-    ex = object.__new__(TensorRTExecutor)
     scratch = SharedScratch(0)  # as create_context gives it: the stand-in computes through it
     scratch.reserve(4096)
-    ex.bound = bound_context(context, graphs=True, scratch=scratch)
-    ex.publish_plans, ex.plan_launches = True, ctypes.c_uint64(0)
-    ex._plan, ex._last_call = None, None
-    return ex
+    return TensorRTExecutor.over_bound_context(bound_context(context, graphs=True, scratch=scratch))
 
 
 class Dispatch:

@@ -1,19 +1,11 @@
 """Edge-dialect ExportedProgram -> ONNX, with ONNX nodes mapped back to edge nodes.
 
-Edge nodes are tagged through `meta["stack_trace"]` before export: the
-exporter copies each FX node's stack trace into the ONNX node's metadata
-(`pkg.torch.onnx.stack_trace`), and decompositions keep it, so the tag
-survives re-tracing, where FX node names do not.
+Edge nodes are tagged before export (edge_tags.py) and the tags read back
+from each ONNX node's `pkg.torch.onnx.stack_trace`. The partitioner's exports
+reach preprocess through an explicit cache (export_cache.py), never here.
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import io
-import logging
-import threading
-import warnings
-import weakref
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
@@ -21,12 +13,12 @@ import torch
 from torch.onnx._internal.exporter import _core
 
 from ...blob.format import NAMED_DATA_LOCATION
+from .edge_tags import edge_name_from_trace, quiet, tag_edge_nodes
 from .fusions import fuse
 from .precision import with_precision
-from ..program_copy import copy_program
+from .translatable import onnx_registry
 from ..weights.content import INLINE_LIMIT, Weight, dtype_name
 
-TAG_PREFIX = "etrt-node:"
 _TRACE_KEY = "pkg.torch.onnx.stack_trace"
 
 
@@ -41,37 +33,6 @@ class OnnxExport:
     @property
     def weight_bytes(self) -> int:
         return sum(w.nbytes for w in self.weights)
-
-
-def tag_edge_nodes(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """A deep copy of `ep` whose call_function nodes carry their name as a tag."""
-    tagged = copy_program(ep)
-    for node in tagged.graph.nodes:
-        if node.op == "call_function":
-            node.meta["stack_trace"] = TAG_PREFIX + node.name
-    return tagged
-
-
-def edge_name_from_trace(trace: str | None) -> str | None:
-    if trace and trace.startswith(TAG_PREFIX):
-        return trace[len(TAG_PREFIX):]
-    return None
-
-
-@contextlib.contextmanager
-def quiet():
-    """Silences the exporter's progress prints and warnings."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "onnxscript", "torch.export")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
 
 
 def _strip_metadata(model: ir.Model) -> None:
@@ -134,8 +95,6 @@ def export_onnx(ep: torch.export.ExportedProgram, precision: str = "fp32", *,
     graph instead (a self-contained ONNX model, < 2 GB only).
     """
     tagged = with_precision(tag_edge_nodes(ep), precision)
-    from .translatable import onnx_registry
-
     with quiet():
         # torch.onnx.export(dynamo=True) minus rebuilding the registry per call;
         # torch is pinned, so this private entry point is stable for us.
@@ -150,60 +109,3 @@ def export_onnx(ep: torch.export.ExportedProgram, precision: str = "fp32", *,
     _strip_metadata(model)
     weights = [] if inline_weights else _externalize(model)
     return OnnxExport(ir.serde.serialize_model(model).SerializeToString(), mapping, weights)
-
-
-# -- reuse of the partitioner's export in preprocess --------------------------
-# The partitioner exports each candidate partition to check it; preprocess then
-# gets the same partition and would export it again (about a second each). An
-# fp32 export whose weights were the real ones is kept here by the graph's
-# fingerprint, with each weight named by its state-dict key and held weakly:
-# preprocess reuses it only for the same graph over the very same tensors.
-_MAX_KEPT = 16
-_kept: dict[str, tuple[OnnxExport, list[str], dict[str, weakref.ref]]] = {}
-_kept_lock = threading.Lock()
-
-
-def _fingerprint(ep: torch.export.ExportedProgram, precision: str) -> str:
-    sig = ep.graph_signature
-    vals = [(n.name, str(n.meta.get("val"))) for n in ep.graph.nodes if n.op == "placeholder"]
-    text = repr((ep.graph_module.code, sig.input_specs, sig.output_specs, vals, precision))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _tensors(ep: torch.export.ExportedProgram) -> dict[str, torch.Tensor]:
-    return {k: v for d in (ep.state_dict, ep.constants) for k, v in d.items()
-            if isinstance(v, torch.Tensor)}
-
-
-def keep_for_reuse(ep: torch.export.ExportedProgram, precision: str,
-                   exported: OnnxExport) -> None:
-    """Offers a checked partition's export to preprocess (fp32, real weights only)."""
-    if precision != "fp32":
-        return
-    tensors = _tensors(ep)
-    key_of = {id(v): k for k, v in tensors.items()}
-    keys = [key_of.get(id(w.value)) for w in exported.weights]
-    if None in keys:  # a weight the exporter derived (a folded constant)
-        return
-    refs = {k: weakref.ref(v) for k, v in tensors.items()}
-    light = OnnxExport(exported.onnx_bytes, exported.edge_node_of,
-                       [Weight(w.name, None, w.dtype, w.shape, w.nbytes) for w in exported.weights])
-    with _kept_lock:
-        _kept[_fingerprint(ep, precision)] = (light, keys, refs)
-        while len(_kept) > _MAX_KEPT:
-            _kept.pop(next(iter(_kept)))
-
-
-def reused_export(ep: torch.export.ExportedProgram, precision: str) -> OnnxExport | None:
-    """The kept export of this very partition over these very weights, or None."""
-    with _kept_lock:
-        entry = _kept.pop(_fingerprint(ep, precision), None)
-    if entry is None:
-        return None
-    light, keys, refs = entry
-    tensors = _tensors(ep)
-    if tensors.keys() != refs.keys() or any(refs[k]() is not v for k, v in tensors.items()):
-        return None
-    weights = [Weight(w.name, tensors[k], w.dtype, w.shape, w.nbytes)
-               for w, k in zip(light.weights, keys)]
-    return OnnxExport(light.onnx_bytes, dict(light.edge_node_of), weights)

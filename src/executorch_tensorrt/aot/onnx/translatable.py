@@ -11,7 +11,7 @@ import operator
 import torch
 from torch.onnx._internal.exporter import _decomp, _registration
 
-from .export import edge_name_from_trace, quiet, tag_edge_nodes
+from .edge_tags import edge_name_from_trace, quiet, tag_edge_nodes
 from ...quantization.ops import register_quant_ops
 from .extra_ops import register_extra_ops
 

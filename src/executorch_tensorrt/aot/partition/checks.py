@@ -22,16 +22,8 @@ from torch.utils import _pytree as pytree
 from ...errors import EngineBuildError
 from ...tensorrt.engine_builder import build_engine, parse_network
 from ..compile_spec import TensorRTCompileSpec
+from ..torch_dtypes import TORCH_OF_ONNX, TORCH_OF_TENSORRT
 
-_ONNX_TO_TORCH = {
-    onnx.TensorProto.FLOAT: torch.float32, onnx.TensorProto.FLOAT16: torch.float16,
-    onnx.TensorProto.BFLOAT16: torch.bfloat16, onnx.TensorProto.INT8: torch.int8,
-    onnx.TensorProto.UINT8: torch.uint8, onnx.TensorProto.INT32: torch.int32,
-    onnx.TensorProto.INT64: torch.int64, onnx.TensorProto.BOOL: torch.bool,
-}
-_TRT_TO_TORCH = {"FLOAT": torch.float32, "HALF": torch.float16, "BF16": torch.bfloat16,
-                 "INT8": torch.int8, "UINT8": torch.uint8, "INT32": torch.int32,
-                 "INT64": torch.int64, "BOOL": torch.bool}
 
 
 @functools.lru_cache(maxsize=16)
@@ -81,7 +73,7 @@ def _onnx_inferred(onnx_bytes: bytes) -> list[tuple[list | None, torch.dtype | N
         t = out.type.tensor_type
         shape = ([d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
                  if t.HasField("shape") else None)
-        result.append((shape, _ONNX_TO_TORCH.get(t.elem_type)))
+        result.append((shape, TORCH_OF_ONNX.get(t.elem_type)))
     return result
 
 
@@ -92,7 +84,7 @@ def _tensorrt_network(trt, onnx_bytes: bytes,
     for i in range(network.num_outputs):
         out = network.get_output(i)
         shape = [d if d >= 0 else None for d in out.shape]
-        result.append((shape, _TRT_TO_TORCH.get(str(out.dtype).rsplit(".", 1)[-1])))
+        result.append((shape, TORCH_OF_TENSORRT.get(str(out.dtype).rsplit(".", 1)[-1])))
     return result
 
 

@@ -32,7 +32,9 @@ from ..backend import engine_kind, weights_id
 from ..compile_spec import TensorRTCompileSpec, with_profiles
 from ...tensorrt.engine_builder import Progress, build_engine, stderr_progress
 from ...tensorrt.onnx_parser import ParseFailure, unsupported_nodes
-from ..onnx.export import export_onnx, keep_for_reuse, quiet
+from ..onnx.edge_tags import quiet
+from ..onnx.export import export_onnx
+from ..onnx.export_cache import OnnxExportCache
 from .checks import options_error, output_mismatch
 from .program import extract_partition
 from ..program_copy import needs_stand_ins
@@ -165,7 +167,11 @@ class TensorRTPartitioner(Partitioner):
         # Partitioners after this one that ask ops to stay whole (ops_to_not_decompose).
         self.keep_whole = list(keep_whole)
         self.progress = progress
-        self.delegation_spec = DelegationSpec(BACKEND_ID, self.compile_spec.to_compile_specs())
+        # Checked partitions' ONNX exports for preprocess, named in the delegation
+        # spec (onnx/export_cache.py); it lives as long as this partitioner.
+        self.export_cache = OnnxExportCache()
+        self.delegation_spec = DelegationSpec(
+            BACKEND_ID, [*self.compile_spec.to_compile_specs(), self.export_cache.compile_spec()])
         self.report = PartitionReport()
         self.reports: list[PartitionReport] = []  # one per partition() call (per method)
         # Per method, in partition() call order: name -> real weight, so that a
@@ -252,11 +258,11 @@ class TensorRTPartitioner(Partitioner):
     def _passed(self, sub_ep, exported, all_real: bool,
                 mismatch: str | None) -> dict[str, str] | str:
         """The check's result; a partition that passed with its real weights
-        offers its ONNX export to preprocess (onnx_export.reused_export)."""
+        offers its ONNX export to preprocess (self.export_cache)."""
         if mismatch:
             return mismatch
         if all_real:
-            keep_for_reuse(sub_ep, self.compile_spec.precision, exported)
+            self.export_cache.offer(sub_ep, self.compile_spec.precision, exported)
         return {}
 
     @staticmethod

@@ -14,25 +14,15 @@ output aliases its input; onnxruntime updates the bound buffer in place.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import onnx
 import torch
 from onnx import helper
 
-if TYPE_CHECKING:
-    from .owned import LiftedProgram
+from ...dtypes import EXPORT_DTYPES
+from .lifted import KvUpdate, LiftedProgram
 
 TENSOR_SCATTER_OPSET = 24
-
-
-@dataclass
-class KvUpdate:
-    axis: int                 # the sequence axis of the cache
-    positions_input: int      # index of the positions among the lifted user inputs
-    update_node: str          # the index_put edge node
-    scatter: bool = False     # can become TensorScatter (in place)
 
 
 def _is_index_put(node: torch.fx.Node) -> bool:
@@ -140,8 +130,9 @@ def _register_marker_schema() -> None:
         attributes=[defs.OpSchema.Attribute("axis", defs.OpSchema.AttrType.INT, "axis")]))
 
 
-_TENSOR_TYPES = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(int8)",
-                 "tensor(uint8)", "tensor(int32)", "tensor(int64)", "tensor(bool)"]
+# ONNX type strings of dtypes.py's exported rows ("tensor(float)", ...).
+_TENSOR_TYPES = [f"tensor({onnx.TensorProto.DataType.Name(d.onnx).lower()})"
+                 for d in EXPORT_DTYPES]
 
 
 def _marker_translation():
@@ -181,7 +172,7 @@ def mark_kv_updates(gm: torch.fx.GraphModule, updates: list[KvUpdate]) -> None:
     gm.recompile()
 
 
-def rewrite_tensor_scatter(model: onnx.ModelProto, lifted: "LiftedProgram", entries: list[dict],
+def rewrite_tensor_scatter(model: onnx.ModelProto, lifted: LiftedProgram, entries: list[dict],
                            edge_node_of: dict[int, str]) -> dict[int, str]:
     """Records each cache's positions input and turns its marker node into
     TensorScatter (the model moves to opset 24); returns the node map with the

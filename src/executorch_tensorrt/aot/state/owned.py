@@ -16,38 +16,19 @@ it at run time: the delegate owns it (docs/llm.md). Here:
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import onnx
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
-from .kv_update import KvUpdate, find_kv_updates, mark_kv_updates, rewrite_tensor_scatter
+from .kv_update import find_kv_updates, mark_kv_updates, rewrite_tensor_scatter
+from .lifted import LiftedProgram, LiftedState
+from ..torch_dtypes import BLOB_NAME_OF_ONNX, BLOB_NAME_OF_TORCH
 
 STATE_INPUT_PREFIX = "state_in."
 STATE_OUTPUT_PREFIX = "state_out."
-
-
-@dataclass
-class LiftedState:
-    fqn: str                 # the buffer's name in the module ("key_cache_0")
-    placeholder: str         # its placeholder in the partition's graph
-    init: torch.Tensor       # initial value
-    kv_update: KvUpdate | None = None  # set when the update is a contiguous cache write
-
-
-@dataclass
-class LiftedProgram:
-    program: torch.export.ExportedProgram  # state as user inputs/outputs
-    states: list[LiftedState] = field(default_factory=list)
-    user_inputs: int = 0       # user inputs of the original program
-    user_outputs: int = 0
-    state_input_positions: list[int] = field(default_factory=list)  # in the lifted inputs
-    state_output_positions: list[int] = field(default_factory=list)
-    # Caches ExecuTorch owns (state="caller"): (user input, user output) pairs the
-    # engine updates in place, written as Torch-TensorRT's aliased_io (TR02).
-    aliases: list[tuple[int, int]] = field(default_factory=list)
 
 
 def tag_owned_state(ep: torch.export.ExportedProgram, notes: dict[str, str]) -> None:
@@ -201,17 +182,10 @@ def _with_signature(ep, gm, new_sig, fqns: list[str]) -> torch.export.ExportedPr
 
 def _value_type(value: onnx.ValueInfoProto) -> tuple[str, list[int]]:
     t = value.type.tensor_type
-    return (_ONNX_DTYPES.get(t.elem_type, ""),
+    return (BLOB_NAME_OF_ONNX.get(t.elem_type, ""),
             [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim])
 
 
-_ONNX_DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
-                onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.INT8: "int8",
-                onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT32: "int32",
-                onnx.TensorProto.INT64: "int64", onnx.TensorProto.BOOL: "bool"}
-_TORCH_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
-                 torch.int8: "int8", torch.uint8: "uint8", torch.int32: "int32",
-                 torch.int64: "int64", torch.bool: "bool"}
 
 
 @dataclass
@@ -253,7 +227,7 @@ def finish_onnx(lifted: LiftedProgram, onnx_bytes: bytes,
     entries, sections = [], {}
     for k, state in enumerate(lifted.states):
         dtype, shape = _value_type(inputs[lifted.user_inputs + k])
-        want = _TORCH_DTYPES.get(state.init.dtype)
+        want = BLOB_NAME_OF_TORCH.get(state.init.dtype)
         if dtype != want or shape != list(state.init.shape):
             raise ValueError(f"state {state.fqn!r}: the ONNX input is {dtype} {shape}, the "
                              f"buffer is {state.init.dtype} {list(state.init.shape)}")

@@ -19,17 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..torch_dtypes import BLOB_NAME_OF_TORCH
+
 # Initializers smaller than this stay inside the ONNX graph (shape constants,
 # scalars): not worth a named-data entry each.
 INLINE_LIMIT = 1024
 KEY_PREFIX = "etrt."
 _CHUNK = 16 << 20
 
-_TORCH_DTYPE_NAMES = {
-    torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
-    torch.int8: "int8", torch.uint8: "uint8", torch.int32: "int32", torch.int64: "int64",
-    torch.bool: "bool",
-}
 
 
 @dataclass
@@ -54,12 +51,12 @@ class Weight:
 
 def dtype_name(value: Any) -> str:
     if isinstance(value, torch.Tensor):
-        name = _TORCH_DTYPE_NAMES.get(value.dtype)
+        name = BLOB_NAME_OF_TORCH.get(value.dtype)
     else:
         name = str(np.asarray(value).dtype)
-    if name not in _TORCH_DTYPE_NAMES.values():
+    if name not in BLOB_NAME_OF_TORCH.values():
         raise ValueError(f"a weight of dtype {value.dtype} cannot go to named data: the blob "
-                         f"lists weights of {sorted(_TORCH_DTYPE_NAMES.values())} only")
+                         f"lists weights of {sorted(BLOB_NAME_OF_TORCH.values())} only")
     return name
 
 

@@ -28,6 +28,8 @@ import os
 import threading
 from ctypes import POINTER, byref, c_char_p, c_int, c_int64, c_size_t, c_uint32, c_void_p
 
+from ...dtypes import DTYPES
+
 API_VERSION = 13  # any version the library supports that has every slot below
 
 _Status = c_void_p  # OrtStatus*: NULL means success
@@ -80,9 +82,9 @@ _SLOTS: dict[str, tuple[int, object, tuple]] = {
                                                c_size_t)),
 }
 
-# ONNXTensorElementDataType codes (the ONNX TensorProto codes).
-ELEMENT_TYPE_NAMES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
-                      9: "bool", 10: "float16", 11: "float64", 16: "bfloat16"}
+# ONNXTensorElementDataType code -> numpy dtype name (dtypes.py's rows that numpy has).
+ELEMENT_TYPE_NAMES = {d.onnxruntime: d.numpy for d in DTYPES
+                      if d.numpy and d.onnxruntime is not None}
 _ORT_LOGGING_LEVEL_ERROR = 3
 _ORT_DEVICE_ALLOCATOR, _ORT_MEM_TYPE_DEFAULT = 0, 0
 
@@ -214,7 +216,7 @@ class OrtSession:
     """One onnxruntime session over a model held in memory; run() keeps the GIL."""
 
     def __init__(self, model: bytes, intra_op_threads: int = 0,
-                 profile_prefix: str | None = None, configure=None):
+                 timings_prefix: str | None = None, configure=None):
         """`configure(api, options)`, when given, adds to the session options
         before the session is created (ort_named_weights.py feeds weights so);
         whatever it hands onnxruntime must outlive this session."""
@@ -224,8 +226,8 @@ class OrtSession:
         try:
             if configure is not None:
                 configure(api, options)
-            if profile_prefix is not None:  # per-node times: a JSON file at end_profiling()
-                api.check(api.EnableProfiling(options, profile_prefix.encode()), "EnableProfiling")
+            if timings_prefix is not None:  # per-node times: a JSON file at end_profiling()
+                api.check(api.EnableProfiling(options, timings_prefix.encode()), "EnableProfiling")
             api.check(api.SetSessionLogSeverityLevel(options, _ORT_LOGGING_LEVEL_ERROR),
                       "SetSessionLogSeverityLevel")
             api.check(api.SetIntraOpNumThreads(options, intra_op_threads), "SetIntraOpNumThreads")

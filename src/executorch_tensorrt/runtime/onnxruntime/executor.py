@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from ...blob import Blob
+from ...dtypes import DTYPES
 from ...errors import ArgumentError, InvalidProgramError
 from ..adapter import abi
 from .. import profiling
@@ -34,7 +35,7 @@ from .upcast import upcast_to_fp32
 from ..named_data import NamedData, blob_weights
 from .capi import ELEMENT_TYPE_NAMES, OrtApi, OrtSession
 from .named_weights import OrtNamedWeights, layout_movable
-from .node_timings import OrtNodeProfiler
+from .node_timings import OrtNodeTimings
 from ..state import ExecutorState, aliased_pairs, state_specs
 from .state import OrtStatefulSession, reflect_aliases
 
@@ -56,9 +57,9 @@ def ort_intra_op_threads() -> int:
     return int(text)
 
 
-# ExecuTorch ScalarType code -> ONNXTensorElementDataType
-_ORT_ELEMENT_TYPES = {SCALAR_TYPE_TO_NUMPY[code]: element for code, element in (
-    (6, 1), (0, 2), (1, 3), (2, 5), (3, 6), (4, 7), (11, 9), (5, 10), (7, 11), (15, 16))}
+# numpy dtype -> ONNXTensorElementDataType (dtypes.py's rows that numpy has)
+_ORT_ELEMENT_TYPES = {SCALAR_TYPE_TO_NUMPY[d.scalar_type]: d.onnxruntime for d in DTYPES
+                      if d.numpy and d.onnxruntime is not None}
 
 # --- begin: GIL-holding onnxruntime session (ort_capi.py; docs/concurrency.md) ---
 # ctypes.memmove is a CFUNCTYPE and would release the GIL; this one keeps it.
@@ -104,10 +105,10 @@ class OnnxRuntimeExecutor(Executor):
             movable=layout_movable(model, [w.name for w in weights])) if weights else None
         configure = self.weights.configure if self.weights else None
         # Per-node times only when asked (EXECUTORCH_TENSORRT_PROFILE_NODES=1).
-        self.node_profiler = (OrtNodeProfiler(model, configure) if profiling.nodes_requested()
+        self.node_timings = (OrtNodeTimings(model, configure) if profiling.nodes_requested()
                               else None)
         try:
-            self.session = (self.node_profiler.new_session() if self.node_profiler
+            self.session = (self.node_timings.new_session() if self.node_timings
                             else OrtSession(model, intra_op_threads=ort_intra_op_threads(),
                                             configure=configure))
         except BaseException:
@@ -314,12 +315,12 @@ class OnnxRuntimeExecutor(Executor):
                     self.api.ReleaseValue(value)
 
     def _node_events(self, recorder: profiling.CallRecorder, run_start_ns: int) -> None:
-        """Sends the last run's per-node times, then starts a new profile."""
-        if self.node_profiler is None:
+        """Sends the last run's per-node times, then starts a new timed session."""
+        if self.node_timings is None:
             return
-        for name, start, end in self.node_profiler.last_run_nodes(self.session, run_start_ns):
+        for name, start, end in self.node_timings.last_run_nodes(self.session, run_start_ns):
             recorder.event(name, start, end)
-        old, self.session = self.session, self.node_profiler.new_session()
+        old, self.session = self.session, self.node_timings.new_session()
         if self.state is not None:
             self.session = OrtStatefulSession(self.session, self.state, _ORT_ELEMENT_TYPES)
         for bound in self.bound.values():
@@ -358,8 +359,8 @@ class OnnxRuntimeExecutor(Executor):
             self._release_bound()
             self.session.close()
             self.session = None
-        if self.node_profiler is not None:
-            self.node_profiler.close()
+        if self.node_timings is not None:
+            self.node_timings.close()
         if self.weights is not None:  # after the session that reads them
             self.weights.release()
             self.weights = None

@@ -2,9 +2,10 @@
 
 onnxruntime's C API profiles a whole session: EnableProfiling at creation, and
 EndProfiling writes every event since then to a JSON file and stops. So each
-profiled call ends the session's profile, reads the nodes of its last run, and
-replaces the session with a fresh profiling one (that costs a session creation
-per call, after the call's stages were timed; per-node profiling is opt-in).
+timed call ends the session's timing log (onnxruntime's "profiling"), reads the
+nodes of its last run, and replaces the session with a fresh timed one (that
+costs a session creation per call, after the call's stages were timed; per-node
+timings are opt-in).
 The files go to a temporary directory this object creates and removes.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .capi import OrtSession
 _KERNEL_SUFFIX = "_kernel_time"
 
 
-class OrtNodeProfiler:
+class OrtNodeTimings:
     """Creates profiling sessions of one model and reads their node events."""
 
     def __init__(self, model: bytes, configure=None):
@@ -28,16 +29,16 @@ class OrtNodeProfiler:
         self.directory = tempfile.mkdtemp(prefix="executorch_tensorrt_ort_profile_")
 
     def new_session(self) -> OrtSession:
-        return OrtSession(self.model, profile_prefix=os.path.join(self.directory, "call"),
+        return OrtSession(self.model, timings_prefix=os.path.join(self.directory, "call"),
                           configure=self.configure)
 
     def last_run_nodes(self, session: OrtSession, run_start_ns: int) -> list[tuple[str, int, int]]:
         """(node name, start, end) of the session's last run, in the caller's
-        clock: onnxruntime's timestamps (microseconds since its profile began)
+        clock: onnxruntime's timestamps (microseconds since its timing log began)
         are placed relative to the run, which started at run_start_ns."""
         path = os.path.realpath(session.end_profiling())
         if os.path.dirname(path) != os.path.realpath(self.directory):
-            raise RuntimeError(f"onnxruntime wrote its profile to {path}, outside "
+            raise RuntimeError(f"onnxruntime wrote its timing log to {path}, outside "
                                f"{self.directory} where the executor asked for it")
         try:
             with open(path, encoding="utf-8") as f:

@@ -150,7 +150,7 @@ class BoundContext:
         # around it, and it cannot be captured into a graph.
         self.stream = scratch.stream if scratch is not None else Stream(device)
         self.staging: dict[str, DeviceBuffer] = {}  # device buffers for host arguments
-        self.layer_profiler = None  # set when per-layer profiling was asked for
+        self.layer_timings = None  # set when per-layer timings were asked for
         # Delegate-owned state (device_state.py) and TR02 aliases (output -> input), set
         # by the executor. State binds its own tensors on every call (functional
         # states alternate two buffers), so contexts with state or aliases run
@@ -276,8 +276,8 @@ class BoundContext:
             for name, start, end in (("bind", t0, t1), ("enqueue", t1, t2), ("copies", t2, t3),
                                      ("wait", t3, profiling.now())):
                 recorder.event(name, start, end)
-            if self.layer_profiler is not None:
-                for name, start, end in self.layer_profiler.drain(t1):
+            if self.layer_timings is not None:
+                for name, start, end in self.layer_timings.drain(t1):
                     recorder.event(name, start, end)
 
     def _bind_and_launch(self, args, shapes, copies_back: list | None,
@@ -341,7 +341,7 @@ class BoundContext:
             self._set_address(k, address)
         t1 = profiling.now() if recorder else 0
         replayed = False
-        if (self.graph is not None and self.layer_profiler is None and self.state is None
+        if (self.graph is not None and self.layer_timings is None and self.state is None
                 and not self.aliases):
             replayed = self.graph.launch(self.context, self.stream, self.generation)
         else:  # per-layer times need TensorRT's own enqueue

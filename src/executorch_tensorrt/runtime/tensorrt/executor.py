@@ -40,7 +40,7 @@ from .optimization_profiles import check_engine_profiles, engine_profile_choice,
 from ..state import aliased_pairs, state_specs
 from .device_state import DeviceState
 from .context import BoundContext, create_context
-from .layer_timings import attach_layer_profiler
+from .layer_timings import attach_layer_timings
 
 __all__ = ["BoundContext", "EngineUnavailable", "TensorRTExecutor"]  # BoundContext: tensorrt_context.py
 
@@ -167,13 +167,27 @@ class TensorRTExecutor(Executor):
         self.bound.profiles = (profile_choice(meta, self.inputs) if meta.profiles is not None
                                else engine_profile_choice(self.engine, self.inputs))
         if profiling.nodes_requested():  # GPU-only, unverified (tensorrt_profiling.py)
-            self.bound.layer_profiler = attach_layer_profiler(self.trt, self.bound.context)
+            self.bound.layer_timings = attach_layer_timings(self.trt, self.bound.context)
+        self._start_plans(native_plans_enabled())
+
+    def _start_plans(self, publish: bool) -> None:
         # Native plans (cuda_graph_plan.py): the adapter adds 1 to plan_launches
         # per call it runs without this executor.
-        self.publish_plans = native_plans_enabled()
+        self.publish_plans = publish
         self.plan_launches = ctypes.c_uint64(0)
         self._plan: CudaGraphPlan | None = None
         self._last_call: tuple | None = None  # (args, num_args) of the last execute
+
+    @classmethod
+    def over_bound_context(cls, bound: BoundContext) -> "TensorRTExecutor":
+        """An executor around a context bound elsewhere, with no engine of its
+        own: for stand-in engines (GPU benchmarks and tests), since loading
+        needs a TensorRT engine, which no reachable GPU runs. Only execute,
+        native_plan and withdraw_native_plan work; plans are published."""
+        executor = object.__new__(cls)
+        executor.bound = bound
+        executor._start_plans(True)
+        return executor
 
     def execute(self, args, num_args: int | None = None) -> None:
         if self.bound is None:

@@ -10,7 +10,7 @@ and map to no node).
 from __future__ import annotations
 
 
-def attach_layer_profiler(trt, context):
+def attach_layer_timings(trt, context):
     """Sets a collecting IProfiler on the execution context; returns it."""
 
     class LayerTimes(trt.module.IProfiler):
