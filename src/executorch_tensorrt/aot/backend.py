@@ -27,6 +27,7 @@ from ..tensorrt.flavor import load_tensorrt
 from ..tensorrt.onnx_parser import ParseFailure, parse_network
 from .compile_spec import TensorRTCompileSpec
 from .debug_handles import debug_handle_map, onnx_node_sources
+from .input_checks import equal_dims, index_ranges
 from .weights.named_data import store_weights
 from .onnx.export import OnnxExport, export_onnx, reused_export
 from .program_copy import copy_program
@@ -184,6 +185,11 @@ class TensorRTBackend(BackendDetails):
             bindings = [b for b in bindings
                         if not b["name"].startswith((STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX))]
         inputs = [b["name"] for b in bindings if b["is_input"]]
+        # What eager would refuse (input_checks.py): checked per call at run time.
+        input_bindings = [b for b in bindings if b["is_input"]]
+        for k, index_range in index_ranges(edge_program, input_bindings).items():
+            input_bindings[k]["index_range"] = list(index_range)
+        groups = equal_dims(edge_program, input_bindings)
         metadata = {
             "io_bindings": bindings,
             **({"aliased_io": aliases} if aliases else {}),
@@ -197,6 +203,8 @@ class TensorRTBackend(BackendDetails):
         }
         if state is not None:
             metadata["state"] = state.entries
+        if groups:
+            metadata["equal_dims"] = groups
         sources = onnx_node_sources(model, exported.edge_node_of)
         if sources:
             metadata["onnx_node_sources"] = sources

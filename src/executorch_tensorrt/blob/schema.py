@@ -91,6 +91,55 @@ def _check_bindings(bindings: Any, dtypes: frozenset, key_info: dict | None) -> 
             raise BlobError(f"duplicate binding name {show(name)} "
                             f"(io_bindings[{seen[name]}] and {where})")
         seen[name] = i
+        if "index_range" in b:
+            _check_index_range(b, where)
+
+
+_INT_DTYPES = frozenset({"int8", "uint8", "int16", "int32", "int64"})
+
+
+def _check_index_range(b: dict, where: str) -> None:
+    """"index_range": [lo, hi], the half-open range of values eager accepts
+    for an integer input that indexes a dimension (aot/input_checks.py)."""
+    r = b["index_range"]
+    if not b["is_input"] or b["dtype"].removeprefix("torch.") not in _INT_DTYPES:
+        on = "an output" if not b["is_input"] else f"an input of dtype {show(b['dtype'])}"
+        raise BlobError(f"{where}.index_range is set on {on}: only integer inputs have one; "
+                        "the metadata is corrupt")
+    if not isinstance(r, (list, tuple)) or len(r) != 2 or not all(
+            is_int(v) and -I64_MAX - 1 <= v <= I64_MAX for v in r) or not r[0] < r[1]:
+        raise BlobError(f"{where}.index_range must be [lo, hi], two 64-bit integers with "
+                        f"lo < hi, got {show(r)}; the metadata is corrupt")
+
+
+def _check_equal_dims(groups: Any, bindings: list) -> None:
+    """"equal_dims": [[[input index, dim], ...], ...], groups of input
+    dimensions that must have equal sizes (one symbol at export)."""
+    inputs = [b for b in bindings if b["is_input"]]
+    if not isinstance(groups, (list, tuple)):
+        raise BlobError(f"'equal_dims' must be an array of groups, got {show(groups)}")
+    for g, group in enumerate(groups):
+        where = f"equal_dims[{g}]"
+        if not isinstance(group, (list, tuple)) or len(group) < 2:
+            raise BlobError(f"{where} must be an array of 2 or more [input, dim] pairs, "
+                            f"got {show(group)}")
+        seen = set()
+        for pair in group:
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(
+                    is_int(v) for v in pair):
+                raise BlobError(f"{where} holds {show(pair)}, not an [input, dim] pair "
+                                "of integers")
+            k, d = pair
+            if not 0 <= k < len(inputs):
+                raise BlobError(f"{where} names input {k}; the partition has {len(inputs)} "
+                                "inputs")
+            rank = len(inputs[k]["shape"])
+            if not 0 <= d < rank:
+                raise BlobError(f"{where} names dimension {d} of input {k} "
+                                f"({inputs[k]['name']!r}), which has rank {rank}")
+            if (k, d) in seen:
+                raise BlobError(f"{where} names input {k} dimension {d} twice")
+            seen.add((k, d))
 
 
 def _check_profiles(profiles: Any, bindings: list) -> None:
@@ -214,6 +263,8 @@ def check_metadata(meta: dict, dtypes: frozenset, key_info: dict | None) -> None
         _check_profiles(meta["profiles"], meta["io_bindings"])
     if "optimization_profiles" in meta:
         _check_optimization_profiles(meta)
+    if "equal_dims" in meta:
+        _check_equal_dims(meta["equal_dims"], meta["io_bindings"])
     if "onnx_node_sources" in meta:
         _check_node_sources(meta["onnx_node_sources"], key_info)
     _check_runtime_fields(meta)

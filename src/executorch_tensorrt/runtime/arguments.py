@@ -22,6 +22,7 @@ from ..dtypes import DTYPES
 from ..errors import ArgumentError, InvalidProgramError
 from .adapter import abi
 from .adapter.loader import last_error, resize_tensor
+from .input_checks import InputChecks
 
 __all__ = ["ArgumentError", "Binding", "SCALAR_TYPE_TO_NUMPY", "check_args", "checked_nbytes",
            "dtype_name", "host_array", "optimization_profiles", "resize_output", "split_bindings"]
@@ -193,12 +194,16 @@ _passed: dict[tuple, tuple[Binding, tuple[int, ...]]] = {}
 
 
 def check_args(args: Sequence[abi.EtrtArg], num_args: int, inputs: list[Binding],
-               outputs: list[Binding], *, permuted_inputs: bool = False) -> list[tuple[int, ...]]:
+               outputs: list[Binding], *, permuted_inputs: bool = False,
+               checks: InputChecks | None = None, read_device=None) -> list[tuple[int, ...]]:
     """Checks every argument of one call (count, kind, direction, dtype, rank,
     shape, dim order, byte capacity, memory) against the partition's bindings
     before anything touches their memory. Returns the inputs' shapes.
     `permuted_inputs`: the executor copies inputs of another dim order into
-    contiguous memory (see permuted_to_contiguous), so they pass."""
+    contiguous memory (see permuted_to_contiguous), so they pass.
+    `checks`: what eager would refuse (input_checks.py), on every call;
+    `read_device(arg, shape)` copies a device-resident input's bytes to the
+    host (an input it cannot read makes the call fail, never pass unchecked)."""
     n_in = len(inputs)
     if num_args != n_in + len(outputs):
         raise ArgumentError(f"the delegate call passes {num_args} arguments, the partition has "
@@ -218,7 +223,24 @@ def check_args(args: Sequence[abi.EtrtArg], num_args: int, inputs: list[Binding]
             _passed[key] = (binding, shape)
         if k < n_in:
             shapes.append(shape)
+    if checks:
+        checks.check_shapes(shapes)
+        checks.check_values(shapes, lambda i, shape: _input_values(args[i], shape, read_device))
     return shapes
+
+
+def _input_values(arg: abi.EtrtArg, shape: tuple[int, ...], read_device) -> np.ndarray:
+    """A checked input's values, contiguous on the host (a copy only where needed)."""
+    memory = None
+    if arg.device_type != abi.ETRT_DEVICE_CPU:
+        if read_device is None:
+            raise ArgumentError("a device-resident input with recorded value checks reached an "
+                                "executor that cannot read device memory")
+        memory = read_device(arg, shape)
+    if is_permuted(arg):
+        return permuted_to_contiguous(arg, shape, memory)
+    return memory if memory is not None else host_array(arg.data, shape,
+                                                         SCALAR_TYPE_TO_NUMPY[arg.dtype])
 
 
 def host_array(address: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

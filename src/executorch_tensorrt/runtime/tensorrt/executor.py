@@ -33,6 +33,7 @@ from .rtx_runtime_cache import KernelCache
 from .portability import built_here, rebuilt_engine
 from .refit import refit_engine
 from ..executor import Executor, native_plans_enabled
+from ..input_checks import InputChecks
 from ..native_plan import signature_key
 from ..named_data import NamedData, WeightBuffer, blob_weights
 from ..onnx_safety import self_contained_onnx
@@ -168,9 +169,11 @@ class TensorRTExecutor(Executor):
                                else engine_profile_choice(self.engine, self.inputs))
         if profiling.nodes_requested():  # GPU-only, unverified (tensorrt_profiling.py)
             self.bound.layer_profiler = attach_layer_profiler(self.trt, self.bound.context)
+        self.bound.input_checks = InputChecks.from_metadata(meta, [b.name for b in self.inputs])
         # Native plans (cuda_graph_plan.py): the adapter adds 1 to plan_launches
-        # per call it runs without this executor.
-        self.publish_plans = native_plans_enabled()
+        # per call it runs without this executor. Not with index ranges: the
+        # graph plan does not read input values (docs/security.md).
+        self.publish_plans = native_plans_enabled() and not self.bound.input_checks.ranges
         self.plan_launches = ctypes.c_uint64(0)
         self._plan: CudaGraphPlan | None = None
         self._last_call: tuple | None = None  # (args, num_args) of the last execute
