@@ -281,3 +281,29 @@ def test_schema_accepts_the_written_form_and_reads_it_back():
     checks = InputChecks.from_metadata(meta, ["a", "b"])
     assert [(r.input, r.lo, r.hi) for r in checks.ranges] == [(0, -3, 3)]
     assert checks.equal_dims == (((0, 1), (1, 0)),)
+
+
+# -- last_error(): ExecuTorch's own refusals ------------------------------------------
+@pytest.mark.parametrize("bad,words", [
+    ([torch.ones(1, 4), torch.tensor([0, 1, 2])],
+     "ExecuTorch refused input 0: dtype float32, the program takes int64."),
+    ([torch.tensor([[1, 2, 3, 4, 5]]), torch.tensor([0, 1, 2])],
+     "ExecuTorch refused input 0: shape [1, 5], the program plans [1, 4]"),
+    ([torch.tensor([[1, 2, 3, 4]]), torch.tensor([[0, 1, 2]])],
+     "ExecuTorch refused input 1: shape [1, 3], the program plans [3]"),
+])
+def test_the_runner_names_executorchs_own_refusal_not_a_stale_backend_cause(
+        lookup, allow_fallback, monkeypatch, bad, words):
+    """set_inputs refuses these before our backend runs (ExecuTorch only logs
+    why); last_error() still holds the previous, unrelated backend failure,
+    which the runner must not quote."""
+    from executorch_tensorrt.cli.runner import RunError, execute
+    from executorch_tensorrt.program import tensor_file as tf
+
+    method = _load(lookup[1], monkeypatch, plans=False)
+    stale = _refusal(method, [torch.tensor([[1, 2, 3, 99]]), torch.tensor([0, 1, 2])])
+    with pytest.raises(RunError) as e:
+        execute(method, [tf.from_torch(f"input.{i}", t) for i, t in enumerate(bad)])
+    assert "set_inputs" in str(e.value) and words in str(e.value), str(e.value)
+    assert executorch_tensorrt.last_error() == stale  # ours, untouched: the backend never ran
+    assert "holds 99" not in str(e.value)
