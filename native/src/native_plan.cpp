@@ -85,7 +85,8 @@ bool NativePlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
       sizes_.insert(sizes_.end(), s.sizes, s.sizes + s.ndim);
       dim_order_.insert(dim_order_.end(), s.dim_order, s.dim_order + s.ndim);
     }
-    if (!adopt_appended(*plan)) {
+    if (!adopt_appended(*plan) ||
+        !index_checks_.adopt(*plan, num_user_inputs_, any_address_)) {
       clear();
       return false;
     }
@@ -177,6 +178,7 @@ void NativePlan::clear() {
   plan_ = nullptr;
   num_user_inputs_ = 0;
   checks_.clear();
+  index_checks_.clear();
   copy_out_.clear();
   args_.clear();
   sizes_.clear();
@@ -258,6 +260,9 @@ int32_t NativePlan::bind(const etrt_arg* args) {
 
 int32_t NativePlan::run(etrt_arg* args) {
   const etrt_native_plan& p = *plan_;
+  if (const int32_t refused = index_checks_.check(args); refused != 0) {
+    return refused; // before anything is written
+  }
   if (!checks_.empty()) {
     const int32_t refused = check_positions(args); // before anything is written
     if (refused != 0) {

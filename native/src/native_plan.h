@@ -7,6 +7,8 @@
 
 #include <executorch_tensorrt/executor_table.h>
 
+#include "input_checks.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -58,6 +60,7 @@ class NativePlan {
   std::vector<int32_t> sizes_;
   std::vector<uint8_t> dim_order_;
   std::vector<PositionCheck> checks_;
+  IndexChecks index_checks_; // integer inputs' values (input_checks.h)
   std::vector<uint64_t> copy_out_; // delegate outputs onnxruntime allocates (NULL entries)
   // any_address plans (issue 19): the adapter's own value arrays and the
   // OrtValues it made over each delegate argument's memory.

@@ -54,7 +54,11 @@ if not _started_as_cli():
 
 
 def last_error() -> str:
-    """The last cause the backend recorded (ExecuTorch itself reports only a code)."""
+    """The last cause the backend recorded on this thread (ExecuTorch itself
+    reports only a code). Only failures inside TensorRTBackend: when ExecuTorch
+    refuses inputs in set_inputs (its RuntimeError names set_inputs()), the
+    backend never ran and this still holds an earlier call's cause, if any
+    (docs/security.md, "last_error()")."""
     if loader.registration_skipped() or not loader.is_loaded():
         return ""
     return loader.last_error()

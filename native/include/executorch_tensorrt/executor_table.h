@@ -207,6 +207,17 @@ typedef struct etrt_position_check {
   const char* what;
 } etrt_position_check;
 
+/* One integer input whose values must lie in [lo, hi) (see "Index checks"). */
+typedef struct etrt_index_check {
+  uint32_t struct_size;   /* sizeof(etrt_index_check) */
+  int32_t reserved0;
+  uint64_t arg_index;     /* the delegate input (int32 or int64 on the host) */
+  int64_t lo;             /* the half-open range eager PyTorch accepts */
+  int64_t hi;
+  const char* what;       /* "input 0 ('tokens')", quoted in the error */
+  const char* advice;     /* what to do, quoted after the range */
+} etrt_index_check;
+
 typedef struct etrt_native_plan {
   uint32_t struct_size;   /* sizeof(etrt_native_plan) */
   int32_t kind;           /* etrt_plan_kind; the adapter ignores a kind it does not know */
@@ -299,6 +310,16 @@ typedef struct etrt_native_plan {
                              void** value);
   const void* ort_memory_info;
   const int32_t* element_types; /* num_args entries */
+  /* ---- Appended (issue 19, part 3): index checks. Read only when
+   * struct_size covers them. Before every run the adapter reads each
+   * check's input (int32/int64 host memory that the signature pins) and
+   * refuses the call, with nothing run or written, when a value lies
+   * outside [lo, hi) (ExecuTorch gets InvalidArgument; the cause, naming the
+   * input, the value, its position and the range, goes to etrt_last_error).
+   * A check the adapter cannot perform (another dtype, device memory, an
+   * index past the delegate inputs) makes it refuse the plan. ---- */
+  const etrt_index_check* index_checks; /* num_index_checks entries */
+  uint64_t num_index_checks;
 } etrt_native_plan;
 
 

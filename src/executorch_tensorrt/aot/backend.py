@@ -10,6 +10,7 @@ with its weights and an ONNX model with its weights (< 2 GB, stored twice).
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -30,6 +31,7 @@ from ..tensorrt.flavor import load_tensorrt
 from ..tensorrt.onnx_parser import ParseFailure, parse_network
 from .compile_spec import TensorRTCompileSpec
 from .debug_handles import debug_handle_map, onnx_node_sources
+from .input_checks import equal_dims, index_ranges
 from .weights.named_data import store_weights
 from .onnx.export import OnnxExport, export_onnx
 from .onnx.export_cache import cache_named_in
@@ -51,7 +53,7 @@ from .weights.content import content_id, initializer_pointers
 # aliased_io and device_id first).
 _KEY_ORDER = ("io_bindings", "aliased_io", "profiles", "optimization_profiles", "trt_flavor",
               "trt_version", "compute_capabilities", "device_id", "precision", "onnx_opset",
-              "state", "onnx_node_sources", "engine", "weights_location", "weights")
+              "state", "equal_dims", "onnx_node_sources", "engine", "weights_location", "weights")
 
 
 def io_bindings(model: onnx.ModelProto) -> list[Binding]:
@@ -189,6 +191,13 @@ class TensorRTBackend(BackendDetails):
         if state is not None:  # the state pairs are the last inputs/outputs
             bindings = [b for b in bindings
                         if not b.name.startswith((STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX))]
+        # What eager would refuse (input_checks.py): checked per call at run time.
+        input_bindings = [b for b in bindings if b.is_input]
+        ranges = index_ranges(edge_program, input_bindings)
+        groups = equal_dims(edge_program, input_bindings)
+        for k, index_range in ranges.items():
+            at = bindings.index(input_bindings[k])
+            bindings[at] = replace(bindings[at], index_range=index_range)
         by_name = {b.name: b for b in bindings}
         inputs = [b.name for b in bindings if b.is_input]
         sets = tuple(tuple(Profile(n, p.min, p.opt, p.max) for n, p in zip(inputs, s))
@@ -213,6 +222,7 @@ class TensorRTBackend(BackendDetails):
                                       w["nbytes"]) for w in stored.entries)
             if stored is not None else None,
             state=parse_state(state.entries, by_name, None) if state is not None else None,
+            equal_dims=tuple(tuple((k, d) for k, d in g) for g in groups) or None,
             extra=(("onnx_opset", opset),),
             key_order=_KEY_ORDER)
         if stored is not None:

@@ -234,12 +234,44 @@ def backend_cause(last_error: str) -> str:
 def execute(method, inputs: list[tf.Tensor]) -> list[tf.Tensor]:
     import executorch_tensorrt
 
+    given = [tf.to_torch(t) for t in inputs]
     try:
-        outputs = method.execute([tf.to_torch(t) for t in inputs])
+        outputs = method.execute(given)
     except Exception as e:  # noqa: BLE001
+        if "set_inputs" in str(e):  # ExecuTorch's own refusal: our backend never ran
+            raise RunError(f"running the method failed: {e}{input_refusal(method, given)}") \
+                from None
         raise RunError(f"running the method failed: {e}"
                        f"{backend_cause(executorch_tensorrt.last_error())}") from None
     return [tf.from_torch(f"output.{i}", o) for i, o in enumerate(outputs)]
+
+
+def input_refusal(method, given) -> str:
+    """Why ExecuTorch's set_inputs refused the inputs, which it only logs (its
+    Python error carries a code, and last_error() is the backend's, which was
+    not called): the first input whose dtype, rank, sizes or layout differ
+    from the program's plan for it (docs/security.md, "last_error()")."""
+    from ..dtypes import by_scalar_type
+
+    meta = method.metadata
+    if meta.num_inputs() != len(given):
+        return f". The method takes {meta.num_inputs()} inputs, {len(given)} were given."
+    for i, t in enumerate(given):
+        m = meta.input_tensor_meta(i)
+        want = by_scalar_type(int(m.dtype()))
+        want_name = want.numpy if want is not None and want.numpy else f"code {int(m.dtype())}"
+        got_name = str(t.dtype).removeprefix("torch.")
+        planned = list(m.sizes())
+        if got_name != want_name:
+            return f". ExecuTorch refused input {i}: dtype {got_name}, the program takes {want_name}."
+        if t.dim() != len(planned) or any(g > p for g, p in zip(t.shape, planned)):
+            return (f". ExecuTorch refused input {i}: shape {list(t.shape)}, the program plans "
+                    f"{planned} (exactly that for a static input, at most that per dimension "
+                    "for a dynamic one).")
+        if not t.is_contiguous():
+            return f". ExecuTorch refused input {i}: it is not contiguous (pass a contiguous copy)."
+    return (". ExecuTorch refused the inputs before the TensorRT backend ran; its log line "
+            "above says why.")
 
 
 def format_outputs(outputs: list[tf.Tensor], shown: int = 8) -> str:

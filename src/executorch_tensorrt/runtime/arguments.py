@@ -23,6 +23,7 @@ from ..dtypes import DTYPES
 from ..errors import ArgumentError, InvalidProgramError
 from .adapter import abi
 from .adapter.loader import last_error, resize_tensor
+from .input_checks import InputChecks
 
 __all__ = ["ArgumentError", "Binding", "CheckedCall", "SCALAR_TYPE_TO_NUMPY", "check_args", "checked_nbytes",
            "dtype_name", "host_array", "resize_output", "split_bindings"]
@@ -200,14 +201,17 @@ _passed: dict[tuple, tuple[Binding, tuple[int, ...], int, tuple[int, ...]]] = {}
 
 
 def check_args(args: Sequence[abi.EtrtArg], num_args: int, inputs: list[Binding],
-               outputs: list[Binding], *, permuted_inputs: bool = False) -> CheckedCall:
+               outputs: list[Binding], *, permuted_inputs: bool = False,
+               checks: InputChecks | None = None, read_device=None) -> CheckedCall:
     """Checks every argument of one call (count, kind, direction, dtype, rank,
     shape, dim order, byte capacity, memory) against the partition's bindings
     before anything touches their memory. Returns the inputs' shapes.
     `permuted_inputs`: the executor copies inputs of another dim order into
     contiguous memory (see permuted_to_contiguous), so they pass. The one
     gate: executors take the inputs' shapes, sizes and dim orders from its
-    CheckedCall."""
+    CheckedCall. `checks`: what eager would refuse (input_checks.py), on every
+    call; `read_device(arg, shape)` copies a device-resident input's bytes to the
+    host (an input it cannot read makes the call fail, never pass unchecked)."""
     n_in = len(inputs)
     if num_args != n_in + len(outputs):
         raise ArgumentError(f"the delegate call passes {num_args} arguments, the partition has "
@@ -227,9 +231,27 @@ def check_args(args: Sequence[abi.EtrtArg], num_args: int, inputs: list[Binding]
             _passed[key] = hit
         if k < n_in:
             found.append(hit)
-    return CheckedCall(tuple(h[1] for h in found), tuple(h[2] for h in found),
+    shapes = [h[1] for h in found]
+    if checks:
+        checks.check_shapes(shapes)
+        checks.check_values(shapes, lambda i, shape: _input_values(args[i], shape, read_device))
+    return CheckedCall(tuple(shapes), tuple(h[2] for h in found),
                        tuple(h[3] for h in found),
                        tuple(h[3] != tuple(range(len(h[1]))) for h in found))
+
+
+def _input_values(arg: abi.EtrtArg, shape: tuple[int, ...], read_device) -> np.ndarray:
+    """A checked input's values, contiguous on the host (a copy only where needed)."""
+    memory = None
+    if arg.device_type != abi.ETRT_DEVICE_CPU:
+        if read_device is None:
+            raise ArgumentError("a device-resident input with recorded value checks reached an "
+                                "executor that cannot read device memory")
+        memory = read_device(arg, shape)
+    if dim_order(arg) != tuple(range(len(shape))):  # checked: a permutation
+        return permuted_to_contiguous(arg, shape, memory)
+    return memory if memory is not None else host_array(arg.data, shape,
+                                                         SCALAR_TYPE_TO_NUMPY[arg.dtype])
 
 
 def host_array(address: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

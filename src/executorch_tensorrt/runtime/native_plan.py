@@ -83,10 +83,12 @@ class OrtRunPlan:
 
     def __init__(self, session, bound, args: Sequence[abi.EtrtArg], num_args: int,
                  key: tuple, copied_bytes: ctypes.c_uint64 | None = None,
-                 element_types: Sequence[int] | None = None):
+                 element_types: Sequence[int] | None = None, index_checks: Sequence = ()):
         """`element_types` (ONNX element type per argument): the adapter binds
         any address itself (any_address), so the plan serves every call with
-        these shapes, the first one included; every output must then be fixed."""
+        these shapes, the first one included; every output must then be fixed.
+        `index_checks` (input_checks.IndexRange): inputs whose values the
+        adapter checks before each run, in the executor's words."""
         api = session.api
         self.key = key
         self._signature, self._shapes = make_signature(args, num_args)
@@ -105,6 +107,11 @@ class OrtRunPlan:
         for c, (arg_index, capacity, in_place, _), what in zip(self._checks, checks, self._whats):
             c.struct_size = ctypes.sizeof(abi.EtrtPositionCheck)
             c.arg_index, c.capacity, c.in_place, c.what = arg_index, capacity, int(in_place), what
+        self._index_checks = (abi.EtrtIndexCheck * len(index_checks))()
+        self._index_words = [(r.what().encode(), r.advice().encode()) for r in index_checks]
+        for c, r, (what, advice) in zip(self._index_checks, index_checks, self._index_words):
+            c.struct_size = ctypes.sizeof(abi.EtrtIndexCheck)
+            c.arg_index, c.lo, c.hi, c.what, c.advice = r.input, r.lo, r.hi, what, advice
         # A plan over ping-pong buffers assumes the executor's current buffers
         # are its even pair: build a new one rather than reuse it.
         self.reusable = alt_inputs is None
@@ -136,6 +143,8 @@ class OrtRunPlan:
         p.ort_release_tensor_type_and_shape_info = _address(api.ReleaseTensorTypeAndShapeInfo)
         p.ort_get_tensor_mutable_data = _address(api.GetTensorMutableData)
         p.ort_release_value = _address(api.ReleaseValue)
+        p.index_checks = ctypes.cast(self._index_checks, ctypes.POINTER(abi.EtrtIndexCheck))
+        p.num_index_checks = len(index_checks)
         if copied_bytes is not None:
             p.copied_bytes = ctypes.pointer(copied_bytes)
         if element_types is not None:

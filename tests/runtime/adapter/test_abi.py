@@ -40,6 +40,7 @@ STRUCTS = {
     "etrt_arg_signature": abi.EtrtArgSignature,
     "etrt_native_plan": abi.EtrtNativePlan,
     "etrt_position_check": abi.EtrtPositionCheck,
+    "etrt_index_check": abi.EtrtIndexCheck,
     "etrt_staged_copy": abi.EtrtStagedCopy,
     "etrt_cuda_graph_plan": abi.EtrtCudaGraphPlan,
 }

@@ -33,6 +33,7 @@ __all__ = [
     "EtrtStagedCopy",
     "EtrtCudaGraphPlan",
     "EtrtPositionCheck",
+    "EtrtIndexCheck",
     "EtrtNativePlan",
     "NativePlanFn",
     "IsAvailableFn",
@@ -180,6 +181,21 @@ class EtrtPositionCheck(ctypes.Structure):
     ]
 
 
+class EtrtIndexCheck(ctypes.Structure):
+    """``etrt_index_check``: one integer input whose values the adapter checks
+    against [lo, hi) before running a plan (runtime/input_checks.py)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("reserved0", ctypes.c_int32),
+        ("arg_index", ctypes.c_uint64),
+        ("lo", ctypes.c_int64),
+        ("hi", ctypes.c_int64),
+        ("what", ctypes.c_char_p),
+        ("advice", ctypes.c_char_p),
+    ]
+
+
 class EtrtStagedCopy(ctypes.Structure):
     """``etrt_staged_copy``: one host argument's copy through its staging buffer."""
 
@@ -260,6 +276,9 @@ class EtrtNativePlan(ctypes.Structure):
         ("ort_create_tensor", ctypes.c_void_p),
         ("ort_memory_info", ctypes.c_void_p),
         ("element_types", ctypes.POINTER(ctypes.c_int32)),
+        # Appended (issue 19, part 3): value checks of integer index inputs.
+        ("index_checks", ctypes.POINTER(EtrtIndexCheck)),
+        ("num_index_checks", ctypes.c_uint64),
     ]
 
 

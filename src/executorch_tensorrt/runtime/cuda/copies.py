@@ -13,7 +13,7 @@ from ..adapter import abi
 from .driver import driver
 from .objects import Stream
 
-__all__ = ["copy_device", "cuda_positions"]
+__all__ = ["copy_device", "cuda_positions", "cuda_values"]
 
 
 def cuda_positions(arg: abi.EtrtArg, count: int) -> np.ndarray:
@@ -24,6 +24,22 @@ def cuda_positions(arg: abi.EtrtArg, count: int) -> np.ndarray:
         if status != 0:
             raise ArgumentError(f"copying the cache positions from CUDA memory failed "
                                 f"(CUresult {status})")
+    return host
+
+
+def cuda_values(arg: abi.EtrtArg, shape, dtype: np.dtype, after_stream: int) -> np.ndarray:
+    """A host copy of a (small) CUDA input, as its bytes lie, read once the
+    work queued on `after_stream` (the caller's, which may write it) is done:
+    the value checks of input_checks.py for device-resident index inputs."""
+    host = np.empty(shape, dtype=dtype)
+    if host.nbytes:
+        lib = driver()
+        status = lib.cuStreamSynchronize(after_stream)
+        if status == 0:
+            status = lib.cuMemcpyDtoH_v2(host.ctypes.data, arg.data, host.nbytes)
+        if status != 0:
+            raise ArgumentError(f"copying an index input from CUDA memory to check its values "
+                                f"failed (CUresult {status})")
     return host
 
 

@@ -29,6 +29,7 @@ from ..arguments import (
 )
 from .cuda_staging import CudaStaging
 from ..executor import Executor, native_plans_enabled
+from ..input_checks import InputChecks
 from ..native_plan import OrtRunPlan, binding_args, signature_key
 from ..onnx_safety import self_contained_onnx
 from .upcast import upcast_to_fp32
@@ -96,6 +97,8 @@ class OnnxRuntimeExecutor(Executor):
         model = self_contained_onnx(blob)  # refuses external data before anything reads it
         weights = blob_weights(blob, named_data)  # named-data weights, sizes checked
         self.inputs, self.outputs = split_bindings(blob.meta)
+        # What eager would refuse (../input_checks.py): the gate and the plans check it.
+        self.input_checks = InputChecks.from_metadata(blob.meta, [b.name for b in self.inputs])
         upcast = blob.meta.build.precision_or_default != "fp32"
         if upcast:
             model = upcast_to_fp32(model)  # see onnx_upcast.py: the CPU lacks fp16 kernels
@@ -157,7 +160,8 @@ class OnnxRuntimeExecutor(Executor):
             unbound = _BoundValues(self.api, OrtSession.values([None] * len(self.inputs)),
                                    OrtSession.values([None] * len(self.outputs)), [])
             self.plan = OrtRunPlan(self.session, unbound, args, n, signature_key(args, n),
-                                   self._plan_copied, self.input_types + self.output_types)
+                                   self._plan_copied, self.input_types + self.output_types,
+                                   index_checks=self.input_checks.ranges)
 
     @property
     def copied_bytes(self) -> int:
@@ -216,7 +220,8 @@ class OnnxRuntimeExecutor(Executor):
         if bound.plan is None or bound.plan.key != key or not bound.plan.reusable:
             bound.plan = OrtRunPlan(self.session, bound, args, n, key, self._plan_copied,
                                     (self.input_types + self.output_types)
-                                    if self.any_address else None)
+                                    if self.any_address else None,
+                                    index_checks=self.input_checks.ranges)
         return bound.plan
 
     def _release_bound(self) -> None:
@@ -236,7 +241,9 @@ class OnnxRuntimeExecutor(Executor):
         recorder = profiling.begin_call()  # None unless ETDump is on
         t0 = profiling.now() if recorder else 0
         call = check_args(args, len(args) if num_args is None else num_args,
-                          self.inputs, self.outputs, permuted_inputs=True)
+                          self.inputs, self.outputs, permuted_inputs=True,
+                          checks=self.input_checks,
+                          read_device=lambda arg, shape: CudaStaging.get().to_host(arg, shape))
         shapes = call.shapes
         if self.state is not None:
             self.state.check_call(args, shapes, self._staged_positions(args))

@@ -31,7 +31,7 @@ from .cuda_graph_plan import GraphCall
 from ..cuda.graphs import EnqueueGraph, cuda_graphs_enabled, enqueue
 from ..cuda.objects import DeviceBuffer, Event, Stream, caller_stream, make_current
 from .optimization_profiles import ProfileChoice
-from ..cuda.copies import copy_device, cuda_positions
+from ..cuda.copies import copy_device, cuda_positions, cuda_values
 from .device_state import DeviceState
 
 __all__ = ["SHARED_SCRATCH_ENV", "BoundContext", "SharedScratch", "create_context",
@@ -157,6 +157,9 @@ class BoundContext:
         # plain enqueues, not graphs.
         self.state: DeviceState | None = None
         self.aliases: dict[int, int] = {}  # output index -> input index
+        # What eager would refuse (../input_checks.py), set by the executor:
+        # device-resident index inputs are copied to the host to be checked.
+        self.input_checks = None
         # Several optimization profiles: the one each call runs in (profile_choice.py).
         self.profiles: ProfileChoice | None = None
         graphs = cuda_graphs_enabled() if graphs is None else graphs
@@ -233,7 +236,8 @@ class BoundContext:
         self.last_graph_call = None
         self._staged = ([], [])
         call = check_args(args, len(args) if num_args is None else num_args,
-                          self.inputs, self.outputs)
+                          self.inputs, self.outputs, checks=self.input_checks,
+                          read_device=self._device_values)
         shapes = call.shapes
         make_current(self.device)  # ExecuTorch may call from any thread
         if self.state is not None:  # positions inside the cache before anything runs
@@ -279,6 +283,11 @@ class BoundContext:
             if self.layer_timings is not None:
                 for name, start, end in self.layer_timings.drain(t1):
                     recorder.event(name, start, end)
+
+    def _device_values(self, arg: abi.EtrtArg, shape):
+        make_current(self.device)
+        return cuda_values(arg, shape, SCALAR_TYPE_TO_NUMPY[arg.dtype],
+                           caller_stream(self.device))
 
     def _bind_and_launch(self, args, shapes, copies_back: list | None,
                          recorder) -> tuple[int, int]:

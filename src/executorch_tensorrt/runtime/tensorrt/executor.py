@@ -33,6 +33,7 @@ from .rtx_runtime_cache import KernelCache
 from .portability import built_here, rebuilt_engine
 from .refit import refit_engine
 from ..executor import Executor, native_plans_enabled
+from ..input_checks import InputChecks
 from ..native_plan import signature_key
 from ..named_data import NamedData, WeightBuffer, blob_weights
 from ..onnx_safety import self_contained_onnx
@@ -168,7 +169,10 @@ class TensorRTExecutor(Executor):
                                else engine_profile_choice(self.engine, self.inputs))
         if profiling.nodes_requested():  # GPU-only, unverified (tensorrt_profiling.py)
             self.bound.layer_timings = attach_layer_timings(self.trt, self.bound.context)
-        self._start_plans(native_plans_enabled())
+        self.bound.input_checks = InputChecks.from_metadata(meta, [b.name for b in self.inputs])
+        # Not with index ranges: the graph plan does not read input values
+        # (docs/security.md).
+        self._start_plans(native_plans_enabled() and not self.bound.input_checks.ranges)
 
     def _start_plans(self, publish: bool) -> None:
         # Native plans (cuda_graph_plan.py): the adapter adds 1 to plan_launches
