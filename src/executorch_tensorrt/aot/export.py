@@ -14,6 +14,9 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
+from ..quantization.capability import refusal
+from ..quantization.errors import QuantizationError
+from ..quantization.quantize import QuantizationPlan, quantization_plan
 from ..quantization.torchao_weights import has_torchao_weights, lower_torchao
 from ..program.references import reference_source, write_export_reference
 from ..program.info import describe_program
@@ -76,6 +79,32 @@ def _method_reports(methods: list[str],
     return dict(zip(methods, reports))
 
 
+def _check_quantization(plan: QuantizationPlan | None, options: dict,
+                        allow_unquantized: bool) -> dict[str, str]:
+    """Refuses a scheme the TensorRT flavour or target GPUs cannot run (unless
+    allowed to run unquantized); returns the report's per-layer lines."""
+    if plan is None:
+        return {}
+    from ..tensorrt.flavor import load_tensorrt
+
+    why = refusal(plan.scheme, load_tensorrt().flavor, options.get("compute_capabilities"))
+    if why is not None and plan.layers:
+        if not allow_unquantized:
+            raise QuantizationError(
+                f"{why}. Nothing was exported; pass allow_unquantized=True (CLI: "
+                "--allow-unquantized) to export these layers unquantized")
+        raise QuantizationError(f"{why}; the layers are already quantized, so they cannot run "
+                                "unquantized: quantize the float model with another scheme")
+    lines = dict(plan.layers)
+    for layer, reason in plan.unquantized.items():
+        reason = f"{why}; {reason}" if why else reason
+        if not allow_unquantized:
+            raise QuantizationError(f"layer {layer!r}: {reason}; pass allow_unquantized=True "
+                                    "to export it unquantized")
+        lines[layer] = f"not quantized: {reason}"
+    return lines
+
+
 def _check_took_something(reports: dict[str, PartitionReport], allow: bool) -> None:
     empty = {m: r for m, r in reports.items() if not r.partitions and r.ops_of}
     if not empty or allow:
@@ -111,7 +140,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    device_resident: bool = False, allow_no_tensorrt: bool = False,
                    progress: Progress | None = stderr_progress,
                    etrecord_path: str | Path | None = None, external_weights: bool = False,
-                   check_memory: bool = True, **options) -> ExportResult:
+                   check_memory: bool = True, allow_unquantized: bool = False,
+                   **options) -> ExportResult:
     """export() returning timings, backends and the partition reports too.
 
     `model` may also be a dict of method name -> ExportedProgram (several
@@ -121,6 +151,9 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     `external_weights=True`: the weights go to `<stem>.ptd` beside the .pte.
     `check_memory=False`: export even when the memory estimate says it will
     not fit (memory_check.py).
+    `allow_unquantized=True`: a model from quantization.quantize() whose scheme
+    the TensorRT flavour or targets cannot run exports with those layers float
+    (the report says why) instead of failing.
     """
     path = Path(path)
     if path.suffix != ".pte":
@@ -146,6 +179,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         # torchao's weight subclasses cannot be exported as they are: explicit
         # dequantize ops over int8 buffers instead (quantization/).
         traced = lower_torchao(model) if has_torchao_weights(model) else model
+        quantized_layers = _check_quantization(quantization_plan(model), options,
+                                               allow_unquantized)
         programs = {"forward": torch.export.export(traced, inputs, dynamic_shapes=dynamic_shapes)}
         reference = (model, inputs)
     seconds["torch_export"] = time.perf_counter() - t0
@@ -184,6 +219,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         dr.check_program(program.buffer)
     backends = {m.name: [d.backend for d in m.delegates] for m in methods}
     reports = _method_reports(list(programs), trt_partitioner.reports)
+    for report in reports.values():
+        report.quantization = dict(quantized_layers)
     _check_took_something(reports, allow_no_tensorrt)
     _check_required(backends, require_backends)
     _warn_splits(backends, reports)

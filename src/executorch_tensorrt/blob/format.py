@@ -75,6 +75,18 @@ DTYPE_TO_SCALAR_TYPE = {
 #: Bytes per element of each dtype above.
 DTYPE_ITEMSIZE = {"uint8": 1, "int8": 1, "int32": 4, "int64": 8, "float16": 2, "float32": 4,
                   "bool": 1, "bfloat16": 2, "float8": 1}
+#: Dtypes a named-data weight (blob "weights") may have besides those above:
+#: "int4", two per byte (element 2j in the low nibble), the weights of an INT4
+#: weight-only layer (docs/quantization.md).
+PACKED_WEIGHT_DTYPES = ("int4",)
+WEIGHT_DTYPES = frozenset(DTYPE_ITEMSIZE) | frozenset(PACKED_WEIGHT_DTYPES)
+
+
+def weight_nbytes(dtype: str, count: int) -> int:
+    """Bytes of a named-data weight of `count` elements (ceil(count / 2) for int4)."""
+    return (count + 1) // 2 if dtype == "int4" else count * DTYPE_ITEMSIZE[dtype]
+
+
 #: What write_blob accepts as a dtype: the names above, or "" for "not
 #: recorded" (Torch-TensorRT's ExecuTorch path writes "").
 WRITE_DTYPES = frozenset(DTYPE_TO_SCALAR_TYPE) | {""}

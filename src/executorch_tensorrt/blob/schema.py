@@ -14,7 +14,6 @@ from typing import Any
 from ..tensorrt.options import MAX_OPTIMIZATION_PROFILES
 from .state_schema import check_aliased_io, check_state
 from .format import (
-    DTYPE_ITEMSIZE,
     DTYPE_TO_SCALAR_TYPE,
     ENGINE_KINDS,
     I32_MAX,
@@ -25,10 +24,12 @@ from .format import (
     PRECISIONS,
     SECTION_ONNX,
     TRT_FLAVORS,
+    WEIGHT_DTYPES,
     WEIGHTS_LOCATIONS,
     BlobError,
     is_int,
     show,
+    weight_nbytes,
 )
 
 _BINDING_KEYS = ("name", "dtype", "shape", "is_input")
@@ -279,8 +280,8 @@ def _check_weights(meta: dict, key_info: dict | None) -> None:
             raise BlobError(f"{where}.key must be 1-{MAX_KEY_LENGTH} printable ASCII characters "
                             f"without spaces, got {show(key)}")
         dtype = w["dtype"]
-        if dtype not in DTYPE_ITEMSIZE:
-            raise BlobError(f"{where}.dtype must be one of {sorted(DTYPE_ITEMSIZE)}, "
+        if dtype not in WEIGHT_DTYPES:
+            raise BlobError(f"{where}.dtype must be one of {sorted(WEIGHT_DTYPES)}, "
                             f"got {show(dtype)}")
         shape, nbytes = w["shape"], w["nbytes"]
         if not isinstance(shape, (list, tuple)) or not all(
@@ -290,7 +291,7 @@ def _check_weights(meta: dict, key_info: dict | None) -> None:
         count = 1
         for d in shape:
             count = min(count * d, I64_MAX + 1)
-        if not is_int(nbytes) or nbytes != count * DTYPE_ITEMSIZE[dtype]:
+        if not is_int(nbytes) or nbytes != weight_nbytes(dtype, count):
             raise BlobError(f"{where}.nbytes {show(nbytes)} is not the size of a {dtype} "
                             f"tensor of shape {show(shape)}; the metadata is corrupt")
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 import ctypes
 import hashlib
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Mapping
 import numpy as np
 
 from ..blob import Blob
+from ..blob.format import WEIGHT_DTYPES, weight_nbytes
 from ..errors import NamedDataError
 from .adapter import abi
 
@@ -88,6 +90,14 @@ class NamedData(abc.ABC):
 
     def weight(self, entry: dict) -> WeightBuffer:
         name = entry["name"]
+        count = math.prod(int(d) for d in entry["shape"])
+        if entry["dtype"] not in WEIGHT_DTYPES or int(entry["nbytes"]) != weight_nbytes(
+                entry["dtype"], count):
+            # The schema checks this too; the executors hand nbytes to onnxruntime and
+            # TensorRT as the extent they read (int4: ceil(numel / 2), packed).
+            raise NamedDataError(
+                f"weight {name!r}: {entry['nbytes']} bytes recorded for a {entry['dtype']} "
+                f"tensor of shape {list(entry['shape'])}; the blob is corrupt (re-export it)")
         view = self.get(entry["key"], int(entry["nbytes"]),
                         f"weight {name!r} ({entry['dtype']} {list(entry['shape'])}) of this "
                         "TensorRT partition")

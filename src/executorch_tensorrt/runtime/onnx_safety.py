@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 from ..blob import Blob
 from ..blob.format import NAMED_DATA_LOCATION
 from ..errors import InvalidProgramError
+from .quantized_weights import check_quantized_weights
 
 __all__ = ["ONNX_DTYPES", "self_contained_onnx", "check_self_contained"]
 
@@ -34,7 +35,8 @@ ONNX_DTYPES = {"float32": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FL
                "bfloat16": onnx.TensorProto.BFLOAT16, "int8": onnx.TensorProto.INT8,
                "uint8": onnx.TensorProto.UINT8, "int32": onnx.TensorProto.INT32,
                "int64": onnx.TensorProto.INT64, "bool": onnx.TensorProto.BOOL,
-               "float8": onnx.TensorProto.FLOAT8E4M3FN}
+               "float8": onnx.TensorProto.FLOAT8E4M3FN,
+               "int4": onnx.TensorProto.INT4}  # weights only: packed two per byte
 _INLINE_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data",
                   "double_data", "uint64_data")
 
@@ -146,4 +148,5 @@ def self_contained_onnx(blob: Blob) -> bytes:
     except (DecodeError, ValueError, RuntimeError) as e:
         raise InvalidProgramError(f"the blob's embedded ONNX model does not parse: {e}") from None
     check_self_contained(model, blob.weights)
+    check_quantized_weights(model, blob.weights)  # scales and blocks of int8/int4 weights
     return blob.onnx
