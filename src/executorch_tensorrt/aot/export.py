@@ -14,9 +14,7 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
-from ..quantization.capability import refusal
-from ..quantization.errors import QuantizationError
-from ..quantization.quantize import QuantizationPlan, quantization_plan
+from ..quantization.quantize import check_plan, quantization_plan
 from ..quantization.torchao_weights import has_torchao_weights, lower_torchao
 from ..program.references import reference_source, write_export_reference
 from ..program.info import describe_program
@@ -79,30 +77,16 @@ def _method_reports(methods: list[str],
     return dict(zip(methods, reports))
 
 
-def _check_quantization(plan: QuantizationPlan | None, options: dict,
-                        allow_unquantized: bool) -> dict[str, str]:
-    """Refuses a scheme the TensorRT flavour or target GPUs cannot run (unless
-    allowed to run unquantized); returns the report's per-layer lines."""
+def _quantization_lines(model, options: dict, allow_unquantized: bool) -> dict[str, str]:
+    """The report's per-layer lines of a quantize()d model, after refusing a
+    scheme the TensorRT flavour or targets cannot run (quantize.check_plan)."""
+    plan = quantization_plan(model)
     if plan is None:
         return {}
     from ..tensorrt.flavor import load_tensorrt
 
-    why = refusal(plan.scheme, load_tensorrt().flavor, options.get("compute_capabilities"))
-    if why is not None and plan.layers:
-        if not allow_unquantized:
-            raise QuantizationError(
-                f"{why}. Nothing was exported; pass allow_unquantized=True (CLI: "
-                "--allow-unquantized) to export these layers unquantized")
-        raise QuantizationError(f"{why}; the layers are already quantized, so they cannot run "
-                                "unquantized: quantize the float model with another scheme")
-    lines = dict(plan.layers)
-    for layer, reason in plan.unquantized.items():
-        reason = f"{why}; {reason}" if why else reason
-        if not allow_unquantized:
-            raise QuantizationError(f"layer {layer!r}: {reason}; pass allow_unquantized=True "
-                                    "to export it unquantized")
-        lines[layer] = f"not quantized: {reason}"
-    return lines
+    return check_plan(plan, load_tensorrt().flavor, options.get("compute_capabilities"),
+                      allow_unquantized)
 
 
 def _check_took_something(reports: dict[str, PartitionReport], allow: bool) -> None:
@@ -172,6 +156,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                 raise TypeError(f"method {name!r}: expected an ExportedProgram, got "
                                 f"{type(ep).__name__}")
         reference = None
+        quantized_layers: dict[str, str] = {}  # ExportedPrograms: no quantize() plan
     else:
         inputs = _as_inputs(example_inputs)
         if progress:
@@ -179,8 +164,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         # torchao's weight subclasses cannot be exported as they are: explicit
         # dequantize ops over int8 buffers instead (quantization/).
         traced = lower_torchao(model) if has_torchao_weights(model) else model
-        quantized_layers = _check_quantization(quantization_plan(model), options,
-                                               allow_unquantized)
+        quantized_layers = _quantization_lines(model, options, allow_unquantized)
         programs = {"forward": torch.export.export(traced, inputs, dynamic_shapes=dynamic_shapes)}
         reference = (model, inputs)
     seconds["torch_export"] = time.perf_counter() - t0

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .capability import IMPLEMENTED, Scheme, scheme_named
+from .capability import IMPLEMENTED, Scheme, refusal, scheme_named
 from .errors import QuantizationError
 from .int4 import GROUP_SIZES, Int4Linear, quantize_int4
 from .torchao_weights import DequantizedLinear
@@ -36,6 +36,29 @@ class QuantizationPlan:
 
 def quantization_plan(model: torch.nn.Module) -> QuantizationPlan | None:
     return getattr(model, _PLAN_ATTR, None)
+
+
+def check_plan(plan: QuantizationPlan, flavor: str, capabilities: tuple[str, ...] | None,
+               allow_unquantized: bool) -> dict[str, str]:
+    """At export: refuses a scheme this TensorRT flavour or these targets cannot
+    run (unless allowed to run unquantized); returns the report's lines,
+    layer -> how it runs or "not quantized: <why>"."""
+    why = refusal(plan.scheme, flavor, capabilities)
+    if why is not None and plan.layers:
+        if not allow_unquantized:
+            raise QuantizationError(
+                f"{why}. Nothing was exported; pass allow_unquantized=True (CLI: "
+                "--allow-unquantized) to export these layers unquantized")
+        raise QuantizationError(f"{why}; the layers are already quantized, so they cannot run "
+                                "unquantized: quantize the float model with another scheme")
+    lines = dict(plan.layers)
+    for layer, reason in plan.unquantized.items():
+        reason = f"{why}; {reason}" if why else reason
+        if not allow_unquantized:
+            raise QuantizationError(f"layer {layer!r}: {reason}; pass allow_unquantized=True "
+                                    "(CLI: --allow-unquantized) to export it unquantized")
+        lines[layer] = f"not quantized: {reason}"
+    return lines
 
 
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
