@@ -14,6 +14,7 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
+from ..quantization.quantize import check_plan, quantization_plan
 from ..quantization.torchao_weights import has_torchao_weights, lower_torchao
 from ..program.references import reference_source, write_export_reference
 from ..program.info import describe_program
@@ -76,6 +77,18 @@ def _method_reports(methods: list[str],
     return dict(zip(methods, reports))
 
 
+def _quantization_lines(model, options: dict, allow_unquantized: bool) -> dict[str, str]:
+    """The report's per-layer lines of a quantize()d model, after refusing a
+    scheme the TensorRT flavour or targets cannot run (quantize.check_plan)."""
+    plan = quantization_plan(model)
+    if plan is None:
+        return {}
+    from ..tensorrt.flavor import load_tensorrt
+
+    return check_plan(plan, load_tensorrt().flavor, options.get("compute_capabilities"),
+                      allow_unquantized)
+
+
 def _check_took_something(reports: dict[str, PartitionReport], allow: bool) -> None:
     empty = {m: r for m, r in reports.items() if not r.partitions and r.ops_of}
     if not empty or allow:
@@ -111,7 +124,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    device_resident: bool = False, allow_no_tensorrt: bool = False,
                    progress: Progress | None = stderr_progress,
                    etrecord_path: str | Path | None = None, external_weights: bool = False,
-                   check_memory: bool = True, **options) -> ExportResult:
+                   check_memory: bool = True, allow_unquantized: bool = False,
+                   **options) -> ExportResult:
     """export() returning timings, backends and the partition reports too.
 
     `model` may also be a dict of method name -> ExportedProgram (several
@@ -121,6 +135,9 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     `external_weights=True`: the weights go to `<stem>.ptd` beside the .pte.
     `check_memory=False`: export even when the memory estimate says it will
     not fit (memory_check.py).
+    `allow_unquantized=True`: a model from quantization.quantize() whose scheme
+    the TensorRT flavour or targets cannot run exports with those layers float
+    (the report says why) instead of failing.
     """
     path = Path(path)
     if path.suffix != ".pte":
@@ -139,6 +156,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                 raise TypeError(f"method {name!r}: expected an ExportedProgram, got "
                                 f"{type(ep).__name__}")
         reference = None
+        quantized_layers: dict[str, str] = {}  # ExportedPrograms: no quantize() plan
     else:
         inputs = _as_inputs(example_inputs)
         if progress:
@@ -146,6 +164,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         # torchao's weight subclasses cannot be exported as they are: explicit
         # dequantize ops over int8 buffers instead (quantization/).
         traced = lower_torchao(model) if has_torchao_weights(model) else model
+        quantized_layers = _quantization_lines(model, options, allow_unquantized)
         programs = {"forward": torch.export.export(traced, inputs, dynamic_shapes=dynamic_shapes)}
         reference = (model, inputs)
     seconds["torch_export"] = time.perf_counter() - t0
@@ -185,6 +204,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         dr.check_program(program.buffer)
     backends = {m.name: [d.backend for d in m.delegates] for m in methods}
     reports = _method_reports(list(programs), trt_partitioner.reports)
+    for report in reports.values():
+        report.quantization = dict(quantized_layers)
     _check_took_something(reports, allow_no_tensorrt)
     _check_required(backends, require_backends)
     _warn_splits(backends, reports)

@@ -67,6 +67,20 @@ I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 DTYPE_TO_SCALAR_TYPE = {d.blob_name: d.scalar_type for d in DTYPES if d.blob_name}
 #: Bytes per element of each dtype above.
 DTYPE_ITEMSIZE = {d.blob_name: d.itemsize for d in DTYPES if d.blob_name}
+#: Dtypes a named-data weight (blob "weights") may have besides those above,
+#: packed below a byte, with their ONNX TensorProto code: "int4", two per byte
+#: (element 2j in the low nibble), the weights of an INT4 weight-only layer
+#: (docs/quantization.md). ExecuTorch has no ScalarType for it, so it is no row
+#: of dtypes.py: only named data and the embedded ONNX graph carry it.
+PACKED_WEIGHT_DTYPES = {"int4": 22}  # onnx.TensorProto.INT4
+WEIGHT_DTYPES = frozenset(DTYPE_ITEMSIZE) | frozenset(PACKED_WEIGHT_DTYPES)
+
+
+def weight_nbytes(dtype: str, count: int) -> int:
+    """Bytes of a named-data weight of `count` elements (ceil(count / 2) for int4)."""
+    return (count + 1) // 2 if dtype == "int4" else count * DTYPE_ITEMSIZE[dtype]
+
+
 #: What write_blob accepts as a dtype: the names above, or "" for "not
 #: recorded" (Torch-TensorRT's ExecuTorch path writes "").
 WRITE_DTYPES = frozenset(DTYPE_TO_SCALAR_TYPE) | {""}

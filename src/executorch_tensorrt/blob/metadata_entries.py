@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .format import (DTYPE_ITEMSIZE, ENGINE_KINDS, I64_MAX, MAX_KEY_LENGTH, PRECISIONS,
-                     TRT_FLAVORS, WEIGHTS_LOCATIONS, BlobError, is_int, show)
+from .format import (ENGINE_KINDS, I64_MAX, MAX_KEY_LENGTH, PRECISIONS, TRT_FLAVORS,
+                     WEIGHT_DTYPES, WEIGHTS_LOCATIONS, BlobError, is_int, show, weight_nbytes)
 from .json_checks import check_name, check_object_keys, ordered
 
 _CAPABILITY = re.compile(r"SM[0-9]{2,4}")
@@ -43,8 +43,8 @@ class WeightEntry:
             raise BlobError(f"{where}.key must be 1-{MAX_KEY_LENGTH} printable ASCII characters "
                             f"without spaces, got {show(key)}")
         dtype = w["dtype"]
-        if dtype not in DTYPE_ITEMSIZE:
-            raise BlobError(f"{where}.dtype must be one of {sorted(DTYPE_ITEMSIZE)}, "
+        if dtype not in WEIGHT_DTYPES:
+            raise BlobError(f"{where}.dtype must be one of {sorted(WEIGHT_DTYPES)}, "
                             f"got {show(dtype)}")
         shape, nbytes = w["shape"], w["nbytes"]
         if not isinstance(shape, (list, tuple)) or not all(
@@ -54,7 +54,7 @@ class WeightEntry:
         count = 1
         for d in shape:
             count = min(count * d, I64_MAX + 1)
-        if not is_int(nbytes) or nbytes != count * DTYPE_ITEMSIZE[dtype]:
+        if not is_int(nbytes) or nbytes != weight_nbytes(dtype, count):
             raise BlobError(f"{where}.nbytes {show(nbytes)} is not the size of a {dtype} "
                             f"tensor of shape {show(shape)}; the metadata is corrupt")
         return cls(w["name"], key, dtype, tuple(shape), nbytes, tuple(w))

@@ -8,6 +8,7 @@ parsing (cli/parser.py, which names these functions) loads nothing heavy.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -76,6 +77,8 @@ def _export_options(args) -> dict:
         options["inline_weights"] = True
     if args.no_memory_check:
         options["check_memory"] = False
+    if args.allow_unquantized:
+        options["allow_unquantized"] = True
     if args.profiles is not None and args.profile:
         raise Fail(EXIT_USAGE, "--profiles N splits the range itself; --profile gives each "
                                 "profile: use one of them")
@@ -89,6 +92,24 @@ def _export_options(args) -> dict:
         except ValueError as e:
             raise Fail(EXIT_USAGE, str(e).replace("profiles=", "--profiles ")) from None
     return options
+
+
+def _quantized(src, args):
+    """The source with its model quantized (--quantize); a saved ExportedProgram
+    has no modules left to quantize."""
+    if src.program is not None:
+        raise Fail(EXIT_USAGE, "--quantize needs a model (module:callable, file.py:callable or "
+                                "--example), not a saved ExportedProgram: quantize before "
+                                "torch.export")
+    from ..quantization import QuantizationError, quantize
+
+    try:
+        model = quantize(src.model, src.inputs, scheme=args.quantize, group_size=args.group_size,
+                         allow_unquantized=args.allow_unquantized)
+    except QuantizationError as e:
+        raise Fail(EXIT_EXPORT, f"--quantize {args.quantize}: {e}") from None
+    return dataclasses.replace(src, model=model,
+                               description=f"{src.description} ({args.quantize})")
 
 
 def cmd_export(args) -> int:
@@ -118,6 +139,8 @@ def cmd_export(args) -> int:
     except Exception as e:  # noqa: BLE001 - the user's factory failed
         raise Fail(EXIT_EXPORT, f"making the model from {args.source} failed: "
                                  f"{type(e).__name__}: {e}") from None
+    if args.quantize:
+        src = _quantized(src, args)
     from ..aot.export import export_program
 
     print(f"exporting {src.description} -> {out}", file=sys.stderr)

@@ -92,6 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reference", action="store_true", help="write no .expected reference")
     p.add_argument("--etrecord", action="store_true",
                    help="also write OUTPUT's ETRecord (.etrecord), for `profile`")
+    p.add_argument("--quantize", metavar="SCHEME",
+                   help="quantize the model's Linear weights first: int8_weight_only or "
+                        "int4_weight_only (docs/quantization.md); needs a module source")
+    p.add_argument("--group-size", type=int, default=128, metavar="N",
+                   help="int4_weight_only: input features per scale, 32, 64 or 128 "
+                        "(default 128; it must divide every Linear's input features)")
+    p.add_argument("--allow-unquantized", action="store_true",
+                   help="export layers float where the scheme cannot run on the TensorRT "
+                        "flavour or target GPUs, instead of failing (the report says why)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(

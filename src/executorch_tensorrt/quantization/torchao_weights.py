@@ -15,12 +15,8 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from ..errors import ExportError
+from .errors import QuantizationError
 from .ops import DEQUANTIZE_WEIGHT
-
-
-class QuantizationError(ExportError):
-    """A quantized layer that TensorRT cannot take as it is."""
 
 
 class DequantizedLinear(torch.nn.Module):

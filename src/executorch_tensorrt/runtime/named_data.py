@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 import ctypes
 import hashlib
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Mapping
 import numpy as np
 
 from ..blob import Blob
+from ..blob.format import WEIGHT_DTYPES, weight_nbytes
 from ..blob.metadata import WeightEntry
 from ..errors import NamedDataError
 from .adapter import abi
@@ -89,6 +91,13 @@ class NamedData(abc.ABC):
 
     def weight(self, entry: WeightEntry) -> WeightBuffer:
         name = entry.name
+        count = math.prod(entry.shape)
+        if entry.dtype not in WEIGHT_DTYPES or entry.nbytes != weight_nbytes(entry.dtype, count):
+            # The blob's metadata checks this too; the executors hand nbytes to onnxruntime
+            # and TensorRT as the extent they read (int4: ceil(numel / 2), packed).
+            raise NamedDataError(
+                f"weight {name!r}: {entry.nbytes} bytes recorded for a {entry.dtype} "
+                f"tensor of shape {list(entry.shape)}; the blob is corrupt (re-export it)")
         view = self.get(entry.key, entry.nbytes,
                         f"weight {name!r} ({entry.dtype} {list(entry.shape)}) of this "
                         "TensorRT partition")

@@ -27,14 +27,17 @@ from google.protobuf.message import DecodeError
 
 from ..blob import Blob
 from ..dtypes import DTYPES
-from ..blob.format import NAMED_DATA_LOCATION
+from ..blob.format import NAMED_DATA_LOCATION, PACKED_WEIGHT_DTYPES
 from ..blob.metadata import WeightEntry
 from ..errors import InvalidProgramError
+from .quantized_weights import check_quantized_weights
 
 __all__ = ["ONNX_DTYPES", "self_contained_onnx", "check_self_contained"]
 
-#: blob dtype name -> ONNX TensorProto data type (dtypes.py's rows)
-ONNX_DTYPES = {d.blob_name: d.onnx for d in DTYPES if d.blob_name and d.onnx is not None}
+#: blob dtype name -> ONNX TensorProto data type (dtypes.py's rows, and the
+#: packed weight dtypes of blob/format.py)
+ONNX_DTYPES = {**{d.blob_name: d.onnx for d in DTYPES if d.blob_name and d.onnx is not None},
+               **PACKED_WEIGHT_DTYPES}
 _INLINE_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data",
                   "double_data", "uint64_data")
 
@@ -146,4 +149,5 @@ def self_contained_onnx(blob: Blob) -> bytes:
     except (DecodeError, ValueError, RuntimeError) as e:
         raise InvalidProgramError(f"the blob's embedded ONNX model does not parse: {e}") from None
     check_self_contained(model, blob.meta.weights or ())
+    check_quantized_weights(model, blob.meta.weights or ())  # scales and blocks of int8/int4 weights
     return blob.onnx

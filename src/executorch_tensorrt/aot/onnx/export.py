@@ -13,6 +13,7 @@ import torch
 from torch.onnx._internal.exporter import _core
 
 from ...blob.format import NAMED_DATA_LOCATION
+from ...quantization.int4 import lower_int4_nodes
 from .edge_tags import edge_name_from_trace, quiet, tag_edge_nodes
 from .fusions import fuse
 from .precision import with_precision
@@ -72,8 +73,12 @@ def _externalize(model: ir.Model) -> list[Weight]:
         tensor = value.const_value
         if tensor is None or tensor.nbytes < INLINE_LIMIT or name in scales:
             continue
-        data = _weight_value(tensor)
-        weights.append(Weight(name, data, dtype_name(data), tuple(int(d) for d in tensor.shape),
+        if tensor.dtype == ir.DataType.INT4:  # packed two per byte (quantization/int4.py)
+            data, blob_dtype = tensor.raw, "int4"
+        else:
+            data = _weight_value(tensor)
+            blob_dtype = dtype_name(data)
+        weights.append(Weight(name, data, blob_dtype, tuple(int(d) for d in tensor.shape),
                               int(tensor.nbytes)))
         value.const_value = ir.ExternalTensor(NAMED_DATA_LOCATION, offset=None, length=None,
                                               dtype=tensor.dtype, shape=tensor.shape, name=name)
@@ -101,6 +106,7 @@ def export_onnx(ep: torch.export.ExportedProgram, precision: str = "fp32", *,
         program = _core.export(tagged, registry=onnx_registry(), optimize=True, verbose=False)
     model = program.model
     fuse(model)
+    lower_int4_nodes(model)
     mapping: dict[int, str] = {}
     for i, node in enumerate(model.graph):
         name = edge_name_from_trace(node.metadata_props.get(_TRACE_KEY))

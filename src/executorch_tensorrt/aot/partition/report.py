@@ -26,6 +26,9 @@ class PartitionReport:
     ops_of: dict[str, str] = field(default_factory=dict)       # node -> op name
     builds: int = 0                                            # engine builds tried
     state: dict[str, str] = field(default_factory=dict)        # buffer fqn -> where it lives
+    # Linear layer -> how it runs ("int4 weight-only (group 64)") or
+    # "not quantized: <why>" (quantization.quantize(), docs/quantization.md).
+    quantization: dict[str, str] = field(default_factory=dict)
 
     @property
     def nodes_on_tensorrt(self) -> set[str]:
@@ -51,7 +54,8 @@ class PartitionReport:
             row["reasons"] = [{"reason": r, **e} for r, e in row["reasons"].items()]
         return {"partitions": len(self.partitions), "nodes_on_tensorrt": len(taken),
                 "nodes": len(self.ops_of), "engine_builds": self.builds, "ops": rows,
-                **({"state": dict(self.state)} if self.state else {})}
+                **({"state": dict(self.state)} if self.state else {}),
+                **({"quantization": dict(self.quantization)} if self.quantization else {})}
 
     def to_table(self) -> str:
         return format_method("", self.as_dict())
@@ -84,6 +88,8 @@ def format_method(method: str, data: Mapping, *, reason_width: int = 600) -> str
                          f"[{examples}{', ...' if entry['nodes'] > len(entry['examples']) else ''}]")
     for fqn, where in data.get("state", {}).items():  # mutable buffers (docs/llm.md)
         lines.append(f"  state {fqn}: {_shorten(where, reason_width)}")
+    for layer, how in data.get("quantization", {}).items():
+        lines.append(f"  layer {layer}: {_shorten(how, reason_width)}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,144 @@
+"""`quantize(model, ...)`: one call from a float model to one TensorRT can run
+weight-only quantized, ready for `executorch_tensorrt.export`.
+
+Every `torch.nn.Linear` of the model is replaced, in a structural copy that
+shares the model's other tensors: "int8_weight_only" by a per-output-channel
+symmetric int8 weight (torchao_weights.DequantizedLinear, the same module and
+DequantizeLinear the torchao path lowers to), "int4_weight_only" by a per-group
+symmetric int4 weight packed two per byte (int4.Int4Linear). The returned model
+is the eager quantized reference (it dequantizes in torch), and records which
+layers it quantized (`quantization_plan`), which export checks against the
+TensorRT flavour and writes into the partition report (capability.py).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+
+from .capability import IMPLEMENTED, Scheme, refusal, scheme_named
+from .errors import QuantizationError
+from .int4 import GROUP_SIZES, Int4Linear, quantize_int4
+from .torchao_weights import DequantizedLinear
+
+_PLAN_ATTR = "_etrt_quantization_plan"
+
+
+@dataclass(frozen=True)
+class QuantizationPlan:
+    """What quantize() did: the scheme and, per Linear (by qualified name),
+    how it runs ("int4 weight-only, group 64") or why it was left float."""
+    scheme: str
+    layers: dict[str, str] = field(default_factory=dict)
+    unquantized: dict[str, str] = field(default_factory=dict)  # layer -> why float
+
+
+def quantization_plan(model: torch.nn.Module) -> QuantizationPlan | None:
+    return getattr(model, _PLAN_ATTR, None)
+
+
+def check_plan(plan: QuantizationPlan, flavor: str, capabilities: tuple[str, ...] | None,
+               allow_unquantized: bool) -> dict[str, str]:
+    """At export: refuses a scheme this TensorRT flavour or these targets cannot
+    run (unless allowed to run unquantized); returns the report's lines,
+    layer -> how it runs or "not quantized: <why>"."""
+    why = refusal(plan.scheme, flavor, capabilities)
+    if why is not None and plan.layers:
+        if not allow_unquantized:
+            raise QuantizationError(
+                f"{why}. Nothing was exported; pass allow_unquantized=True (CLI: "
+                "--allow-unquantized) to export these layers unquantized")
+        raise QuantizationError(f"{why}; the layers are already quantized, so they cannot run "
+                                "unquantized: quantize the float model with another scheme")
+    lines = dict(plan.layers)
+    for layer, reason in plan.unquantized.items():
+        reason = f"{why}; {reason}" if why else reason
+        if not allow_unquantized:
+            raise QuantizationError(f"layer {layer!r}: {reason}; pass allow_unquantized=True "
+                                    "(CLI: --allow-unquantized) to export it unquantized")
+        lines[layer] = f"not quantized: {reason}"
+    return lines
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A float weight [out, in] -> (int8 [out, in], scale float32 [out]), symmetric."""
+    w = weight.detach().to(torch.float32)
+    amax = w.abs().amax(dim=1, keepdim=True)
+    scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+    q = torch.clamp(torch.round(w / scale), -127, 127).to(torch.int8)
+    return q.contiguous(), scale.reshape(-1).contiguous()
+
+
+def _linears(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, str, torch.nn.Linear]]:
+    found = []
+    for name, module in model.named_modules():
+        for child_name, child in module.named_children():
+            if isinstance(child, torch.nn.Linear):
+                found.append((module, child_name, f"{name}.{child_name}" if name else child_name,
+                              child))
+    return found
+
+
+def quantize(model: torch.nn.Module, example_inputs=None, scheme: str = "int8_weight_only",
+             group_size: int = 128, calibration=None, *,
+             allow_unquantized: bool = False) -> torch.nn.Module:
+    """A copy of `model` with its Linear weights quantized by `scheme`.
+
+    `example_inputs` and `calibration` (an iterable of input tuples) are for
+    schemes that quantize activations; the weight-only schemes need neither
+    (a calibration set given to them is refused, not silently ignored).
+    `group_size` (int4 only): input features per scale, one of 32, 64, 128,
+    and it must divide every quantized layer's input features. A scheme TensorRT
+    has but this package does not implement (int8/fp8 W8A8, fp4) is refused,
+    unless `allow_unquantized=True`, which returns the model float and records
+    why for the partition report.
+    """
+    chosen: Scheme = scheme_named(scheme)
+    if not isinstance(model, torch.nn.Module):
+        raise QuantizationError(f"quantize() takes a torch.nn.Module, got {type(model).__name__}")
+    linears = _linears(model)
+    if not linears:
+        raise QuantizationError(
+            f"{type(model).__name__} has no torch.nn.Linear to quantize; the weight-only schemes "
+            "quantize Linear weights only (export the model unquantized)")
+    if chosen.name not in IMPLEMENTED:
+        why = (f"scheme {chosen.name!r} ({chosen.description}) is not implemented by "
+               f"executorch_tensorrt.quantization yet (implemented: {sorted(IMPLEMENTED)})")
+        if not allow_unquantized:
+            raise QuantizationError(why + "; pass allow_unquantized=True to export it float")
+        return _with_plan(_shared_copy(model),
+                          QuantizationPlan(chosen.name, {}, {n: why for _, _, n, _ in linears}))
+    if calibration is not None:
+        raise QuantizationError(f"scheme {chosen.name!r} is weight-only and takes no "
+                                "calibration data; pass calibration=None")
+    if chosen.name == "int4_weight_only" and group_size not in GROUP_SIZES:
+        raise QuantizationError(f"int4 group size {group_size} is not one of "
+                                f"{list(GROUP_SIZES)}")
+    result = _shared_copy(model)
+    layers: dict[str, str] = {}
+    replacements = []
+    for parent, child_name, full, linear in _linears(result):
+        if chosen.name == "int4_weight_only":
+            packed, scale = quantize_int4(linear.weight, group_size, full)
+            replacements.append((parent, child_name,
+                                 Int4Linear(packed, scale, group_size, linear.bias)))
+            layers[full] = f"int4 weight-only (group {group_size})"
+        else:
+            q, scale = quantize_int8(linear.weight)
+            replacements.append((parent, child_name, DequantizedLinear(q, scale, linear.bias)))
+            layers[full] = "int8 weight-only (per channel)"
+    for parent, child_name, module in replacements:  # after every check passed
+        setattr(parent, child_name, module)
+    return _with_plan(result, QuantizationPlan(chosen.name, layers))
+
+
+def _shared_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A structural copy whose tensors are the model's own (no weight copied)."""
+    shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    return copy.deepcopy(model, memo=shared)
+
+
+def _with_plan(model: torch.nn.Module, plan: QuantizationPlan) -> torch.nn.Module:
+    object.__setattr__(model, _PLAN_ATTR, plan)
+    return model

@@ -1,0 +1,53 @@
+"""`export --quantize SCHEME [--group-size N]`: the model is quantized before
+torch.export, its reference is the eager quantized model, and a scheme
+TensorRT cannot run is an export failure (exit 4) naming why."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from executorch_tensorrt.blob import read_blob
+from helpers import FALLBACK, tensorrt_blobs
+
+FACTORY = textwrap.dedent("""
+    import torch
+
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 8)).eval()
+        return model, (torch.randn(2, 64),)
+""")
+
+
+def cli(*args, cwd, env=None):
+    return subprocess.run([sys.executable, "-m", "executorch_tensorrt", *args],
+                          capture_output=True, text=True, timeout=600, cwd=cwd,
+                          env={**os.environ, **(env or {})})
+
+
+def test_export_quantize_int4_runs_and_verifies(tmp_path):
+    (tmp_path / "qmodels.py").write_text(FACTORY)
+    out = tmp_path / "q4.pte"
+    r = cli("export", "qmodels:make", str(out), "--quantize", "int4_weight_only",
+            "--group-size", "32", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (blob,) = tensorrt_blobs(out)
+    weights = read_blob(blob).metadata["weights"]
+    assert [(w["dtype"], w["shape"], w["nbytes"]) for w in weights if w["dtype"] == "int4"] == [
+        ("int4", [32, 64], 1024)]  # the [8, 32] weight is below the named-data size limit
+    got = tmp_path / "got.etensors"
+    assert cli("run", str(out), "--outputs", str(got), cwd=tmp_path, env=FALLBACK).returncode == 0
+    r = cli("verify", str(out), str(got), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_export_quantize_refuses_uint4(tmp_path):
+    (tmp_path / "qmodels.py").write_text(FACTORY)
+    r = cli("export", "qmodels:make", str(tmp_path / "u.pte"), "--quantize", "uint4",
+            cwd=tmp_path)
+    assert r.returncode == 4, r.stderr
+    assert "--quantize uint4" in r.stderr and "no uint4" in r.stderr
+    assert not (tmp_path / "u.pte").exists()
