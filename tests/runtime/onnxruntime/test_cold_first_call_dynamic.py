@@ -215,3 +215,51 @@ def test_cold_first_calls_of_many_shapes_from_eight_threads_give_the_right_outpu
     assert done.returncode == 0, f"the child died ({done.returncode}): {done.stderr[-3000:]}"
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"wrong": 0, "failed": 0, "entries": 0}, result
+
+
+def test_dropping_the_last_references_during_a_call_destroys_only_after_it(
+        mlp, allow_fallback, monkeypatch):
+    """Another thread drops the last references to the Program and Method
+    while a call runs inside the Python executor (held there by an event):
+    the delegate is destroyed (the executor closed) only after the call has
+    returned, with the right output. The running call's own reference keeps
+    the method alive; nothing in the delegate has to."""
+    import gc
+    import threading
+
+    model, path = mlp
+    monkeypatch.setenv(PLAN_ENV, "0")  # every call enters the Python executor
+    order, inside, dropped = [], threading.Event(), threading.Event()
+    execute, close = OnnxRuntimeExecutor.execute, OnnxRuntimeExecutor.close
+
+    def held(self, args, num_args=None):
+        inside.set()
+        assert dropped.wait(timeout=30)
+        order.append("call returns")
+        return execute(self, args, num_args)
+
+    def closing(self):
+        if self.session is not None:
+            order.append("close")
+        return close(self)
+
+    monkeypatch.setattr(OnnxRuntimeExecutor, "execute", held)
+    monkeypatch.setattr(OnnxRuntimeExecutor, "close", closing)
+    from executorch.runtime import Runtime
+
+    holder = [Runtime.get().load_program(path)]
+    holder.append(holder[0].load_method("forward"))
+    x, got = torch.randn(5, 64), []
+    caller = threading.Thread(target=lambda method: got.append(method.execute([x])[0]),
+                              args=(holder[1],))
+    caller.start()
+    assert inside.wait(timeout=30)
+    holder.clear()  # the last references but the running call's
+    gc.collect()
+    order.append("dropped")
+    dropped.set()
+    caller.join(timeout=60)
+    gc.collect()
+    with torch.no_grad():
+        assert torch.allclose(got[0], model(x), atol=1e-5, rtol=1e-5)
+    assert order == ["dropped", "call returns", "close"], order
