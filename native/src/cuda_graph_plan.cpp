@@ -125,19 +125,10 @@ bool CudaGraphPlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
       g->num_staged_inputs > num_args || g->num_staged_outputs > num_args) {
     return false;
   }
+  if (!signature_.adopt(plan->signature, nullptr, num_args, PlanSignature::Match::kExact)) {
+    return false;
+  }
   try {
-    for (uint64_t i = 0; i < num_args; ++i) {
-      const etrt_arg_signature& s = plan->signature[i];
-      if (s.struct_size < sizeof(etrt_arg_signature) || s.kind != ETRT_ARG_TENSOR || s.ndim < 0 ||
-          (s.ndim > 0 && (s.sizes == nullptr || s.dim_order == nullptr))) {
-        clear();
-        return false;
-      }
-      args_.push_back(Arg{s.kind, s.dtype, s.ndim, s.device_type, s.device_index, s.data,
-                          s.nbytes, sizes_.size()});
-      sizes_.insert(sizes_.end(), s.sizes, s.sizes + s.ndim);
-      dim_order_.insert(dim_order_.end(), s.dim_order, s.dim_order + s.ndim);
-    }
     in_.assign(g->staged_inputs, g->staged_inputs + g->num_staged_inputs);
     out_.assign(g->staged_outputs, g->staged_outputs + g->num_staged_outputs);
     // Each argument is either staged once (host memory, its bytes inside the
@@ -150,7 +141,7 @@ bool CudaGraphPlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
     }
     for (const auto* list : {&in_, &out_}) {
       for (const etrt_staged_copy& c : *list) {
-        const Arg& a = args_[c.arg_index];
+        const PlanSignature::Arg& a = signature_.arg(c.arg_index);
         if (a.device_type != ETRT_DEVICE_CPU || c.nbytes > a.nbytes ||
             (c.nbytes > 0 && a.data == nullptr)) {
           clear();
@@ -159,8 +150,8 @@ bool CudaGraphPlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
       }
     }
     for (uint64_t i = 0; i < num_args; ++i) {
-      if (!staged[i] && (args_[i].device_type != ETRT_DEVICE_CUDA ||
-                         args_[i].device_index != g->device_index)) {
+      if (!staged[i] && (signature_.arg(i).device_type != ETRT_DEVICE_CUDA ||
+                         signature_.arg(i).device_index != g->device_index)) {
         clear();
         return false;
       }
@@ -177,34 +168,17 @@ bool CudaGraphPlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
 void CudaGraphPlan::clear() {
   plan_ = nullptr;
   graph_ = nullptr;
-  args_.clear();
-  sizes_.clear();
-  dim_order_.clear();
+  signature_.clear();
   in_.clear();
   out_.clear();
 }
 
 bool CudaGraphPlan::matches(const etrt_arg* args, uint64_t num_args) const {
-  if (plan_ == nullptr || plan_->withdrawn != 0 || num_args != args_.size() ||
+  if (plan_ == nullptr || plan_->withdrawn != 0 ||
       (graph_->epoch != nullptr && *graph_->epoch != graph_->epoch_at_plan)) {
     return false;
   }
-  for (uint64_t i = 0; i < num_args; ++i) {
-    const etrt_arg& a = args[i];
-    const Arg& s = args_[i];
-    if (a.kind != s.kind || a.dtype != s.dtype || a.ndim != s.ndim || a.data != s.data ||
-        a.nbytes != s.nbytes || a.device_type != s.device_type ||
-        a.device_index != s.device_index) {
-      return false;
-    }
-    if (s.ndim > 0 &&
-        (a.sizes == nullptr || a.dim_order == nullptr ||
-         std::memcmp(a.sizes, &sizes_[s.shape_at], sizeof(int32_t) * s.ndim) != 0 ||
-         std::memcmp(a.dim_order, &dim_order_[s.shape_at], s.ndim) != 0)) {
-      return false;
-    }
-  }
-  return true;
+  return signature_.matches(args, num_args);
 }
 
 int32_t CudaGraphPlan::run(const etrt_arg* args) const {

@@ -9,6 +9,8 @@
 
 #include <executorch_tensorrt/executor_table.h>
 
+#include "plan_signature.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -33,17 +35,9 @@ class CudaGraphPlan {
   int32_t run(const etrt_arg* args) const;
 
  private:
-  struct Arg {
-    int32_t kind, dtype, ndim, device_type, device_index;
-    const void* data;
-    uint64_t nbytes;
-    size_t shape_at; // index of its sizes in sizes_ and dim_order_
-  };
   const etrt_native_plan* plan_ = nullptr;
   const etrt_cuda_graph_plan* graph_ = nullptr;
-  std::vector<Arg> args_;
-  std::vector<int32_t> sizes_;
-  std::vector<uint8_t> dim_order_;
+  PlanSignature signature_; // exact: addresses included
   std::vector<etrt_staged_copy> in_, out_;
 };
 

@@ -45,7 +45,7 @@ std::string position_of(int64_t flat, const std::vector<int64_t>& shape) {
 } // namespace
 
 bool IndexChecks::adopt(const etrt_native_plan& plan, uint64_t num_user_inputs,
-                        bool any_address) {
+                        bool any_address, bool bounded) {
   checks_.clear();
   if (!has_index_checks(plan) || plan.num_index_checks == 0) {
     return true;
@@ -65,20 +65,22 @@ bool IndexChecks::adopt(const etrt_native_plan& plan, uint64_t num_user_inputs,
           s.device_type != ETRT_DEVICE_CPU || s.ndim < 0 || (s.ndim > 0 && s.sizes == nullptr)) {
         return false;
       }
-      Check kept{check.arg_index, s.dtype == kScalarTypeInt, {}, 1, check.lo, check.hi,
-                 check.what, check.advice};
-      for (int32_t d = 0; d < s.ndim; ++d) {
-        const int64_t size = s.sizes[d];
-        if (size < 0 || (size > 0 && kept.count > INT64_MAX / size)) {
+      Check kept{check.arg_index, s.dtype == kScalarTypeInt, check.lo, check.hi, check.what,
+                 check.advice};
+      if (!bounded) { // the signature's shape is every call's: its buffer must hold it
+        int64_t count = 1;
+        for (int32_t d = 0; d < s.ndim; ++d) {
+          const int64_t size = s.sizes[d];
+          if (size < 0 || (size > 0 && count > INT64_MAX / size)) {
+            return false;
+          }
+          count *= size;
+        }
+        const uint64_t itemsize = kept.is_int32 ? sizeof(int32_t) : sizeof(int64_t);
+        if (static_cast<uint64_t>(count) > s.nbytes / itemsize ||
+            (count > 0 && s.data == nullptr && !any_address)) {
           return false;
         }
-        kept.shape.push_back(size);
-        kept.count *= size;
-      }
-      const uint64_t itemsize = kept.is_int32 ? sizeof(int32_t) : sizeof(int64_t);
-      if (static_cast<uint64_t>(kept.count) > s.nbytes / itemsize ||
-          (kept.count > 0 && s.data == nullptr && !any_address)) {
-        return false;
       }
       checks_.push_back(std::move(kept));
     }
@@ -91,16 +93,25 @@ bool IndexChecks::adopt(const etrt_native_plan& plan, uint64_t num_user_inputs,
 
 int32_t IndexChecks::check(const etrt_arg* args) const {
   for (const Check& c : checks_) {
-    const void* data = args[c.arg].data; // non-NULL when count > 0: the plan matched
-    for (int64_t i = 0; i < c.count; ++i) {
+    // The call's own shape: a plan with bounds matches calls of other sizes
+    // than its signature's, each within bounds and with a buffer that holds
+    // its elements (the plan matched), so this count is safe to read.
+    const etrt_arg& a = args[c.arg];
+    int64_t count = 1;
+    for (int32_t d = 0; d < a.ndim; ++d) {
+      count *= a.sizes[d];
+    }
+    const void* data = a.data; // non-NULL when count > 0: the plan matched
+    for (int64_t i = 0; i < count; ++i) {
       const int64_t value = c.is_int32 ? static_cast<const int32_t*>(data)[i]
                                        : static_cast<const int64_t*>(data)[i];
       if (value < c.lo || value >= c.hi) {
+        const std::vector<int64_t> shape(a.sizes, a.sizes + a.ndim);
         return fail(Error::InvalidArgument,
                     "TensorRTBackend execute: %s holds %lld at position %s, outside its valid "
                     "range [%lld, %lld): %s",
                     c.what.c_str(), static_cast<long long>(value),
-                    position_of(i, c.shape).c_str(), static_cast<long long>(c.lo),
+                    position_of(i, shape).c_str(), static_cast<long long>(c.lo),
                     static_cast<long long>(c.hi), c.advice.c_str());
       }
     }

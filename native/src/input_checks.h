@@ -21,8 +21,11 @@ class IndexChecks {
   /* Copies the plan's checks; false if one cannot be performed safely: its
    * input is not one of the first num_user_inputs signature entries, or not
    * int32/int64 host memory whose signature covers its element count
-   * (any_address: data may change per call, but not the shape). */
-  bool adopt(const etrt_native_plan& plan, uint64_t num_user_inputs, bool any_address);
+   * (any_address: data may change per call, but not the shape; bounded: the
+   * shape changes too, and each call's is the one read, checked when the plan
+   * matched). */
+  bool adopt(const etrt_native_plan& plan, uint64_t num_user_inputs, bool any_address,
+             bool bounded);
   void clear() {
     checks_.clear();
   }
@@ -33,8 +36,6 @@ class IndexChecks {
   struct Check {
     uint64_t arg;
     bool is_int32;
-    std::vector<int64_t> shape;
-    int64_t count;
     int64_t lo, hi;
     std::string what, advice;
   };

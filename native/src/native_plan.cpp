@@ -32,7 +32,13 @@ bool has_appended(const etrt_native_plan& plan) {
 }
 
 bool has_any_address(const etrt_native_plan& plan) {
-  return plan.struct_size >= sizeof(etrt_native_plan) && plan.any_address != 0;
+  return plan.struct_size >= offsetof(etrt_native_plan, element_types) + sizeof(void*) &&
+         plan.any_address != 0;
+}
+
+// Bounds for dynamic shapes (issue 19, part 2): the last appended fields.
+const etrt_arg_bounds* bounds_of(const etrt_native_plan& plan) {
+  return plan.struct_size >= sizeof(etrt_native_plan) ? plan.bounds : nullptr;
 }
 
 uint64_t empty_buffer = 0; // onnxruntime refuses a NULL buffer even for an empty tensor
@@ -65,28 +71,28 @@ bool NativePlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
   }
   num_user_inputs_ = plan->num_inputs - num_state;
   any_address_ = has_any_address(*plan);
+  const etrt_arg_bounds* bounds = any_address_ ? bounds_of(*plan) : nullptr;
+  bounded_ = bounds != nullptr;
   if (any_address_ && (plan->ort_create_tensor == nullptr || plan->ort_memory_info == nullptr ||
                        plan->element_types == nullptr || plan->ort_release_value == nullptr)) {
-    any_address_ = false;
+    clear();
+    return false;
+  }
+  // Bounds serve stateless partitions only (no state values, no ping-pong pair).
+  if (bounded_ && (num_state != 0 || plan->alt_inputs != nullptr || plan->alt_outputs != nullptr)) {
+    clear();
+    return false;
+  }
+  const auto match = bounded_       ? PlanSignature::Match::kBounded
+                     : any_address_ ? PlanSignature::Match::kAnyAddress
+                                    : PlanSignature::Match::kExact;
+  if (!signature_.adopt(plan->signature, bounds, num_args, match)) {
+    clear();
     return false;
   }
   try {
-    args_.reserve(num_args);
-    for (uint64_t i = 0; i < num_args; ++i) {
-      const etrt_arg_signature& s = plan->signature[i];
-      // Tensors only: a scalar's value is not part of the signature.
-      if (s.struct_size < sizeof(etrt_arg_signature) || s.kind != ETRT_ARG_TENSOR || s.ndim < 0 ||
-          (s.ndim > 0 && (s.sizes == nullptr || s.dim_order == nullptr))) {
-        clear();
-        return false;
-      }
-      args_.push_back(Arg{s.kind, s.dtype, s.ndim, s.device_type, s.device_index, s.data,
-                          s.nbytes, sizes_.size()});
-      sizes_.insert(sizes_.end(), s.sizes, s.sizes + s.ndim);
-      dim_order_.insert(dim_order_.end(), s.dim_order, s.dim_order + s.ndim);
-    }
     if (!adopt_appended(*plan) ||
-        !index_checks_.adopt(*plan, num_user_inputs_, any_address_)) {
+        !index_checks_.adopt(*plan, num_user_inputs_, any_address_, bounded_)) {
       clear();
       return false;
     }
@@ -97,7 +103,15 @@ bool NativePlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
         alt_in_values_.assign(plan->alt_inputs, plan->alt_inputs + plan->num_inputs);
         alt_out_values_.assign(plan->alt_outputs, plan->alt_outputs + plan->num_outputs);
       }
+      for (uint64_t j : copy_out_) {
+        out_values_[j] = nullptr; // onnxruntime allocates these on every run
+      }
       bound_data_.assign(num_args, nullptr);
+      size_t total = 0;
+      for (uint64_t k = 0; k < num_args; ++k) {
+        total += static_cast<size_t>(signature_.arg(k).ndim);
+      }
+      bound_sizes_.assign(total, -1);
       owned_.assign(num_args, nullptr);
     }
   } catch (const std::bad_alloc&) {
@@ -111,9 +125,11 @@ bool NativePlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
 /* The position checks and the outputs onnxruntime allocates; false if the
  * adapter could not perform one safely (the plan is then refused). */
 bool NativePlan::adopt_appended(const etrt_native_plan& plan) {
-  const uint64_t num_user_outputs = args_.size() - num_user_inputs_;
-  for (uint64_t j = 0; j < num_user_outputs && !any_address_; ++j) {
-    if (plan.outputs[j] == nullptr) {
+  const uint64_t num_user_outputs = signature_.size() - num_user_inputs_;
+  for (uint64_t j = 0; j < num_user_outputs; ++j) {
+    // Static any_address plans bind every output; bounded ones say which they do not.
+    if (bounded_ ? signature_.arg(num_user_inputs_ + j).output_rule == ETRT_OUTPUT_ALLOCATED
+                 : !any_address_ && plan.outputs[j] == nullptr) {
       copy_out_.push_back(j);
     }
   }
@@ -133,10 +149,11 @@ bool NativePlan::adopt_appended(const etrt_native_plan& plan) {
   if (!copy_out_.empty() &&
       (plan.ort_get_tensor_type_and_shape == nullptr || plan.ort_get_dimensions_count == nullptr ||
        plan.ort_get_dimensions == nullptr || plan.ort_release_tensor_type_and_shape_info == nullptr ||
-       plan.ort_get_tensor_mutable_data == nullptr || plan.ort_release_value == nullptr)) {
+       plan.ort_get_tensor_mutable_data == nullptr || plan.ort_release_value == nullptr ||
+       (bounded_ && plan.ort_get_tensor_element_type == nullptr))) {
     return false;
   }
-  if (plan.num_position_checks > 0 && plan.position_checks == nullptr) {
+  if (plan.num_position_checks > 0 && (plan.position_checks == nullptr || bounded_)) {
     return false;
   }
   for (uint64_t c = 0; c < plan.num_position_checks; ++c) {
@@ -147,8 +164,8 @@ bool NativePlan::adopt_appended(const etrt_native_plan& plan) {
     }
     // The positions are read before every run: int64 host memory whose size
     // the signature pins (a call with another shape or address never runs here).
-    const Arg& a = args_[check.arg_index];
-    const int64_t count = a.ndim > 0 ? sizes_[a.shape_at] : 1;
+    const PlanSignature::Arg& a = signature_.arg(check.arg_index);
+    const int64_t count = a.ndim > 0 ? signature_.sizes(check.arg_index)[0] : 1;
     if (a.dtype != kScalarTypeLong || a.device_type != ETRT_DEVICE_CPU || count < 0 ||
         (count > 0 && a.data == nullptr && !any_address_) ||
         static_cast<uint64_t>(count) > a.nbytes / sizeof(int64_t)) {
@@ -170,6 +187,8 @@ void NativePlan::clear() {
   }
   owned_.clear();
   bound_data_.clear();
+  bound_sizes_.clear();
+  bounded_ = false;
   in_values_.clear();
   out_values_.clear();
   alt_in_values_.clear();
@@ -180,57 +199,45 @@ void NativePlan::clear() {
   checks_.clear();
   index_checks_.clear();
   copy_out_.clear();
-  args_.clear();
-  sizes_.clear();
-  dim_order_.clear();
+  signature_.clear();
 }
 
 bool NativePlan::matches(const etrt_arg* args, uint64_t num_args) const {
-  if (plan_ == nullptr || plan_->withdrawn != 0 || num_args != args_.size()) {
-    return false;
-  }
-  for (uint64_t i = 0; i < num_args; ++i) {
-    const etrt_arg& a = args[i];
-    const Arg& s = args_[i];
-    if (any_address_ ? (a.nbytes > 0 && a.data == nullptr) : a.data != s.data) {
-      return false;
-    }
-    if (a.kind != s.kind || a.dtype != s.dtype || a.ndim != s.ndim ||
-        a.nbytes != s.nbytes || a.device_type != s.device_type ||
-        a.device_index != s.device_index) {
-      return false;
-    }
-    if (s.ndim > 0 &&
-        (a.sizes == nullptr || a.dim_order == nullptr ||
-         std::memcmp(a.sizes, &sizes_[s.shape_at], sizeof(int32_t) * s.ndim) != 0 ||
-         std::memcmp(a.dim_order, &dim_order_[s.shape_at], s.ndim) != 0)) {
-      return false;
-    }
-  }
-  return true;
+  return plan_ != nullptr && plan_->withdrawn == 0 && signature_.matches(args, num_args);
 }
 
 /* An any_address plan: OrtValues over the memory of each argument whose
- * address changed (the signature fixed everything else). */
+ * address (or, with bounds, shape) changed; the signature fixed the rest. */
 int32_t NativePlan::bind(const etrt_arg* args) {
   const etrt_native_plan& p = *plan_;
   int64_t shape[kMaxOutputRank];
-  for (uint64_t k = 0; k < args_.size(); ++k) {
+  for (uint64_t k = 0; k < signature_.size(); ++k) {
     const etrt_arg& a = args[k];
-    if (owned_[k] != nullptr && bound_data_[k] == a.data) {
+    const PlanSignature::Arg& s = signature_.arg(k);
+    if (bounded_ && s.output_rule == ETRT_OUTPUT_ALLOCATED && k >= num_user_inputs_) {
+      continue; // onnxruntime allocates it (copy_out)
+    }
+    // With bounds the call's sizes (checked within them), else the signature's.
+    const int32_t* sizes = bounded_ ? a.sizes : signature_.sizes(k);
+    int32_t* bound_sizes = bound_sizes_.data() + s.shape_at;
+    if (owned_[k] != nullptr && bound_data_[k] == a.data &&
+        (!bounded_ || std::memcmp(bound_sizes, sizes, sizeof(int32_t) * s.ndim) == 0)) {
       continue;
     }
-    const Arg& s = args_[k];
     if (s.ndim > static_cast<int32_t>(kMaxOutputRank)) {
       return fail(Error::InvalidArgument, "argument %llu has rank %d (native plan: at most %zu)",
                   static_cast<unsigned long long>(k), s.ndim, kMaxOutputRank);
     }
     for (int32_t d = 0; d < s.ndim; ++d) {
-      shape[d] = sizes_[s.shape_at + d];
+      shape[d] = sizes[d];
+    }
+    uint64_t nbytes = a.nbytes;
+    if (bounded_) { // exactly the shape's bytes, as the executor binds (matches() checked them)
+      element_bytes(sizes, s.ndim, s.element_size, &nbytes);
     }
     void* value = nullptr;
     void* status = p.ort_create_tensor(p.ort_memory_info, a.data ? a.data : &empty_buffer,
-                                       static_cast<size_t>(a.nbytes), shape,
+                                       static_cast<size_t>(nbytes), shape,
                                        static_cast<size_t>(s.ndim), p.element_types[k], &value);
     if (status != nullptr || value == nullptr) {
       const char* message = status != nullptr ? p.ort_error_message(status) : nullptr;
@@ -247,6 +254,7 @@ int32_t NativePlan::bind(const etrt_arg* args) {
     }
     owned_[k] = value;
     bound_data_[k] = a.data;
+    std::memcpy(bound_sizes, sizes, sizeof(int32_t) * s.ndim);
     if (k < num_user_inputs_) {
       in_values_[k] = value;
       if (!alt_in_values_.empty()) alt_in_values_[k] = value;
@@ -260,11 +268,13 @@ int32_t NativePlan::bind(const etrt_arg* args) {
 
 int32_t NativePlan::run(etrt_arg* args) {
   const etrt_native_plan& p = *plan_;
+  // Checks of the inputs' values, before anything runs or is written: the
+  // index ranges (input_checks.h), then the cache positions.
   if (const int32_t refused = index_checks_.check(args); refused != 0) {
-    return refused; // before anything is written
+    return refused;
   }
   if (!checks_.empty()) {
-    const int32_t refused = check_positions(args); // before anything is written
+    const int32_t refused = check_positions(args);
     if (refused != 0) {
       return refused;
     }
@@ -340,88 +350,6 @@ int32_t NativePlan::check_positions(const etrt_arg* args) const {
                     first_positions(positions, c.count).c_str(), what);
       }
     }
-  }
-  return 0;
-}
-
-/* Outputs of dynamic shape: onnxruntime allocated them; each is resized,
- * copied into ExecuTorch's memory and released (all of them, even after a
- * failure), leaving NULL entries for the next run. */
-int32_t NativePlan::copy_out(etrt_arg* args, void** outputs) const {
-  const etrt_native_plan& p = *plan_;
-  int32_t code = 0;
-  for (uint64_t j : copy_out_) {
-    void* value = outputs[j];
-    outputs[j] = nullptr;
-    if (code == 0) {
-      code = value != nullptr ? copy_one(value, args[num_user_inputs_ + j], j)
-                              : static_cast<int32_t>(fail(
-                                    Error::Internal, "onnxruntime Run returned no value for "
-                                    "output %llu (native plan)", static_cast<unsigned long long>(j)));
-    }
-    if (value != nullptr) {
-      p.ort_release_value(value);
-    }
-  }
-  return code;
-}
-
-int32_t NativePlan::copy_one(void* value, etrt_arg& arg, uint64_t output) const {
-  const etrt_native_plan& p = *plan_;
-  void* info = nullptr;
-  size_t ndim = 0;
-  int64_t dims[kMaxOutputRank];
-  void* status = p.ort_get_tensor_type_and_shape(value, &info);
-  if (status == nullptr) {
-    status = p.ort_get_dimensions_count(info, &ndim);
-    if (status == nullptr && ndim <= kMaxOutputRank) {
-      status = p.ort_get_dimensions(info, dims, ndim);
-    }
-  }
-  if (info != nullptr) {
-    p.ort_release_tensor_type_and_shape_info(info);
-  }
-  if (status != nullptr) {
-    const char* message = p.ort_error_message(status);
-    const Failure failed = fail(Error::Internal,
-                                "reading the shape of output %llu from onnxruntime failed "
-                                "(native plan): %s",
-                                static_cast<unsigned long long>(output),
-                                message != nullptr ? message : "(no message)");
-    p.ort_release_status(status);
-    return failed;
-  }
-  if (ndim > kMaxOutputRank) {
-    return fail(Error::Internal, "onnxruntime returned output %llu with %zu dimensions; "
-                "ExecuTorch tensors hold at most %zu", static_cast<unsigned long long>(output),
-                ndim, kMaxOutputRank);
-  }
-  bool same = static_cast<size_t>(arg.ndim) == ndim;
-  for (size_t d = 0; same && d < ndim; ++d) {
-    same = arg.sizes[d] == dims[d];
-  }
-  if (!same && etrt_resize_tensor(&arg, static_cast<int32_t>(ndim), dims) != 0) {
-    const std::string cause = last_error();
-    return fail(Error::InvalidArgument, "TensorRTBackend execute: cannot resize output %llu to "
-                "the shape onnxruntime produced (%s); the program's memory plan holds a smaller "
-                "upper bound", static_cast<unsigned long long>(output), cause.c_str());
-  }
-  // The output's dtype is the model's (checked by the executor on the call
-  // the plan was made from), so onnxruntime's buffer holds arg.nbytes.
-  void* data = nullptr;
-  status = p.ort_get_tensor_mutable_data(value, &data);
-  if (status != nullptr || (data == nullptr && arg.nbytes > 0)) {
-    if (status != nullptr) {
-      p.ort_release_status(status);
-    }
-    return fail(Error::Internal, "onnxruntime gave no data for output %llu (native plan)",
-                static_cast<unsigned long long>(output));
-  }
-  if (arg.nbytes > 0) {
-    std::memcpy(arg.data, data, arg.nbytes);
-  }
-  if (p.copied_bytes != nullptr) {
-    *p.copied_bytes += arg.nbytes;
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <executorch_tensorrt/executor_table.h>
 
 #include "input_checks.h"
+#include "plan_signature.h"
 
 #include <cstdint>
 #include <string>
@@ -35,12 +36,6 @@ class NativePlan {
   int32_t run(etrt_arg* args);
 
  private:
-  struct Arg {
-    int32_t kind, dtype, ndim, device_type, device_index;
-    const void* data;
-    uint64_t nbytes;
-    size_t shape_at; // index of its sizes in sizes_ and dim_order_
-  };
   struct PositionCheck {
     uint64_t arg; // delegate input holding the int64 positions
     int64_t count; // how many (its first dimension, 1 for a 0-dim tensor)
@@ -51,23 +46,25 @@ class NativePlan {
   bool adopt_appended(const etrt_native_plan& plan);
   int32_t check_positions(const etrt_arg* args) const;
   int32_t bind(const etrt_arg* args); // any_address plans: OrtValues over this call's memory
-  int32_t copy_out(etrt_arg* args, void** outputs) const;
+  int32_t copy_out(etrt_arg* args, void** outputs) const; // native_plan_outputs.cpp
   int32_t copy_one(void* value, etrt_arg& arg, uint64_t output) const;
+  int32_t check_allocated(void* info, const int64_t* dims, size_t ndim, uint64_t output) const;
 
   const etrt_native_plan* plan_ = nullptr;
   uint64_t num_user_inputs_ = 0; // delegate inputs (the plan's inputs less its state)
-  std::vector<Arg> args_;
-  std::vector<int32_t> sizes_;
-  std::vector<uint8_t> dim_order_;
+  PlanSignature signature_;
   std::vector<PositionCheck> checks_;
   IndexChecks index_checks_; // integer inputs' values (input_checks.h)
   std::vector<uint64_t> copy_out_; // delegate outputs onnxruntime allocates (NULL entries)
   // any_address plans (issue 19): the adapter's own value arrays and the
-  // OrtValues it made over each delegate argument's memory.
+  // OrtValues it made over each delegate argument's memory (with bounds: the
+  // shape each was made for, laid out like the signature's sizes).
   bool any_address_ = false;
+  bool bounded_ = false;
   std::vector<const void*> in_values_, alt_in_values_;
   std::vector<void*> out_values_, alt_out_values_;
   std::vector<const void*> bound_data_;
+  std::vector<int32_t> bound_sizes_;
   std::vector<void*> owned_;
 };
 

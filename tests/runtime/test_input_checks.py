@@ -307,3 +307,30 @@ def test_the_runner_names_executorchs_own_refusal_not_a_stale_backend_cause(
     assert "set_inputs" in str(e.value) and words in str(e.value), str(e.value)
     assert executorch_tensorrt.last_error() == stale  # ours, untouched: the backend never ran
     assert "holds 99" not in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def dynamic_lookup():
+    """Lookup with dynamic lengths (separate symbols: no equal_dims), so its
+    fallback gets a plan with bounds at init (any length within them)."""
+    torch.manual_seed(0)
+    model = Lookup().eval().requires_grad_(False)
+    example = (torch.tensor([[1, 2, 3, 4]]), torch.tensor([0, 1, 2]))
+    dims = ({1: torch.export.Dim("s", min=2, max=8)}, {0: torch.export.Dim("r", min=2, max=8)})
+    return model, _lower(torch.export.export(model, example, dynamic_shapes=dims))
+
+
+def test_plan_with_bounds_checks_the_values_of_each_calls_shape(dynamic_lookup, allow_fallback,
+                                                                 monkeypatch, python_calls):
+    """The index check reads the call's own shape, not the plan's signature:
+    a bad id at the last position of a longer call is refused in the adapter."""
+    model, buffer = dynamic_lookup
+    method = _load(buffer, monkeypatch, plans=True)
+    for n in (2, 5, 8):
+        good = [torch.arange(n).reshape(1, n), torch.arange(n) % ROWS]
+        got = method.execute(good)
+        assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(got, model(*good)))
+    bad = [torch.tensor([[1, 2, 3, 4, 5, 6, 7, VOCAB]]), torch.tensor([0, 1])]
+    cause = _refusal(method, bad)
+    assert f"holds {VOCAB} at position [0, 7]" in cause, cause
+    assert sum(python_calls.values()) == 0  # every call, the refusal included, in the adapter

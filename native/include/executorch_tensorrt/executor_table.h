@@ -218,6 +218,23 @@ typedef struct etrt_index_check {
   const char* advice;     /* what to do, quoted after the range */
 } etrt_index_check;
 
+/* How the adapter gets an output of a plan with bounds (see `bounds` below). */
+enum etrt_output_rule {
+  ETRT_OUTPUT_IN_PLACE = 0,  /* bound over the call's output memory (its shape fixed) */
+  ETRT_OUTPUT_ALLOCATED = 1, /* onnxruntime allocates it; checked, resized and copied */
+};
+
+/* One argument's accepted shapes in a plan with bounds (issue 19). */
+typedef struct etrt_arg_bounds {
+  uint32_t struct_size;   /* sizeof(etrt_arg_bounds) */
+  int32_t ndim;           /* the signature's rank */
+  const int32_t* min;     /* ndim entries: smallest size per dimension (>= 0) */
+  const int32_t* max;     /* ndim entries: largest (min == max: a static dimension) */
+  uint64_t element_size;  /* bytes per element of the signature's dtype */
+  int32_t output_rule;    /* etrt_output_rule (outputs; 0 for inputs) */
+  int32_t reserved0;
+} etrt_arg_bounds;
+
 typedef struct etrt_native_plan {
   uint32_t struct_size;   /* sizeof(etrt_native_plan) */
   int32_t kind;           /* etrt_plan_kind; the adapter ignores a kind it does not know */
@@ -320,6 +337,21 @@ typedef struct etrt_native_plan {
    * index past the delegate inputs) makes it refuse the plan. ---- */
   const etrt_index_check* index_checks; /* num_index_checks entries */
   uint64_t num_index_checks;
+  /* ---- Appended (issue 19, part 2): any_address plans for dynamic shapes.
+   * Read only when struct_size covers them. bounds non-NULL (any_address
+   * set): a call matches when every argument has the signature's kind,
+   * dtype, rank, device and dim order, each size lies within its bounds,
+   * and its buffer holds the elements (nbytes >= element count x
+   * element_size, data non-NULL when that is > 0); the signature's sizes and
+   * nbytes are then ignored. The adapter binds each input (and each output
+   * whose rule is ETRT_OUTPUT_IN_PLACE) over the call's memory with the
+   * call's shape; an ETRT_OUTPUT_ALLOCATED output is a NULL entry that
+   * onnxruntime allocates: after Run the adapter checks its element type
+   * (ort_get_tensor_element_type), rank and bounds, resizes the ExecuTorch
+   * output to it, checks the bytes against the output's buffer and copies
+   * them in. ---- */
+  const struct etrt_arg_bounds* bounds; /* num_args entries, or NULL */
+  void* (*ort_get_tensor_element_type)(const void* info, int32_t* element_type);
 } etrt_native_plan;
 
 

@@ -15,12 +15,15 @@ for the rest of the process when it must withdraw it at interpreter exit.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from typing import Sequence
 
 from .adapter import abi
 from .arguments import NUMPY_TO_SCALAR_TYPE
 
-__all__ = ["OrtRunPlan", "make_signature", "signature_key"]
+__all__ = ["ArgBounds", "OrtRunPlan", "binding_bounds", "make_signature", "signature_key"]
+
+_INT32_MAX = 2**31 - 1
 
 # Withdrawn plans that a delegate may still point to (only at interpreter
 # exit, when executors close outside the adapter's destroy): kept readable.
@@ -69,6 +72,41 @@ def retire(plan) -> None:
     _retired.append(plan)
 
 
+@dataclass(frozen=True)
+class ArgBounds:
+    """The shapes one argument of a plan with bounds accepts: what check_args
+    accepts for its binding (static sizes fixed, dynamic ones within the
+    optimization profiles' union, or any size without one)."""
+
+    min: tuple[int, ...]
+    max: tuple[int, ...]
+    element_size: int
+    allocated: bool = False  # an output of dynamic shape: onnxruntime allocates it
+
+
+def binding_bounds(inputs, outputs) -> list[ArgBounds] | None:
+    """Bounds for a plan that serves every call check_args would accept for
+    these bindings (a stateless partition with dynamic shapes), or None when a
+    binding leaves something only the executor can decide (no dtype or rank
+    recorded, a profile of another rank)."""
+    bounds = []
+    for b in list(inputs) + list(outputs):
+        if b.dtype is None or b.shape is None:
+            return None
+        lo = [e if e >= 0 else 0 for e in b.shape]
+        hi = [e if e >= 0 else _INT32_MAX for e in b.shape]
+        if b.is_input and b.min_shape is not None and b.max_shape is not None:
+            if not len(b.min_shape) == len(b.shape) == len(b.max_shape):
+                return None  # check_args refuses every call: leave it the error
+            lo = [max(a, p) for a, p in zip(lo, b.min_shape)]
+            hi = [min(a, p) for a, p in zip(hi, b.max_shape)]
+        if any(a > z or z < 0 for a, z in zip(lo, hi)):
+            return None  # no shape passes: every call goes to the executor's error
+        bounds.append(ArgBounds(tuple(lo), tuple(min(z, _INT32_MAX) for z in hi),
+                                b.dtype.itemsize, not b.is_input and -1 in b.shape))
+    return bounds
+
+
 class OrtRunPlan:
     """One etrt_native_plan of kind ETRT_PLAN_ORT_RUN, and the memory it points to.
     `key` is signature_key() of the arguments it was built for: a caller whose
@@ -83,10 +121,14 @@ class OrtRunPlan:
 
     def __init__(self, session, bound, args: Sequence[abi.EtrtArg], num_args: int,
                  key: tuple, copied_bytes: ctypes.c_uint64 | None = None,
-                 element_types: Sequence[int] | None = None, index_checks: Sequence = ()):
+                 element_types: Sequence[int] | None = None,
+                 bounds: Sequence[ArgBounds] | None = None, index_checks: Sequence = ()):
         """`element_types` (ONNX element type per argument): the adapter binds
         any address itself (any_address), so the plan serves every call with
         these shapes, the first one included; every output must then be fixed.
+        `bounds` (with element_types, one per argument): the plan serves every
+        shape within them; outputs marked `allocated` are onnxruntime's (NULL
+        entries in `bound.outputs`), the adapter checks and copies them.
         `index_checks` (input_checks.IndexRange): inputs whose values the
         adapter checks before each run, in the executor's words."""
         api = session.api
@@ -153,6 +195,21 @@ class OrtRunPlan:
             p.ort_create_tensor = _address(api.CreateTensorWithDataAsOrtValue)
             p.ort_memory_info = api.cpu_memory.value
             p.element_types = ctypes.cast(self._element_types, ctypes.POINTER(ctypes.c_int32))
+        if bounds is not None:
+            self._bounds = (abi.EtrtArgBounds * num_args)()
+            self._bound_arrays = []
+            for entry, b in zip(self._bounds, bounds):
+                lo = (ctypes.c_int32 * max(len(b.min), 1))(*b.min)
+                hi = (ctypes.c_int32 * max(len(b.max), 1))(*b.max)
+                self._bound_arrays.append((lo, hi))
+                entry.struct_size = ctypes.sizeof(abi.EtrtArgBounds)
+                entry.ndim, entry.element_size = len(b.min), b.element_size
+                entry.min = ctypes.cast(lo, ctypes.POINTER(ctypes.c_int32))
+                entry.max = ctypes.cast(hi, ctypes.POINTER(ctypes.c_int32))
+                entry.output_rule = (abi.ETRT_OUTPUT_ALLOCATED if b.allocated
+                                     else abi.ETRT_OUTPUT_IN_PLACE)
+            p.bounds = ctypes.cast(self._bounds, ctypes.POINTER(abi.EtrtArgBounds))
+            p.ort_get_tensor_element_type = _address(api.GetTensorElementType)
         if alt_inputs is not None:  # functional states: the adapter alternates the pairs
             p.alt_inputs = ctypes.cast(alt_inputs, ctypes.POINTER(ctypes.c_void_p))
             p.alt_outputs = ctypes.cast(alt_outputs, ctypes.POINTER(ctypes.c_void_p))
@@ -166,8 +223,9 @@ class OrtRunPlan:
 
 
 def binding_args(bindings) -> list[abi.EtrtArg]:
-    """Arguments as the bindings declare them (static shape, contiguous, host,
-    no memory yet): the signature of a plan handed out at init."""
+    """Arguments as the bindings declare them (contiguous, host, no memory
+    yet): the signature of a plan handed out at init. A dynamic size is -1
+    and nbytes 0 (a plan with bounds reads neither)."""
     args = []
     for b in bindings:
         arg = abi.EtrtArg()
@@ -177,7 +235,7 @@ def binding_args(bindings) -> list[abi.EtrtArg]:
         arg._keep = (sizes, order)
         arg.struct_size = ctypes.sizeof(abi.EtrtArg)
         arg.kind, arg.is_input = abi.ETRT_ARG_TENSOR, int(b.is_input)
-        arg.dtype, arg.ndim, arg.nbytes = NUMPY_TO_SCALAR_TYPE[b.dtype], ndim, b.nbytes()
+        arg.dtype, arg.ndim, arg.nbytes = NUMPY_TO_SCALAR_TYPE[b.dtype], ndim, b.nbytes() or 0
         arg.device_type, arg.data = abi.ETRT_DEVICE_CPU, None
         arg.sizes = ctypes.cast(sizes, ctypes.POINTER(ctypes.c_int32))
         arg.dim_order = ctypes.cast(order, ctypes.POINTER(ctypes.c_uint8))

@@ -34,6 +34,9 @@ __all__ = [
     "EtrtCudaGraphPlan",
     "EtrtPositionCheck",
     "EtrtIndexCheck",
+    "ETRT_OUTPUT_IN_PLACE",
+    "ETRT_OUTPUT_ALLOCATED",
+    "EtrtArgBounds",
     "EtrtNativePlan",
     "NativePlanFn",
     "IsAvailableFn",
@@ -59,6 +62,10 @@ ETRT_DEVICE_CUDA = 1
 # enum etrt_plan_kind
 ETRT_PLAN_ORT_RUN = 1
 ETRT_PLAN_CUDA_GRAPH = 2
+
+# enum etrt_output_rule
+ETRT_OUTPUT_IN_PLACE = 0
+ETRT_OUTPUT_ALLOCATED = 1
 
 
 class EtrtArg(ctypes.Structure):
@@ -229,6 +236,22 @@ class EtrtCudaGraphPlan(ctypes.Structure):
     ]
 
 
+class EtrtArgBounds(ctypes.Structure):
+    """``etrt_arg_bounds``: the shapes one argument of a plan with bounds
+    accepts (per-dimension min and max), its element size, and for an output
+    whether it is bound in place or allocated by onnxruntime."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("ndim", ctypes.c_int32),
+        ("min", ctypes.POINTER(ctypes.c_int32)),
+        ("max", ctypes.POINTER(ctypes.c_int32)),
+        ("element_size", ctypes.c_uint64),
+        ("output_rule", ctypes.c_int32),
+        ("reserved0", ctypes.c_int32),
+    ]
+
+
 class EtrtNativePlan(ctypes.Structure):
     """``etrt_native_plan``: how the adapter runs an identical call without
     the executor. Its memory (and every array it points to) is the
@@ -279,6 +302,9 @@ class EtrtNativePlan(ctypes.Structure):
         # Appended (issue 19, part 3): value checks of integer index inputs.
         ("index_checks", ctypes.POINTER(EtrtIndexCheck)),
         ("num_index_checks", ctypes.c_uint64),
+        # Appended (issue 19, part 2): dynamic shapes within bounds.
+        ("bounds", ctypes.POINTER(EtrtArgBounds)),
+        ("ort_get_tensor_element_type", ctypes.c_void_p),
     ]
 
 

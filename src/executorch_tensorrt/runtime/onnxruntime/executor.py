@@ -30,7 +30,7 @@ from ..arguments import (
 from .cuda_staging import CudaStaging
 from ..executor import Executor, native_plans_enabled
 from ..input_checks import InputChecks
-from ..native_plan import OrtRunPlan, binding_args, signature_key
+from ..native_plan import OrtRunPlan, binding_args, binding_bounds, signature_key
 from ..onnx_safety import self_contained_onnx
 from .upcast import upcast_to_fp32
 from ..named_data import NamedData, blob_weights
@@ -162,6 +162,29 @@ class OnnxRuntimeExecutor(Executor):
             self.plan = OrtRunPlan(self.session, unbound, args, n, signature_key(args, n),
                                    self._plan_copied, self.input_types + self.output_types,
                                    index_checks=self.input_checks.ranges)
+        # Dynamic shapes (issue 19, part 2): a plan with bounds serves every call
+        # the gate would accept, from the first; it outlives the calls (the
+        # adapter gets it back after each Python call), None without one.
+        self.bounded_plan = self._bounded_plan() if not self.any_address else None
+
+    def _bounded_plan(self) -> OrtRunPlan | None:
+        # Not with equal_dims: the adapter does not compare sizes across inputs
+        # (only the Python gate does), and a plan with bounds serves any sizes.
+        if not (self.publish_plans and self.state is None and self.node_timings is None
+                and not self.input_checks.equal_dims):
+            return None
+        bounds = binding_bounds(self.inputs, self.outputs)
+        types = self.input_types + self.output_types
+        if bounds is None or any(_ORT_ELEMENT_TYPES.get(b.dtype) != t
+                                 for b, t in zip(self.inputs + self.outputs, types)):
+            return None  # the executor's own checks refuse such calls: leave it to them
+        args = binding_args(self.inputs + self.outputs)
+        n = len(args)
+        unbound = _BoundValues(self.api, OrtSession.values([None] * len(self.inputs)),
+                               OrtSession.values([None] * len(self.outputs)), [])
+        return OrtRunPlan(self.session, unbound, args, n, signature_key(args, n),
+                          self._plan_copied, types, bounds,
+                          index_checks=self.input_checks.ranges)
 
     @property
     def copied_bytes(self) -> int:
@@ -261,12 +284,12 @@ class OnnxRuntimeExecutor(Executor):
                     recorder.event("run", t1, profiling.now())
                     recorder.event("copy out", profiling.now(), profiling.now())
                     self._node_events(recorder, t1)
-                elif self.publish_plans:  # a traced call records its stages in Python
-                    self.plan = self._plan_for(bound, args, n)
+                elif self.publish_plans and self.bounded_plan is None:
+                    self.plan = self._plan_for(bound, args, n)  # traced calls: Python
                 return
             self._run_and_copy_out(args, bound.inputs, recorder)
-            if self.publish_plans and not recorder:  # outputs resized: their shapes are known
-                self.plan = self._plan_for(bound, args, n)
+            if self.publish_plans and not recorder and self.bounded_plan is None:
+                self.plan = self._plan_for(bound, args, n)  # outputs resized: shapes known
             return
         staged: list = []  # device-resident or permuted inputs: contiguous host copies
         owned: list = []
@@ -353,15 +376,18 @@ class OnnxRuntimeExecutor(Executor):
         self.copied_bytes += host.nbytes
 
     def native_plan(self) -> abi.EtrtNativePlan | None:
-        return self.plan.struct if self.plan is not None else None
+        plan = self.bounded_plan or self.plan  # bounds cover every call the other would
+        return plan.struct if plan is not None else None
 
     def withdraw_native_plan(self) -> None:
-        if self.plan is not None:
-            self.plan.withdraw()
-            self.plan = None
+        for plan in (self.plan, self.bounded_plan):
+            if plan is not None:
+                plan.withdraw()
+        self.plan = self.bounded_plan = None
 
     def close(self) -> None:
-        self.plan = None  # from destroy: the adapter forgot it first (else withdrawn)
+        # from destroy: the adapter forgot them first (else withdrawn)
+        self.plan = self.bounded_plan = None
         if self.session is not None:
             self._release_bound()
             self.session.close()
