@@ -111,7 +111,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    device_resident: bool = False, allow_no_tensorrt: bool = False,
                    progress: Progress | None = stderr_progress,
                    etrecord_path: str | Path | None = None, external_weights: bool = False,
-                   check_memory: bool = True, **options) -> ExportResult:
+                   check_memory: bool = True,
+                   constant_methods: Mapping[str, Any] | None = None, **options) -> ExportResult:
     """export() returning timings, backends and the partition reports too.
 
     `model` may also be a dict of method name -> ExportedProgram (several
@@ -121,6 +122,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     `external_weights=True`: the weights go to `<stem>.ptd` beside the .pte.
     `check_memory=False`: export even when the memory estimate says it will
     not fit (memory_check.py).
+    `constant_methods`: name -> value methods written into the program as they
+    are (ints, bools, lists of ints; e.g. the metadata an LLM runner reads).
     """
     path = Path(path)
     if path.suffix != ".pte":
@@ -173,6 +176,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             programs, partitioner=[trt_partitioner, *partitioners],
             # Non-core ATen ops (erfinv, ...) must get through to be reported below.
             compile_config=EdgeCompileConfig(_check_ir_validity=False),
+            constant_methods=dict(constant_methods) if constant_methods else None,
             generate_etrecord=etrecord_path is not None)
         if device_resident:
             dr.check_device_io(edge)

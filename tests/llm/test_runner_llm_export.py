@@ -1,0 +1,119 @@
+"""ExecuTorch's own LLM runner (`TextLLMRunner` of the executorch wheel) runs
+programs written by `executorch_tensorrt.llm.export`: greedy tokens equal
+eager greedy on the same prompt, `reset()` between prompts equals a fresh
+runner, with the weights inside the .pte (Llama, in-process export) and in a
+.ptd (Qwen2, through the `llm-export` command). TensorRT partitions run
+through the onnxruntime fallback (no GPU here)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from executorch_tensorrt.llm.export import causal_lm, eager_decoder, export
+from executorch_tensorrt.llm.greedy_decode import greedy_decode
+from runner_helpers import CONFIGS, EOS, encode, runner_tokens, write_char_tokenizer
+
+MAX_SEQ, MAX_CONTEXT, NEW = 4, 48, 12
+PROMPT = "Hello,TensorRT!"      # 15 tokens: the runner prefills it in chunks of 4
+OTHER = "abc"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return write_char_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    out = tmp_path_factory.mktemp("llama") / "llama.pte"
+    result = export(CONFIGS["llama"], max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
+                    output=out, progress=None)
+    return result.path, None, causal_lm(CONFIGS["llama"])
+
+
+@pytest.fixture(scope="module")
+def qwen2_ptd(tmp_path_factory):
+    """Through the command line, weights in a .ptd."""
+    out = tmp_path_factory.mktemp("qwen2") / "qwen2.pte"
+    done = subprocess.run(
+        [sys.executable, "-m", "executorch_tensorrt.cli", "llm-export", str(out), "--config",
+         json.dumps(CONFIGS["qwen2"]), "--max-seq-len", str(MAX_SEQ), "--max-context-len",
+         str(MAX_CONTEXT), "--external-weights"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "partition report" in done.stderr and "get_max_seq_len=4" in done.stderr
+    ptd = out.with_suffix(".ptd")
+    assert f"wrote {out} + {ptd}" in done.stdout
+    return out, ptd, causal_lm(CONFIGS["qwen2"])
+
+
+@pytest.fixture(params=["llama", "qwen2_ptd"])
+def program(request):
+    return request.getfixturevalue(request.param)
+
+
+def _runner(pte, ptd, tokenizer):
+    from executorch.extension.llm.runner import TextLLMRunner
+
+    return TextLLMRunner(str(pte), str(tokenizer), str(ptd) if ptd else None)
+
+
+def _eager(model, text: str) -> list[int]:
+    return greedy_decode(eager_decoder(model, MAX_CONTEXT), encode(text), NEW).tokens
+
+
+def _until_eos(tokens: list[int]) -> list[int]:
+    return tokens[:tokens.index(EOS) + 1] if EOS in tokens else tokens
+
+
+def test_runner_generates_eager_greedy_tokens(program, tokenizer, allow_fallback):
+    pte, ptd, model = program
+    got = runner_tokens(_runner(pte, ptd, tokenizer), PROMPT, NEW)
+    want = _until_eos(_eager(model, PROMPT))
+    assert got == want[:len(got)] and len(got) >= min(len(want), NEW - 1)
+    assert len(set(got)) > 1  # a real sequence, not one repeated token
+
+
+def test_reset_between_prompts_equals_a_fresh_runner(program, tokenizer, allow_fallback):
+    pte, ptd, model = program
+    runner = _runner(pte, ptd, tokenizer)
+    runner_tokens(runner, PROMPT, NEW)
+    runner.reset()
+    after_reset = runner_tokens(runner, OTHER, NEW)
+    fresh = runner_tokens(_runner(pte, ptd, tokenizer), OTHER, NEW)
+    assert after_reset == fresh
+    assert fresh == _until_eos(_eager(model, OTHER))[:len(fresh)]
+
+
+def test_constant_methods_are_what_the_runner_reads(llama, allow_fallback):
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(llama[0])
+    value = lambda name: program.load_method(name).execute([])  # noqa: E731
+    got = {name: value(name) for name in ("get_max_seq_len", "get_max_context_len",
+                                          "get_vocab_size", "use_kv_cache",
+                                          "enable_dynamic_shape", "get_bos_id",
+                                          "get_eos_ids")}
+    cfg = CONFIGS["llama"]
+    assert got == {"get_max_seq_len": [MAX_SEQ], "get_max_context_len": [MAX_CONTEXT],
+                   "get_vocab_size": [cfg["vocab_size"]], "use_kv_cache": [True],
+                   "enable_dynamic_shape": [True], "get_bos_id": [cfg["bos_token_id"]],
+                   "get_eos_ids": [cfg["eos_token_id"]]}
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"dtype": "float8"}, "dtype='float8' is not supported; use one of float32, float16, "
+                          "bfloat16"),
+    ({"quantize": "int4_weight_only"}, "supported: None (no quantization), 'int8_weight_only'"),
+    ({"max_context_len": 65}, "max_context_len=65 is beyond the model's 64 positions"),
+    ({"max_seq_len": 64, "max_context_len": 48}, "need 1 <= max_seq_len <= max_context_len"),
+])
+def test_bad_arguments_name_the_limit(kwargs, words, tmp_path):
+    args = {"max_seq_len": MAX_SEQ, "max_context_len": MAX_CONTEXT, **kwargs}
+    with pytest.raises(ValueError) as e:
+        export(CONFIGS["llama"], output=tmp_path / "x.pte", progress=None, **args)
+    assert words in str(e.value)
+    assert not (tmp_path / "x.pte").exists()
