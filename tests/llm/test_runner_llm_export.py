@@ -37,17 +37,17 @@ def llama(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def qwen2_ptd(tmp_path_factory):
-    """Through the command line, weights in a .ptd."""
+    """Through the command line, float16, weights in a .ptd."""
     out = tmp_path_factory.mktemp("qwen2") / "qwen2.pte"
     done = subprocess.run(
         [sys.executable, "-m", "executorch_tensorrt.cli", "llm-export", str(out), "--config",
          json.dumps(CONFIGS["qwen2"]), "--max-seq-len", str(MAX_SEQ), "--max-context-len",
-         str(MAX_CONTEXT), "--external-weights"], capture_output=True, text=True, timeout=300)
+         str(MAX_CONTEXT), "--external-weights", "--dtype", "float16"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "partition report" in done.stderr and "get_max_seq_len=4" in done.stderr
     ptd = out.with_suffix(".ptd")
     assert f"wrote {out} + {ptd}" in done.stdout
-    return out, ptd, causal_lm(CONFIGS["qwen2"])
+    return out, ptd, causal_lm(CONFIGS["qwen2"]).to(torch.float16)
 
 
 @pytest.fixture(params=["llama", "qwen2_ptd"])
@@ -117,3 +117,26 @@ def test_bad_arguments_name_the_limit(kwargs, words, tmp_path):
         export(CONFIGS["llama"], output=tmp_path / "x.pte", progress=None, **args)
     assert words in str(e.value)
     assert not (tmp_path / "x.pte").exists()
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_inspect_reports_cache_bytes_half_in_float16(llama, qwen2_ptd):
+    """Same cache shapes (2 layers, 2 KV heads of 8, 48 positions): float32
+    4 bytes an element, float16 2, read back from each program's blobs."""
+    import re
+
+    totals = {}
+    for name, (pte, ptd, _) in {"float32": llama, "float16": qwen2_ptd}.items():
+        done = _cli("inspect", pte, *(["--data", ptd] if ptd else []))
+        assert done.returncode == 0, done.stderr[-2000:]
+        caches = re.findall(r"key_cache_\d+: (\w+) \[1, 2, 48, 8\]", done.stdout)
+        assert caches == [name, name], done.stdout
+        per_token, total = re.search(r"total: (\d+) bytes/token, (\d+) bytes at 48 positions",
+                                     done.stdout).groups()
+        totals[name] = (int(per_token), int(total))
+    assert totals["float32"] == (256, 256 * 48)
+    assert totals["float16"][0] / totals["float32"][0] == 0.5

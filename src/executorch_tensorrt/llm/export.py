@@ -31,8 +31,7 @@ from ..errors import ExportError
 from ..examples.llm import export_hf, hf_static_cache_wrapper
 from ..tensorrt.engine_builder import Progress, stderr_progress
 
-# dtype name -> the partitioner's precision option (None: fp32).
-DTYPES = {"float32": None, "float16": "fp16", "bfloat16": "bf16"}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 QUANTIZE = ("int8_weight_only",)
 
 
@@ -150,7 +149,8 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
 
     `max_seq_len`: most tokens per call (prompt chunks); `max_context_len`:
     the KV cache's positions (prompt + generated). `dtype`: "float32",
-    "float16" or "bfloat16" (TensorRT's precision; logits stay float32).
+    "float16" or "bfloat16": the model is converted (in place, nn.Module.to),
+    so weights, KV cache and logits are in that dtype.
     `quantize`: None or "int8_weight_only" (torchao, symmetric per channel;
     quantizes `model`'s linears in place). `external_weights=True`: the
     weights go to `<output stem>.ptd` beside the .pte. `bos_id`/`eos_ids`:
@@ -168,7 +168,9 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
         progress(f"{type(model).__name__}: {sum(p.numel() for p in model.parameters()):,} "
                  f"parameters, cache of {max_context_len} positions, up to {max_seq_len} "
                  f"tokens per call, dtype {dtype}, quantize {quantize}")
-    model = _quantized(model, quantize)
+    # The model (and so its KV cache, weights and logits) in `dtype`: the cache
+    # then takes dtype's bytes per element in the delegate, not float32's.
+    model = _quantized(model.to(DTYPES[dtype]), quantize)
     if progress:
         progress("torch.export of the decoder with its static cache...")
     try:
@@ -176,8 +178,6 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     except Exception as e:  # noqa: BLE001 - any tracing failure, with its model named
         raise ExportError(f"torch.export of {type(model).__name__} with transformers' static "
                           f"cache failed: {type(e).__name__}: {e}") from e
-    if DTYPES[dtype] is not None:
-        options["precision"] = DTYPES[dtype]
     result = export_program({"forward": program}, None, output, progress=progress,
                             external_weights=bool(external_weights),
                             constant_methods=meta.constant_methods(),
