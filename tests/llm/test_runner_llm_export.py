@@ -140,3 +140,40 @@ def test_inspect_reports_cache_bytes_half_in_float16(llama, qwen2_ptd):
         totals[name] = (int(per_token), int(total))
     assert totals["float32"] == (256, 256 * 48)
     assert totals["float16"][0] / totals["float32"][0] == 0.5
+
+
+def _method_and_limits(pte):
+    from executorch.runtime import Runtime
+
+    from executorch_tensorrt.llm.metadata import read_metadata
+
+    program = Runtime.get().load_program(pte)
+    return program.load_method("forward"), read_metadata(program)
+
+
+def test_greedy_decode_chunks_a_prompt_of_four_times_the_bound(llama, allow_fallback):
+    method, limits = _method_and_limits(llama[0])
+    prompt = encode("Four-times-bnd!!")  # 16 tokens, max_seq_len 4
+    assert len(prompt) == 4 * limits.max_seq_len
+    with pytest.raises(RuntimeError):  # one call of 16 tokens: beyond the export's Dim
+        greedy_decode(method, prompt, 2)
+    method, limits = _method_and_limits(llama[0])  # a fresh cache
+    got = greedy_decode(method, prompt, NEW, limits=limits)
+    want = greedy_decode(eager_decoder(llama[2], MAX_CONTEXT), prompt, NEW)
+    assert got.tokens == want.tokens
+
+
+@pytest.mark.parametrize("prompt, n, words", [
+    (list(range(40)), 10, "needs 49 cache positions; the program's max_context_len is 48"),
+    ([1, 2, 96], 2, "token id 96 is outside the vocabulary: ids are 0..95"),
+    ([1, -1], 2, "token id -1 is outside the vocabulary"),
+])
+def test_greedy_decode_refuses_what_the_program_cannot_hold(llama, allow_fallback, prompt, n,
+                                                            words):
+    method, limits = _method_and_limits(llama[0])
+    with pytest.raises(ValueError) as e:
+        greedy_decode(method, prompt, n, limits=limits)
+    assert words in str(e.value)
+    # nothing ran: the cache is as it was, the next prompt decodes as on a fresh load
+    assert (greedy_decode(method, encode(OTHER), 4, limits=limits).tokens
+            == greedy_decode(eager_decoder(llama[2], MAX_CONTEXT), encode(OTHER), 4).tokens)

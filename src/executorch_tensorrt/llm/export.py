@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -30,38 +29,10 @@ from ..aot.partition.report import format_report
 from ..errors import ExportError
 from ..examples.llm import export_hf, hf_static_cache_wrapper
 from ..tensorrt.engine_builder import Progress, stderr_progress
+from .metadata import LLMMetadata
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 QUANTIZE = ("int8_weight_only",)
-
-
-@dataclass(frozen=True)
-class LLMMetadata:
-    """The values the runner reads from the program's constant methods."""
-
-    max_seq_len: int
-    max_context_len: int
-    vocab_size: int
-    bos_id: int | None
-    eos_ids: tuple[int, ...]
-    enable_dynamic_shape: bool = True
-    use_kv_cache: bool = True
-
-    def constant_methods(self) -> dict[str, Any]:
-        methods: dict[str, Any] = {
-            "get_max_seq_len": self.max_seq_len,
-            "get_max_context_len": self.max_context_len,
-            "get_vocab_size": self.vocab_size,
-            "use_kv_cache": self.use_kv_cache,
-            "enable_dynamic_shape": self.enable_dynamic_shape,
-            "use_sdpa_with_kv_cache": False,
-        }
-        # Absent ids are left out: the runner then uses its tokenizer's.
-        if self.bos_id is not None:
-            methods["get_bos_id"] = self.bos_id
-        if self.eos_ids:
-            methods["get_eos_ids"] = list(self.eos_ids)
-        return methods
 
 
 @dataclass
@@ -187,4 +158,5 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     return LLMExportResult(result.path, result.data_paths, meta, result)
 
 
-__all__ = ["export", "causal_lm", "eager_decoder", "LLMMetadata", "LLMExportResult", "DTYPES", "QUANTIZE"]
+__all__ = ["export", "causal_lm", "eager_decoder", "LLMMetadata", "LLMExportResult", "DTYPES",
+           "QUANTIZE"]
