@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from executorch_tensorrt.llm.export import causal_lm, eager_decoder, export
+from executorch_tensorrt import llm
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from runner_helpers import CONFIGS, EOS, encode, runner_tokens, write_char_tokenizer
 
@@ -30,9 +30,9 @@ def tokenizer(tmp_path_factory):
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     out = tmp_path_factory.mktemp("llama") / "llama.pte"
-    result = export(CONFIGS["llama"], max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
+    result = llm.export(CONFIGS["llama"], max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
                     output=out, progress=None)
-    return result.path, None, causal_lm(CONFIGS["llama"])
+    return result.path, None, llm.causal_lm(CONFIGS["llama"])
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def qwen2_ptd(tmp_path_factory):
     assert "partition report" in done.stderr and "get_max_seq_len=4" in done.stderr
     ptd = out.with_suffix(".ptd")
     assert f"wrote {out} + {ptd}" in done.stdout
-    return out, ptd, causal_lm(CONFIGS["qwen2"]).to(torch.float16)
+    return out, ptd, llm.causal_lm(CONFIGS["qwen2"]).to(torch.float16)
 
 
 @pytest.fixture(params=["llama", "qwen2_ptd"])
@@ -62,7 +62,7 @@ def _runner(pte, ptd, tokenizer):
 
 
 def _eager(model, text: str) -> list[int]:
-    return greedy_decode(eager_decoder(model, MAX_CONTEXT), encode(text), NEW).tokens
+    return greedy_decode(llm.eager_decoder(model, MAX_CONTEXT), encode(text), NEW).tokens
 
 
 def _until_eos(tokens: list[int]) -> list[int]:
@@ -114,7 +114,7 @@ def test_constant_methods_are_what_the_runner_reads(llama, allow_fallback):
 def test_bad_arguments_name_the_limit(kwargs, words, tmp_path):
     args = {"max_seq_len": MAX_SEQ, "max_context_len": MAX_CONTEXT, **kwargs}
     with pytest.raises(ValueError) as e:
-        export(CONFIGS["llama"], output=tmp_path / "x.pte", progress=None, **args)
+        llm.export(CONFIGS["llama"], output=tmp_path / "x.pte", progress=None, **args)
     assert words in str(e.value)
     assert not (tmp_path / "x.pte").exists()
 
@@ -159,7 +159,7 @@ def test_greedy_decode_chunks_a_prompt_of_four_times_the_bound(llama, allow_fall
         greedy_decode(method, prompt, 2)
     method, limits = _method_and_limits(llama[0])  # a fresh cache
     got = greedy_decode(method, prompt, NEW, limits=limits)
-    want = greedy_decode(eager_decoder(llama[2], MAX_CONTEXT), prompt, NEW)
+    want = greedy_decode(llm.eager_decoder(llama[2], MAX_CONTEXT), prompt, NEW)
     assert got.tokens == want.tokens
 
 
@@ -176,4 +176,17 @@ def test_greedy_decode_refuses_what_the_program_cannot_hold(llama, allow_fallbac
     assert words in str(e.value)
     # nothing ran: the cache is as it was, the next prompt decodes as on a fresh load
     assert (greedy_decode(method, encode(OTHER), 4, limits=limits).tokens
-            == greedy_decode(eager_decoder(llama[2], MAX_CONTEXT), encode(OTHER), 4).tokens)
+            == greedy_decode(llm.eager_decoder(llama[2], MAX_CONTEXT), encode(OTHER), 4).tokens)
+
+
+@pytest.mark.parametrize("args, words", [
+    ([], "give either --config"),
+    (["--config", '{"hidden_size": 8}'], "a JSON object with a 'model_type'"),
+    (["--config", "/nonexistent/config.json"], "no such file"),
+    (["--model", "/nonexistent"], "not a folder"),
+])
+def test_llm_export_command_usage_errors(args, words, tmp_path):
+    done = _cli("llm-export", tmp_path / "x.pte", "--max-seq-len", 4, "--max-context-len", 8,
+                *args)
+    assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "x.pte").exists()

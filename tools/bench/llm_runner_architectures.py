@@ -32,7 +32,7 @@ PROMPT, NEW, MAX_SEQ, MAX_CONTEXT = "Hello,TensorRT!", 12, 4, 48
 def _one(name: str, folder: Path, tokenizer: Path, dtype: str) -> str:
     from executorch.extension.llm.runner import TextLLMRunner
 
-    from executorch_tensorrt.llm.export import causal_lm, eager_decoder, export
+    from executorch_tensorrt.llm.exporter import causal_lm, eager_decoder, export
     from executorch_tensorrt.llm.greedy_decode import greedy_decode
 
     model = causal_lm(CONFIGS[name])

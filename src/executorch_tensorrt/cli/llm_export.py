@@ -41,7 +41,7 @@ def _model(args):
     if not isinstance(config, dict) or "model_type" not in config:
         raise Fail(EXIT_USAGE, "--config: a JSON object with a 'model_type' (e.g. "
                                 '{"model_type": "llama", ...}) is needed')
-    from ..llm.export import causal_lm
+    from ..llm.exporter import causal_lm
 
     return causal_lm(config, seed=args.seed)
 
@@ -51,7 +51,7 @@ def cmd_llm_export(args) -> int:
     if out.suffix != ".pte":
         raise Fail(EXIT_USAGE, f"the output {out} should end in .pte")
     model = _model(args)
-    from ..llm.export import export
+    from ..llm.exporter import export
 
     try:
         result = export(model, max_seq_len=args.max_seq_len,

@@ -1,7 +1,7 @@
 """The LLM runner's metadata: the constant methods `llm.export` writes
 (`get_max_seq_len`, `get_max_context_len`, ...; the names ExecuTorch's
 TextLLMRunner reads) as one typed value, and reading them back from a loaded
-program. Kept apart from llm/export.py so that decoding needs no AOT code."""
+program. Kept apart from llm/exporter.py so that decoding needs no AOT code."""
 from __future__ import annotations
 
 from dataclasses import dataclass
