@@ -65,5 +65,6 @@ CONFIGS = {
     "gemma3": {"model_type": "gemma3_text", **_COMMON, "head_dim": 8, "sliding_window": 16},
     "gpt2": {"model_type": "gpt2", "vocab_size": VOCAB, "n_embd": 32, "n_layer": 2,
              "n_head": 4, "n_positions": 64, "bos_token_id": BOS, "eos_token_id": EOS,
+             "initializer_range": 0.5,  # GPT-2's 0.02 gives one repeated token here
              "use_cache": True},
 }
