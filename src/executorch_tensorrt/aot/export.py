@@ -125,7 +125,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    progress: Progress | None = stderr_progress,
                    etrecord_path: str | Path | None = None, external_weights: bool = False,
                    check_memory: bool = True, allow_unquantized: bool = False,
-                   **options) -> ExportResult:
+                   constant_methods: Mapping[str, Any] | None = None, **options) -> ExportResult:
     """export() returning timings, backends and the partition reports too.
 
     `model` may also be a dict of method name -> ExportedProgram (several
@@ -138,6 +138,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     `allow_unquantized=True`: a model from quantization.quantize() whose scheme
     the TensorRT flavour or targets cannot run exports with those layers float
     (the report says why) instead of failing.
+    `constant_methods`: name -> value methods written into the program as they
+    are (ints, bools, lists of ints; e.g. the metadata an LLM runner reads).
     """
     path = Path(path)
     if path.suffix != ".pte":
@@ -192,6 +194,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             programs, partitioner=[trt_partitioner, *partitioners],
             # Non-core ATen ops (erfinv, ...) must get through to be reported below.
             compile_config=EdgeCompileConfig(_check_ir_validity=False),
+            constant_methods=dict(constant_methods) if constant_methods else None,
             generate_etrecord=etrecord_path is not None)
         trt_partitioner.export_cache.clear()  # preprocess is done: what it left goes
         if device_resident:

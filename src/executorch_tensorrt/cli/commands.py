@@ -35,6 +35,11 @@ def cmd_inspect(args) -> int:
     pte = read_pte(path)
     methods = describe_program(pte.program)
     print(format_program(methods))
+    from ..program.cache_report import cache_report, format_cache_report
+
+    caches = cache_report(methods)
+    if caches.caches:
+        print(format_cache_report(caches))
     try:
         in_ptd = ndi.read_ptd_index(data) if data is not None else {}
     except ndi.DataFileError as e:

@@ -11,6 +11,7 @@ import argparse
 
 from ..examples.names import EXAMPLE_NAMES
 from .commands import cmd_demo, cmd_export, cmd_inspect, cmd_profile, cmd_run, cmd_verify
+from .llm_export import cmd_llm_export
 
 EXIT_CODES = """exit codes:
   0  success
@@ -102,6 +103,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="export layers float where the scheme cannot run on the TensorRT "
                         "flavour or target GPUs, instead of failing (the report says why)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "llm-export", formatter_class=fmt, epilog=EXIT_CODES,
+        help="export a transformers causal LM for ExecuTorch's LLM runner (docs/llm.md)",
+        description="Writes OUTPUT (.pte, + .ptd with --external-weights) with the method "
+                    "forward(tokens[1, S], positions[S]) -> logits, its KV cache owned by "
+                    "TensorRT, and the constant methods ExecuTorch's TextLLMRunner reads.")
+    p.add_argument("output", help="the .pte to write")
+    p.add_argument("--config", metavar="JSON",
+                   help="a transformers config.json (or its JSON text): random weights")
+    p.add_argument("--model", metavar="DIR", help="a local transformers model folder")
+    p.add_argument("--max-seq-len", type=int, required=True,
+                   help="most tokens per call (longer prompts go in chunks)")
+    p.add_argument("--max-context-len", type=int, required=True,
+                   help="the KV cache's positions: prompt plus generated tokens")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    p.add_argument("--quantize", choices=("int8_weight_only",))
+    p.add_argument("--external-weights", action="store_true",
+                   help="store the weights in OUTPUT's .ptd beside it")
+    p.add_argument("--seed", type=int, default=0, help="random weights' seed (--config)")
+    p.set_defaults(func=cmd_llm_export)
 
     p = sub.add_parser(
         "verify", formatter_class=fmt, epilog=EXIT_CODES,

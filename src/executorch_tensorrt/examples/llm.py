@@ -76,14 +76,22 @@ def export_cached_decoder(model: CachedDecoder, max_seq: int = 16) -> torch.expo
 def hf_tiny_llama(max_cache_len: int = 48, seed: int = 0, batch_size: int = 1):
     """transformers' ExecuTorch wrapper (static cache of `batch_size` rows)
     around a tiny random Llama; export it with export_hf."""
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                       max_position_embeddings=64, use_cache=True)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).eval()
+    return hf_static_cache_wrapper(LlamaForCausalLM(cfg).eval(), max_cache_len, batch_size)
+
+
+def hf_static_cache_wrapper(model, max_cache_len: int, batch_size: int = 1):
+    """transformers' ExecuTorch wrapper around a causal LM: a static cache of
+    `batch_size` rows and `max_cache_len` positions (sliding-window layers get
+    transformers' hybrid cache). Sets the model's generation config for it."""
+    from transformers import GenerationConfig
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
     model.generation_config = GenerationConfig(
         use_cache=True, cache_implementation="static",
         cache_config={"batch_size": batch_size, "max_cache_len": max_cache_len})
@@ -94,7 +102,8 @@ def hf_tiny_llama(max_cache_len: int = 48, seed: int = 0, batch_size: int = 1):
 def export_hf(wrapper, max_seq: int = 16, batch_size: int = 1) -> torch.export.ExportedProgram:
     """`batch_size`: the wrapper's (its static cache's rows)."""
     seq = torch.export.Dim("seq", min=1, max=max_seq)
-    return wrapper.export(input_ids=torch.tensor([[1, 2, 3]] * batch_size),
-                          cache_position=torch.arange(3),
+    example = min(3, max_seq)  # inside the Dim's range
+    return wrapper.export(input_ids=torch.tensor([list(range(1, example + 1))] * batch_size),
+                          cache_position=torch.arange(example),
                           dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
                           strict=True)

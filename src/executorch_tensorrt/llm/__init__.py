@@ -1,1 +1,13 @@
-"""Helpers for language models: greedy decoding over an exported program."""
+"""Helpers for language models: the one-call export for ExecuTorch's LLM
+runner (`executorch_tensorrt.llm.export`, llm/exporter.py), the runner's
+metadata (metadata.py), greedy decoding over an exported program
+(greedy_decode.py). `export` is imported on first use: decoding needs no AOT
+code."""
+
+
+def __getattr__(name: str):
+    if name in ("export", "causal_lm", "eager_decoder"):
+        from . import exporter
+
+        return getattr(exporter, name)
+    raise AttributeError(f"module 'executorch_tensorrt.llm' has no attribute {name!r}")

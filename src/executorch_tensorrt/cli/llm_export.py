@@ -1,0 +1,70 @@
+"""`executorch-tensorrt llm-export`: the command form of
+`executorch_tensorrt.llm.export` (a transformers causal LM -> a .pte that
+ExecuTorch's LLM runner runs; docs/llm.md).
+
+The model comes from a config (random weights: a config.json, or the JSON
+text itself) or from a local transformers model folder; nothing is
+downloaded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from .commands import EXIT_EXPORT, EXIT_OK, EXIT_USAGE, Fail
+
+
+def _model(args):
+    if (args.config is None) == (args.model is None):
+        raise Fail(EXIT_USAGE, "give either --config (a config.json or its JSON text; random "
+                                "weights) or --model (a local transformers model folder)")
+    if args.model is not None:
+        if not Path(args.model).is_dir():
+            raise Fail(EXIT_USAGE, f"--model {args.model}: not a folder (a local "
+                                    "transformers model; nothing is downloaded)")
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True)
+    text = args.config
+    if not text.lstrip().startswith("{"):
+        path = Path(text)
+        if not path.is_file():
+            raise Fail(EXIT_USAGE, f"--config {text}: no such file (give a config.json or "
+                                    "the JSON text)")
+        text = path.read_text()
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise Fail(EXIT_USAGE, f"--config: not JSON ({e})") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise Fail(EXIT_USAGE, "--config: a JSON object with a 'model_type' (e.g. "
+                                '{"model_type": "llama", ...}) is needed')
+    from ..llm.exporter import causal_lm
+
+    return causal_lm(config, seed=args.seed)
+
+
+def cmd_llm_export(args) -> int:
+    out = Path(args.output)
+    if out.suffix != ".pte":
+        raise Fail(EXIT_USAGE, f"the output {out} should end in .pte")
+    model = _model(args)
+    from ..llm.exporter import export
+
+    try:
+        result = export(model, max_seq_len=args.max_seq_len,
+                        max_context_len=args.max_context_len, dtype=args.dtype,
+                        quantize=args.quantize, external_weights=args.external_weights,
+                        output=out)
+    except ValueError as e:
+        raise Fail(EXIT_USAGE, str(e)) from None
+    except Exception as e:  # noqa: BLE001 - torch.export and lowering raise many kinds
+        if os.environ.get("EXECUTORCH_TENSORRT_DEBUG"):
+            raise
+        raise Fail(EXIT_EXPORT, f"export failed: {type(e).__name__}: {e}") from None
+    methods = ", ".join(f"{k}={v}" for k, v in result.metadata.constant_methods().items())
+    print(f"wrote {result.path}" + "".join(f" + {p}" for p in result.data_paths))
+    print(f"runner metadata: {methods}", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,162 @@
+"""One-call LLM export: a transformers causal LM -> a .pte (+ .ptd) that
+ExecuTorch's own LLM runner (`executorch.extension.llm.runner.TextLLMRunner`,
+and its C++ `TextLLMRunner`) runs as it is.
+
+What the runner needs from a program (ExecuTorch 1.5.1, extension/llm/runner):
+- a method `forward(tokens int64[1, S], positions int64[S]) -> logits[1, S, V]`:
+  it passes `positions` as `start_pos .. start_pos + S - 1` because the
+  method's second input is planned for more than one element;
+- constant methods `get_max_seq_len` (required), `get_max_context_len`,
+  `use_kv_cache`, `enable_dynamic_shape` (true: the prompt goes in chunks of
+  up to get_max_seq_len tokens; false: one token per call), `get_eos_ids`
+  (overrides the tokenizer's EOS); `get_vocab_size` and `get_bos_id` are
+  written for other readers (the runner takes both from its tokenizer).
+
+The decoder is exported the one way this package has for LLMs
+(examples/llm.py: transformers' static-cache wrapper, dynamic S), and its KV
+caches are owned by the TensorRT partition (aot/state/, docs/llm.md).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..aot.export import ExportResult, export_program
+from ..aot.partition.report import format_report
+from ..errors import ExportError
+from ..examples.llm import export_hf, hf_static_cache_wrapper
+from ..tensorrt.engine_builder import Progress, stderr_progress
+from .metadata import LLMMetadata
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+QUANTIZE = ("int8_weight_only",)
+
+
+@dataclass
+class LLMExportResult:
+    path: Path
+    data_paths: list[Path]
+    metadata: LLMMetadata
+    export: ExportResult
+
+
+def causal_lm(model_or_config, seed: int = 0) -> torch.nn.Module:
+    """A transformers causal LM in eval mode: the model itself, or one built
+    from a config (a PretrainedConfig, a dict, or a config.json path) with
+    random weights from `seed`. Nothing is downloaded."""
+    import transformers
+
+    if isinstance(model_or_config, transformers.PreTrainedModel):
+        return model_or_config.eval()
+    config = model_or_config
+    if isinstance(config, (str, Path)):
+        config = json.loads(Path(config).read_text())
+    if isinstance(config, dict):
+        config = dict(config)
+        model_type = config.pop("model_type", None)
+        if model_type is None:
+            raise ValueError("a config dict needs a 'model_type' (e.g. 'llama'), as in a "
+                             "transformers config.json")
+        config = transformers.AutoConfig.for_model(model_type, **config)
+    if not isinstance(config, transformers.PretrainedConfig):
+        raise TypeError("expected a transformers PreTrainedModel, PretrainedConfig, config "
+                        f"dict or config.json path, got {type(model_or_config).__name__}")
+    config.use_cache = True
+    torch.manual_seed(seed)
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def eager_decoder(model: torch.nn.Module, max_context_len: int):
+    """The eager `(tokens, positions) -> logits` step over the same static
+    cache the export uses: the reference for greedy_decode."""
+    wrapper = hf_static_cache_wrapper(causal_lm(model), max_context_len)
+    return lambda tokens, positions: wrapper.model(input_ids=tokens, cache_position=positions)
+
+
+def _ids(value) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+
+
+def _check_arguments(config, max_seq_len: int, max_context_len: int, dtype: str,
+                     quantize: str | None) -> None:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+    if quantize is not None and quantize not in QUANTIZE:
+        raise ValueError(f"quantize={quantize!r} is not supported; supported: None (no "
+                         f"quantization), {', '.join(repr(q) for q in QUANTIZE)}")
+    if not 1 <= max_seq_len <= max_context_len:
+        raise ValueError(f"need 1 <= max_seq_len <= max_context_len, got max_seq_len="
+                         f"{max_seq_len}, max_context_len={max_context_len}")
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions",
+                                                                         None)
+    if limit is not None and max_context_len > limit:
+        raise ValueError(f"max_context_len={max_context_len} is beyond the model's "
+                         f"{limit} positions (config max_position_embeddings/n_positions); "
+                         f"use at most {limit}")
+
+
+def _quantized(model: torch.nn.Module, quantize: str | None) -> torch.nn.Module:
+    if quantize is None:
+        return model
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    from ..quantization.torchao_weights import lower_torchao
+
+    quantize_(model, Int8WeightOnlyConfig())  # in place, as torchao does
+    return lower_torchao(model)
+
+
+def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float32",
+           quantize: str | None = None, external_weights: bool | None = None,
+           output: str | Path, bos_id: int | None = None, eos_ids=None,
+           progress: Progress | None = stderr_progress, **options) -> LLMExportResult:
+    """Exports a transformers causal LM (or a config: random weights) for
+    ExecuTorch's LLM runner and returns where it went and what it recorded.
+
+    `max_seq_len`: most tokens per call (prompt chunks); `max_context_len`:
+    the KV cache's positions (prompt + generated). `dtype`: "float32",
+    "float16" or "bfloat16": the model is converted (in place, nn.Module.to),
+    so weights, KV cache and logits are in that dtype.
+    `quantize`: None or "int8_weight_only" (torchao, symmetric per channel;
+    quantizes `model`'s linears in place). `external_weights=True`: the
+    weights go to `<output stem>.ptd` beside the .pte. `bos_id`/`eos_ids`:
+    default from the model's config. Other options go to export_program.
+    """
+    model = causal_lm(model)
+    config = model.config.get_text_config()
+    _check_arguments(config, max_seq_len, max_context_len, dtype, quantize)
+    meta = LLMMetadata(
+        max_seq_len=max_seq_len, max_context_len=max_context_len,
+        vocab_size=int(config.vocab_size),
+        bos_id=bos_id if bos_id is not None else getattr(config, "bos_token_id", None),
+        eos_ids=_ids(eos_ids if eos_ids is not None else getattr(config, "eos_token_id", None)))
+    if progress:
+        progress(f"{type(model).__name__}: {sum(p.numel() for p in model.parameters()):,} "
+                 f"parameters, cache of {max_context_len} positions, up to {max_seq_len} "
+                 f"tokens per call, dtype {dtype}, quantize {quantize}")
+    # The model (and so its KV cache, weights and logits) in `dtype`: the cache
+    # then takes dtype's bytes per element in the delegate, not float32's.
+    model = _quantized(model.to(DTYPES[dtype]), quantize)
+    if progress:
+        progress("torch.export of the decoder with its static cache...")
+    try:
+        program = export_hf(hf_static_cache_wrapper(model, max_context_len), max_seq_len)
+    except Exception as e:  # noqa: BLE001 - any tracing failure, with its model named
+        raise ExportError(f"torch.export of {type(model).__name__} with transformers' static "
+                          f"cache failed: {type(e).__name__}: {e}") from e
+    result = export_program({"forward": program}, None, output, progress=progress,
+                            external_weights=bool(external_weights),
+                            constant_methods=meta.constant_methods(),
+                            write_expected_file=False, **options)
+    if progress and result.reports:
+        progress("partition report:\n" + format_report(result.reports))
+    return LLMExportResult(result.path, result.data_paths, meta, result)
+
+
+__all__ = ["export", "causal_lm", "eager_decoder", "LLMMetadata", "LLMExportResult", "DTYPES",
+           "QUANTIZE"]

@@ -1,0 +1,192 @@
+"""ExecuTorch's own LLM runner (`TextLLMRunner` of the executorch wheel) runs
+programs written by `executorch_tensorrt.llm.export`: greedy tokens equal
+eager greedy on the same prompt, `reset()` between prompts equals a fresh
+runner, with the weights inside the .pte (Llama, in-process export) and in a
+.ptd (Qwen2, through the `llm-export` command). TensorRT partitions run
+through the onnxruntime fallback (no GPU here)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from executorch_tensorrt import llm
+from executorch_tensorrt.llm.greedy_decode import greedy_decode
+from runner_helpers import CONFIGS, EOS, encode, runner_tokens, write_char_tokenizer
+
+MAX_SEQ, MAX_CONTEXT, NEW = 4, 48, 12
+PROMPT = "Hello,TensorRT!"      # 15 tokens: the runner prefills it in chunks of 4
+OTHER = "abc"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return write_char_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    out = tmp_path_factory.mktemp("llama") / "llama.pte"
+    result = llm.export(CONFIGS["llama"], max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
+                    output=out, progress=None)
+    return result.path, None, llm.causal_lm(CONFIGS["llama"])
+
+
+@pytest.fixture(scope="module")
+def qwen2_ptd(tmp_path_factory):
+    """Through the command line, float16, weights in a .ptd."""
+    out = tmp_path_factory.mktemp("qwen2") / "qwen2.pte"
+    done = subprocess.run(
+        [sys.executable, "-m", "executorch_tensorrt.cli", "llm-export", str(out), "--config",
+         json.dumps(CONFIGS["qwen2"]), "--max-seq-len", str(MAX_SEQ), "--max-context-len",
+         str(MAX_CONTEXT), "--external-weights", "--dtype", "float16"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "partition report" in done.stderr and "get_max_seq_len=4" in done.stderr
+    ptd = out.with_suffix(".ptd")
+    assert f"wrote {out} + {ptd}" in done.stdout
+    return out, ptd, llm.causal_lm(CONFIGS["qwen2"]).to(torch.float16)
+
+
+@pytest.fixture(params=["llama", "qwen2_ptd"])
+def program(request):
+    return request.getfixturevalue(request.param)
+
+
+def _runner(pte, ptd, tokenizer):
+    from executorch.extension.llm.runner import TextLLMRunner
+
+    return TextLLMRunner(str(pte), str(tokenizer), str(ptd) if ptd else None)
+
+
+def _eager(model, text: str) -> list[int]:
+    return greedy_decode(llm.eager_decoder(model, MAX_CONTEXT), encode(text), NEW).tokens
+
+
+def _until_eos(tokens: list[int]) -> list[int]:
+    return tokens[:tokens.index(EOS) + 1] if EOS in tokens else tokens
+
+
+def test_runner_generates_eager_greedy_tokens(program, tokenizer, allow_fallback):
+    pte, ptd, model = program
+    got = runner_tokens(_runner(pte, ptd, tokenizer), PROMPT, NEW)
+    want = _until_eos(_eager(model, PROMPT))
+    assert got == want[:len(got)] and len(got) >= min(len(want), NEW - 1)
+    assert len(set(got)) > 1  # a real sequence, not one repeated token
+
+
+def test_reset_between_prompts_equals_a_fresh_runner(program, tokenizer, allow_fallback):
+    pte, ptd, model = program
+    runner = _runner(pte, ptd, tokenizer)
+    runner_tokens(runner, PROMPT, NEW)
+    runner.reset()
+    after_reset = runner_tokens(runner, OTHER, NEW)
+    fresh = runner_tokens(_runner(pte, ptd, tokenizer), OTHER, NEW)
+    assert after_reset == fresh
+    assert fresh == _until_eos(_eager(model, OTHER))[:len(fresh)]
+
+
+def test_constant_methods_are_what_the_runner_reads(llama, allow_fallback):
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(llama[0])
+    value = lambda name: program.load_method(name).execute([])  # noqa: E731
+    got = {name: value(name) for name in ("get_max_seq_len", "get_max_context_len",
+                                          "get_vocab_size", "use_kv_cache",
+                                          "enable_dynamic_shape", "get_bos_id",
+                                          "get_eos_ids")}
+    cfg = CONFIGS["llama"]
+    assert got == {"get_max_seq_len": [MAX_SEQ], "get_max_context_len": [MAX_CONTEXT],
+                   "get_vocab_size": [cfg["vocab_size"]], "use_kv_cache": [True],
+                   "enable_dynamic_shape": [True], "get_bos_id": [cfg["bos_token_id"]],
+                   "get_eos_ids": [cfg["eos_token_id"]]}
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"dtype": "float8"}, "dtype='float8' is not supported; use one of float32, float16, "
+                          "bfloat16"),
+    ({"quantize": "int4_weight_only"}, "supported: None (no quantization), 'int8_weight_only'"),
+    ({"max_context_len": 65}, "max_context_len=65 is beyond the model's 64 positions"),
+    ({"max_seq_len": 64, "max_context_len": 48}, "need 1 <= max_seq_len <= max_context_len"),
+])
+def test_bad_arguments_name_the_limit(kwargs, words, tmp_path):
+    args = {"max_seq_len": MAX_SEQ, "max_context_len": MAX_CONTEXT, **kwargs}
+    with pytest.raises(ValueError) as e:
+        llm.export(CONFIGS["llama"], output=tmp_path / "x.pte", progress=None, **args)
+    assert words in str(e.value)
+    assert not (tmp_path / "x.pte").exists()
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "executorch_tensorrt.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_inspect_reports_cache_bytes_half_in_float16(llama, qwen2_ptd):
+    """Same cache shapes (2 layers, 2 KV heads of 8, 48 positions): float32
+    4 bytes an element, float16 2, read back from each program's blobs."""
+    import re
+
+    totals = {}
+    for name, (pte, ptd, _) in {"float32": llama, "float16": qwen2_ptd}.items():
+        done = _cli("inspect", pte, *(["--data", ptd] if ptd else []))
+        assert done.returncode == 0, done.stderr[-2000:]
+        caches = re.findall(r"key_cache_\d+: (\w+) \[1, 2, 48, 8\]", done.stdout)
+        assert caches == [name, name], done.stdout
+        per_token, total = re.search(r"total: (\d+) bytes/token, (\d+) bytes at 48 positions",
+                                     done.stdout).groups()
+        totals[name] = (int(per_token), int(total))
+    assert totals["float32"] == (256, 256 * 48)
+    assert totals["float16"][0] / totals["float32"][0] == 0.5
+
+
+def _method_and_limits(pte):
+    from executorch.runtime import Runtime
+
+    from executorch_tensorrt.llm.metadata import read_metadata
+
+    program = Runtime.get().load_program(pte)
+    return program.load_method("forward"), read_metadata(program)
+
+
+def test_greedy_decode_chunks_a_prompt_of_four_times_the_bound(llama, allow_fallback):
+    method, limits = _method_and_limits(llama[0])
+    prompt = encode("Four-times-bnd!!")  # 16 tokens, max_seq_len 4
+    assert len(prompt) == 4 * limits.max_seq_len
+    with pytest.raises(RuntimeError):  # one call of 16 tokens: beyond the export's Dim
+        greedy_decode(method, prompt, 2)
+    method, limits = _method_and_limits(llama[0])  # a fresh cache
+    got = greedy_decode(method, prompt, NEW, limits=limits)
+    want = greedy_decode(llm.eager_decoder(llama[2], MAX_CONTEXT), prompt, NEW)
+    assert got.tokens == want.tokens
+
+
+@pytest.mark.parametrize("prompt, n, words", [
+    (list(range(40)), 10, "needs 49 cache positions; the program's max_context_len is 48"),
+    ([1, 2, 96], 2, "token id 96 is outside the vocabulary: ids are 0..95"),
+    ([1, -1], 2, "token id -1 is outside the vocabulary"),
+])
+def test_greedy_decode_refuses_what_the_program_cannot_hold(llama, allow_fallback, prompt, n,
+                                                            words):
+    method, limits = _method_and_limits(llama[0])
+    with pytest.raises(ValueError) as e:
+        greedy_decode(method, prompt, n, limits=limits)
+    assert words in str(e.value)
+    # nothing ran: the cache is as it was, the next prompt decodes as on a fresh load
+    assert (greedy_decode(method, encode(OTHER), 4, limits=limits).tokens
+            == greedy_decode(llm.eager_decoder(llama[2], MAX_CONTEXT), encode(OTHER), 4).tokens)
+
+
+@pytest.mark.parametrize("args, words", [
+    ([], "give either --config"),
+    (["--config", '{"hidden_size": 8}'], "a JSON object with a 'model_type'"),
+    (["--config", "/nonexistent/config.json"], "no such file"),
+    (["--model", "/nonexistent"], "not a folder"),
+])
+def test_llm_export_command_usage_errors(args, words, tmp_path):
+    done = _cli("llm-export", tmp_path / "x.pte", "--max-seq-len", 4, "--max-context-len", 8,
+                *args)
+    assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "x.pte").exists()
