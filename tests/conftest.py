@@ -43,5 +43,22 @@ def exported(tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="session")
+def cached_decoder():
+    """The hand-written KV-cache decoder (examples/llm.py), lowered once per
+    session: (a factory of pristine eager copies, the .pte bytes)."""
+    import copy
+
+    import torch
+
+    from executorch_tensorrt.examples import llm as lm
+    from helpers import lower_to_buffer
+
+    torch.manual_seed(0)
+    model = lm.CachedDecoder().eval().requires_grad_(False)
+    eager = copy.deepcopy(model)  # pristine: each test copies it again
+    return (lambda: copy.deepcopy(eager)), lower_to_buffer(lm.export_cached_decoder(model))
+
+
 def pytest_report_header(config):
     return f"fallback env: {os.environ.get(FALLBACK_ENV, '(unset)')}"

@@ -81,3 +81,15 @@ class Args:
         array = (abi.EtrtArg * len(args))(*args)
         self.keep.append(array)
         return array
+
+
+def lower_to_buffer(ep) -> bytes:
+    """An ExportedProgram lowered with TensorRTPartitioner alone: the .pte bytes."""
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
+
+    edge = to_edge_transform_and_lower(
+        ep, partitioner=[TensorRTPartitioner(progress=None)],
+        compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    return edge.to_executorch().buffer

@@ -27,7 +27,7 @@ from executorch_tensorrt.runtime.adapter import abi
 from executorch_tensorrt.runtime.arguments import ArgumentError, check_args, split_bindings
 from executorch_tensorrt.runtime.input_checks import InputChecks
 from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
-from helpers import Args, tensorrt_blobs
+from helpers import Args, lower_to_buffer, tensorrt_blobs
 
 PLAN_ENV = "EXECUTORCH_TENSORRT_NATIVE_PLAN"
 VOCAB, ROWS = 32, 10
@@ -46,31 +46,18 @@ class Lookup(torch.nn.Module):
         return self.embed(ids) * 2.0, self.table[rows] + 1.0
 
 
-def _lower(ep) -> bytes:
-    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
-
-    from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
-
-    edge = to_edge_transform_and_lower(
-        ep, partitioner=[TensorRTPartitioner(progress=None)],
-        compile_config=EdgeCompileConfig(_check_ir_validity=False))
-    return edge.to_executorch().buffer
-
-
 @pytest.fixture(scope="module")
 def lookup():
     torch.manual_seed(0)
     model = Lookup().eval().requires_grad_(False)
     example = (torch.tensor([[1, 2, 3, 4]]), torch.tensor([0, 1, 2]))
-    return model, _lower(torch.export.export(model, example))
+    return model, lower_to_buffer(torch.export.export(model, example))
 
 
 @pytest.fixture(scope="module")
-def decoder():
-    torch.manual_seed(0)
-    model = lm.CachedDecoder().eval().requires_grad_(False)
-    eager = copy.deepcopy(model)
-    return (lambda: copy.deepcopy(eager)), _lower(lm.export_cached_decoder(model))
+def decoder(cached_decoder):
+    """In-place KV caches only (lowered once per session: conftest.py)."""
+    return cached_decoder
 
 
 @pytest.fixture
@@ -317,7 +304,7 @@ def dynamic_lookup():
     model = Lookup().eval().requires_grad_(False)
     example = (torch.tensor([[1, 2, 3, 4]]), torch.tensor([0, 1, 2]))
     dims = ({1: torch.export.Dim("s", min=2, max=8)}, {0: torch.export.Dim("r", min=2, max=8)})
-    return model, _lower(torch.export.export(model, example, dynamic_shapes=dims))
+    return model, lower_to_buffer(torch.export.export(model, example, dynamic_shapes=dims))
 
 
 def test_plan_with_bounds_checks_the_values_of_each_calls_shape(dynamic_lookup, allow_fallback,

@@ -17,7 +17,7 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -152,56 +152,7 @@ def test_an_allocated_output_of_another_element_type_is_refused_by_the_adapter(
     assert entries == []
 
 
-_CHILD = textwrap.dedent("""
-    import json, os, sys, threading
-    import torch
-    import executorch_tensorrt
-    from executorch.runtime import Runtime
-    from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
-
-    path, threads, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    sys.setswitchinterval(1e-5)
-    if os.environ.get("DISABLE_BOUNDED_PLAN"):  # to show the test can fail
-        OnnxRuntimeExecutor._bounded_plan = lambda self: None
-    torch.manual_seed(1)
-    inputs = [torch.randn(lo + t % (hi - lo + 1), 64) for t in range(threads)]
-    reference = Runtime.get().load_program(path).load_method("forward")
-    expected = [reference.execute([x])[0].clone() for x in inputs]
-    entries, returned = [], threading.Semaphore(0)
-    original = OnnxRuntimeExecutor.execute
-
-    def holding(self, args, num_args=None):
-        # Entered only by a call that runs Python: the first entrant stays
-        # inside until every other thread's call has returned.
-        entries.append(1)
-        if len(entries) == 1:
-            for _ in range(threads - 1):
-                returned.acquire(timeout=20)
-        return original(self, args, num_args)
-
-    OnnxRuntimeExecutor.execute = holding
-    method = Runtime.get().load_program(path).load_method("forward")  # cold
-    wrong, failed = [0] * threads, [0] * threads
-    start = threading.Barrier(threads)
-
-    def worker(t):
-        start.wait()
-        try:
-            if not torch.equal(method.execute([inputs[t]])[0], expected[t]):
-                wrong[t] += 1
-        except RuntimeError:
-            failed[t] += 1
-        returned.release()
-
-    workers = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    print(json.dumps({"wrong": sum(wrong), "failed": sum(failed), "entries": len(entries)}),
-          flush=True)
-    os._exit(0)  # judge outputs only (a dangling stream would crash at exit)
-""")
+CHILD = Path(__file__).with_name("cold_calls_child.py")
 
 
 def test_cold_first_calls_of_many_shapes_from_eight_threads_give_the_right_outputs(mlp):
@@ -209,7 +160,7 @@ def test_cold_first_calls_of_many_shapes_from_eight_threads_give_the_right_outpu
     one cold method at one barrier."""
     _, path = mlp
     env = dict(os.environ, EXECUTORCH_TENSORRT_FALLBACK="onnxruntime")
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(THREADS),
+    done = subprocess.run([sys.executable, str(CHILD), str(path), str(THREADS),
                            str(BATCH_MIN), str(BATCH_MAX)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, f"the child died ({done.returncode}): {done.stderr[-3000:]}"

@@ -23,6 +23,7 @@ from executorch_tensorrt.runtime import state as rt_state
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 from executorch_tensorrt.examples import llm as lm
+from helpers import lower_to_buffer
 
 PLAN_ENV = "EXECUTORCH_TENSORRT_NATIVE_PLAN"
 PROMPT = list(range(3, 11))  # 8 tokens
@@ -43,24 +44,10 @@ def python_calls(monkeypatch):
     return counts
 
 
-def _lower(ep) -> bytes:
-    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
-
-    from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
-
-    edge = to_edge_transform_and_lower(
-        ep, partitioner=[TensorRTPartitioner(progress=None)],
-        compile_config=EdgeCompileConfig(_check_ir_validity=False))
-    return edge.to_executorch().buffer
-
-
 @pytest.fixture(scope="module")
-def decoder():
-    """In-place KV caches only."""
-    torch.manual_seed(0)
-    model = lm.CachedDecoder().eval().requires_grad_(False)
-    eager = copy.deepcopy(model)  # pristine: each test copies it again
-    return (lambda: copy.deepcopy(eager)), _lower(lm.export_cached_decoder(model))
+def decoder(cached_decoder):
+    """In-place KV caches only (lowered once per session: conftest.py)."""
+    return cached_decoder
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +60,7 @@ def hf_llama():
         model = copy.deepcopy(eager).model
         return lambda t, p: model(input_ids=t, cache_position=p)
 
-    return fresh, _lower(lm.export_hf(wrapper))
+    return fresh, lower_to_buffer(lm.export_hf(wrapper))
 
 
 _loaded: list = []
@@ -242,7 +229,7 @@ def test_python_after_an_odd_number_of_planned_runs_reads_the_buffer_written_las
     s = torch.export.Dim("s", min=1, max=6)
     ep = torch.export.export(model, (torch.randn(1, 2, 8), torch.arange(2)),
                              dynamic_shapes=({1: s}, {0: s}))
-    buffer = _lower(ep)
+    buffer = lower_to_buffer(ep)
     from executorch.exir._serialize._program import deserialize_pte_binary
     program = deserialize_pte_binary(buffer).program
     [entry] = read_blob(bytes(program.backend_delegate_data[0].data)).state
