@@ -77,6 +77,24 @@ def test_runner_generates_eager_greedy_tokens(program, tokenizer, allow_fallback
     assert len(set(got)) > 1  # a real sequence, not one repeated token
 
 
+def test_int4_weight_only_decoder_runs_in_the_runner_as_the_eager_quantized_model(
+        llama, tokenizer, allow_fallback, tmp_path):
+    """quantize="int4_weight_only": the runner's greedy tokens are the eager
+    quantized model's, and the program is smaller than the fp32 one (here the
+    fp32 token embedding, not a Linear, is most of what remains)."""
+    from executorch_tensorrt.quantization import quantize
+
+    out = tmp_path / "llama-int4.pte"
+    llm.export(CONFIGS["llama"], max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
+               quantize="int4_weight_only", group_size=32, output=out, progress=None)
+    reference = quantize(llm.causal_lm(CONFIGS["llama"]), scheme="int4_weight_only",
+                         group_size=32)
+    got = runner_tokens(_runner(out, None, tokenizer), PROMPT, NEW)
+    want = _until_eos(_eager(reference, PROMPT))
+    assert got == want[:len(got)] and len(got) >= min(len(want), NEW - 1)
+    assert out.stat().st_size < 0.6 * llama[0].stat().st_size
+
+
 def test_reset_between_prompts_equals_a_fresh_runner(program, tokenizer, allow_fallback):
     pte, ptd, model = program
     runner = _runner(pte, ptd, tokenizer)
@@ -107,7 +125,8 @@ def test_constant_methods_are_what_the_runner_reads(llama, allow_fallback):
 @pytest.mark.parametrize("kwargs, words", [
     ({"dtype": "float8"}, "dtype='float8' is not supported; use one of float32, float16, "
                           "bfloat16"),
-    ({"quantize": "int4_weight_only"}, "supported: None (no quantization), 'int8_weight_only'"),
+    ({"quantize": "int2_weight_only"},
+     "supported: None (no quantization), 'int8_weight_only', 'int4_weight_only'"),
     ({"max_context_len": 65}, "max_context_len=65 is beyond the model's 64 positions"),
     ({"max_seq_len": 64, "max_context_len": 48}, "need 1 <= max_seq_len <= max_context_len"),
 ])

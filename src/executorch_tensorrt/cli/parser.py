@@ -93,12 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reference", action="store_true", help="write no .expected reference")
     p.add_argument("--etrecord", action="store_true",
                    help="also write OUTPUT's ETRecord (.etrecord), for `profile`")
-    p.add_argument("--quantize", metavar="SCHEME",
-                   help="quantize the model's Linear weights first: int8_weight_only or "
-                        "int4_weight_only (docs/quantization.md); needs a module source")
-    p.add_argument("--group-size", type=int, default=128, metavar="N",
-                   help="int4_weight_only: input features per scale, 32, 64 or 128 "
-                        "(default 128; it must divide every Linear's input features)")
+    _quantize_options(p, "; needs a module source")
     p.add_argument("--allow-unquantized", action="store_true",
                    help="export layers float where the scheme cannot run on the TensorRT "
                         "flavour or target GPUs, instead of failing (the report says why)")
@@ -119,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-context-len", type=int, required=True,
                    help="the KV cache's positions: prompt plus generated tokens")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
-    p.add_argument("--quantize", choices=("int8_weight_only",))
+    _quantize_options(p)
     p.add_argument("--external-weights", action="store_true",
                    help="store the weights in OUTPUT's .ptd beside it")
     p.add_argument("--seed", type=int, default=0, help="random weights' seed (--config)")
@@ -189,3 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_argument(p)
     p.set_defaults(func=cmd_profile)
     return parser
+
+
+def _quantize_options(p, note: str = "") -> None:
+    """--quantize and --group-size: the same for `export` and `llm-export`."""
+    p.add_argument("--quantize", metavar="SCHEME",
+                   help="quantize the model's Linear weights first: int8_weight_only or "
+                        f"int4_weight_only (docs/quantization.md){note}")
+    p.add_argument("--group-size", type=int, default=128, metavar="N",
+                   help="int4_weight_only: input features per scale, 32, 64 or 128 "
+                        "(default 128; it must divide every Linear's input features)")

@@ -32,7 +32,7 @@ from ..tensorrt.engine_builder import Progress, stderr_progress
 from .metadata import LLMMetadata
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-QUANTIZE = ("int8_weight_only",)
+QUANTIZE = ("int8_weight_only", "int4_weight_only")  # quantization.quantize()'s schemes
 
 
 @dataclass
@@ -100,19 +100,19 @@ def _check_arguments(config, max_seq_len: int, max_context_len: int, dtype: str,
                          f"use at most {limit}")
 
 
-def _quantized(model: torch.nn.Module, quantize: str | None) -> torch.nn.Module:
+def _quantized(model: torch.nn.Module, quantize: str | None,
+               group_size: int) -> torch.nn.Module:
     if quantize is None:
         return model
-    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+    from ..quantization import quantize as quantize_model
 
-    from ..quantization.torchao_weights import lower_torchao
-
-    quantize_(model, Int8WeightOnlyConfig())  # in place, as torchao does
-    return lower_torchao(model)
+    # a structural copy (tensors shared) whose Linear weights are quantized
+    return quantize_model(model, scheme=quantize, group_size=group_size)
 
 
 def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float32",
-           quantize: str | None = None, external_weights: bool | None = None,
+           quantize: str | None = None, group_size: int = 128,
+           external_weights: bool | None = None,
            output: str | Path, bos_id: int | None = None, eos_ids=None,
            progress: Progress | None = stderr_progress, **options) -> LLMExportResult:
     """Exports a transformers causal LM (or a config: random weights) for
@@ -122,8 +122,9 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     the KV cache's positions (prompt + generated). `dtype`: "float32",
     "float16" or "bfloat16": the model is converted (in place, nn.Module.to),
     so weights, KV cache and logits are in that dtype.
-    `quantize`: None or "int8_weight_only" (torchao, symmetric per channel;
-    quantizes `model`'s linears in place). `external_weights=True`: the
+    `quantize`: None, "int8_weight_only" (symmetric, per output channel) or
+    "int4_weight_only" (symmetric, one scale per `group_size` input features):
+    quantization.quantize() on the decoder's Linear layers (the head too). `external_weights=True`: the
     weights go to `<output stem>.ptd` beside the .pte. `bos_id`/`eos_ids`:
     default from the model's config. Other options go to export_program.
     """
@@ -141,7 +142,7 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
                  f"tokens per call, dtype {dtype}, quantize {quantize}")
     # The model (and so its KV cache, weights and logits) in `dtype`: the cache
     # then takes dtype's bytes per element in the delegate, not float32's.
-    model = _quantized(model.to(DTYPES[dtype]), quantize)
+    model = _quantized(model.to(DTYPES[dtype]), quantize, group_size)
     if progress:
         progress("torch.export of the decoder with its static cache...")
     try:
