@@ -43,6 +43,26 @@ def exported(tmp_path_factory):
     return get
 
 
+@pytest.fixture
+def python_calls(monkeypatch):
+    """{id(executor): number of calls that entered that onnxruntime Python
+    executor} (the native plans run the others; a module may count by
+    another key with its own fixture of this name)."""
+    import collections
+
+    from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
+
+    counts: collections.Counter = collections.Counter()
+    original = OnnxRuntimeExecutor.execute
+
+    def counting(self, args, num_args=None):
+        counts[id(self)] += 1
+        return original(self, args, num_args)
+
+    monkeypatch.setattr(OnnxRuntimeExecutor, "execute", counting)
+    return counts
+
+
 @pytest.fixture(scope="session")
 def cached_decoder():
     """The hand-written KV-cache decoder (examples/llm.py), lowered once per

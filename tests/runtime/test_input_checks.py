@@ -11,7 +11,6 @@ around the executor's execute. The device-resident branch of the gate is
 driven with a labelled stand-in for the CUDA copy (no GPU here)."""
 from __future__ import annotations
 
-import collections
 import copy
 import gc
 
@@ -26,7 +25,6 @@ from executorch_tensorrt.runtime import state as rt_state
 from executorch_tensorrt.runtime.adapter import abi
 from executorch_tensorrt.runtime.arguments import ArgumentError, check_args, split_bindings
 from executorch_tensorrt.runtime.input_checks import InputChecks
-from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 from helpers import Args, lower_to_buffer, tensorrt_blobs
 
 PLAN_ENV = "EXECUTORCH_TENSORRT_NATIVE_PLAN"
@@ -58,19 +56,6 @@ def lookup():
 def decoder(cached_decoder):
     """In-place KV caches only (lowered once per session: conftest.py)."""
     return cached_decoder
-
-
-@pytest.fixture
-def python_calls(monkeypatch):
-    counts: collections.Counter = collections.Counter()
-    original = OnnxRuntimeExecutor.execute
-
-    def counting(self, args, num_args=None):
-        counts[id(self)] += 1
-        return original(self, args, num_args)
-
-    monkeypatch.setattr(OnnxRuntimeExecutor, "execute", counting)
-    return counts
 
 
 _loaded: list = []

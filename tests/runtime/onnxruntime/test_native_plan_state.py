@@ -10,7 +10,6 @@ is a pass-through wrapper around the executor's execute that counts how often
 Python was entered."""
 from __future__ import annotations
 
-import collections
 import copy
 import gc
 
@@ -21,27 +20,12 @@ import torch
 import executorch_tensorrt
 from executorch_tensorrt.runtime import state as rt_state
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
-from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 from executorch_tensorrt.examples import llm as lm
 from helpers import lower_to_buffer
 
 PLAN_ENV = "EXECUTORCH_TENSORRT_NATIVE_PLAN"
 PROMPT = list(range(3, 11))  # 8 tokens
 VOCAB = 96  # CachedDecoder's head
-
-
-@pytest.fixture
-def python_calls(monkeypatch):
-    """{id(executor): number of calls that entered that Python executor}."""
-    counts: collections.Counter = collections.Counter()
-    original = OnnxRuntimeExecutor.execute
-
-    def counting(self, args, num_args=None):
-        counts[id(self)] += 1
-        return original(self, args, num_args)
-
-    monkeypatch.setattr(OnnxRuntimeExecutor, "execute", counting)
-    return counts
 
 
 @pytest.fixture(scope="module")
