@@ -63,3 +63,19 @@ def ordered(known: dict, extra: tuple, order: tuple) -> dict:
 def extras(obj: dict, known: tuple | frozenset) -> tuple:
     """The (key, value) pairs of `obj` that a type does not know, in order."""
     return tuple((k, v) for k, v in obj.items() if k not in known)
+
+
+def parse_named(items, section: str, what: str, parse) -> tuple:
+    """`parse(item, where)` for each entry of the array `section`, refusing a
+    name seen twice (e.g. "duplicate weight name 'w' (weights[0] and weights[2])")."""
+    seen: dict[str, int] = {}
+    out = []
+    for i, item in enumerate(items):
+        where = f"{section}[{i}]"
+        entry = parse(item, where)
+        if entry.name in seen:
+            raise BlobError(f"duplicate {what} name {show(entry.name)} "
+                            f"({section}[{seen[entry.name]}] and {where})")
+        seen[entry.name] = i
+        out.append(entry)
+    return tuple(out)

@@ -19,7 +19,7 @@ from typing import Any
 
 from .format import (DTYPE_TO_SCALAR_TYPE, I32_MAX, I32_MIN, I64_MAX, READ_DTYPES,
                      SECTION_ONNX, BlobError, is_int, show)
-from .json_checks import check_object_keys, extras, ordered
+from .json_checks import check_object_keys, extras, ordered, parse_named
 from .metadata_entries import (BuildFacts, NodeSource, WeightEntry, parse_node_sources,
                                parse_weights)
 from .metadata_profiles import Profile, parse_optimization_profiles, parse_profiles
@@ -283,14 +283,5 @@ class BlobMetadata:
 def _bindings(bindings: Any, dtypes: frozenset, key_info: dict | None) -> tuple[Binding, ...]:
     if not isinstance(bindings, (list, tuple)):
         raise BlobError(f"'io_bindings' must be an array, got {type(bindings).__name__}")
-    seen: dict[str, int] = {}
-    out = []
-    for i, b in enumerate(bindings):
-        where = f"io_bindings[{i}]"
-        binding = Binding.from_json(b, where, dtypes, key_info)
-        if binding.name in seen:
-            raise BlobError(f"duplicate binding name {show(binding.name)} "
-                            f"(io_bindings[{seen[binding.name]}] and {where})")
-        seen[binding.name] = i
-        out.append(binding)
-    return tuple(out)
+    return parse_named(bindings, "io_bindings", "binding",
+                       lambda b, where: Binding.from_json(b, where, dtypes, key_info))

@@ -12,7 +12,7 @@ from typing import Any
 
 from .format import (ENGINE_KINDS, I64_MAX, MAX_KEY_LENGTH, PRECISIONS, TRT_FLAVORS,
                      WEIGHT_DTYPES, WEIGHTS_LOCATIONS, BlobError, is_int, show, weight_nbytes)
-from .json_checks import check_name, check_object_keys, ordered
+from .json_checks import check_name, check_object_keys, ordered, parse_named
 
 _CAPABILITY = re.compile(r"SM[0-9]{2,4}")
 _VERSION = re.compile(r"[0-9A-Za-z._+-]{1,64}")
@@ -167,14 +167,5 @@ def parse_weights(meta: dict, key_info: dict | None) -> tuple[WeightEntry, ...] 
     if not isinstance(weights, (list, tuple)):
         raise BlobError("'weights_location' is \"named_data\" but 'weights' is not an array "
                         f"(got {type(weights).__name__}); re-export the program")
-    names: dict[str, int] = {}
-    out = []
-    for i, w in enumerate(weights):
-        where = f"weights[{i}]"
-        entry = WeightEntry.from_json(w, where, key_info)
-        if entry.name in names:
-            raise BlobError(f"duplicate weight name {show(entry.name)} "
-                            f"(weights[{names[entry.name]}] and {where})")
-        names[entry.name] = i
-        out.append(entry)
-    return tuple(out)
+    return parse_named(weights, "weights", "weight",
+                       lambda w, where: WeightEntry.from_json(w, where, key_info))
