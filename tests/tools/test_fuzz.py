@@ -103,6 +103,17 @@ def test_crash_location_and_site():
     finally:
         fuzz.OUR_CODE_MARKERS.pop()
     assert fuzz.locate_crash("Fatal Python error: Segmentation fault", "") == "unknown"
+    # faulthandler's dump of a crash inside Runtime.load_program: ExecuTorch's
+    # program/.ptd loading, before any delegate init, so it is ExecuTorch's
+    load = ('Fatal Python error: Segmentation fault\n\n'
+            'Current thread 0x00007f2f28e80b80 (most recent call first):\n'
+            '  File "/v/site-packages/executorch/runtime/__init__.py", line 352 in load_program\n'
+            '  File "/w/tools/fuzz/fuzz_runner.py", line 101 in run_program\n')
+    assert fuzz.locate_crash(load, "") == "executorch"
+    assert fuzz.python_site(load) == "Runtime.load_program (before any delegate init)"
+    # the same crash one call later (load_method runs our init) stays unknown without gdb
+    method = load.replace("in load_program", "in load_method")
+    assert fuzz.locate_crash(method, "") == "unknown" and fuzz.python_site(method) == ""
 
 
 def test_fuzz_slice(seed_pte, tmp_path):
@@ -153,11 +164,11 @@ def test_fuzz_slice_ptd(tmp_path):
     wrong = [f for f in findings if f["outcome"] == "wrong_output"]
     hangs = [f for f in findings if f["outcome"] == "hang"]
     assert not ours and not wrong and not hangs, (ours + wrong + hangs)[:3]
-    # Without gdb a crash reads "unknown": the Python stack says where. Only
-    # ExecuTorch's FlatTensorDataMap::load (inside load_program, before any
+    # Only ExecuTorch's FlatTensorDataMap::load (inside load_program, before any
     # delegate init) may crash; one inside load_method has our callback on it.
     for f in findings:
         if f["outcome"] == "crash":
+            assert f["location"] == "executorch" and "load_program" in f["site"], f
             frames = re.findall(r"line \d+ in (\w+)", Path(f["repro"]).with_suffix(".stack")
                                 .read_text())
             assert frames and frames[0] == "load_program", (f, frames[:3])

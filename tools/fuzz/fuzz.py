@@ -55,6 +55,7 @@ from fuzz_runner import (  # noqa: E402
     ForkServer,
     crash_site,
     locate_crash,
+    python_site,
     native_backtrace,
     reference_outputs,
     run_program,
@@ -295,6 +296,7 @@ def fuzz(args) -> dict:
                 case.repro = str(path)
             if case.outcome == "crash":  # located from Python frames now, native ones at the end
                 case.location = locate_crash(stderr, "")
+                case.site = python_site(stderr)
                 Path(case.repro).with_suffix(".stack").write_text(stderr)
 
     for i in range(args.cases):
@@ -350,13 +352,17 @@ def locate_again(out: Path, example: str, limit: int | None = None,
     """Replays up to `limit` (None: all) crashes of the run in `out` that are not
     located yet under gdb, each for at most `timeout` seconds, and rewrites the summary."""
     summary = json.loads((out / "summary.json").read_text())
+    for f in summary["findings"]:  # first from the stored Python stacks (no replay needed)
+        if f["outcome"] == "crash" and f["location"] == "unknown":
+            stack = Path(f["repro"]).with_suffix(".stack").read_text()
+            f["location"], f["site"] = locate_crash(stack, ""), f["site"] or python_site(stack)
     unlocated = [f for f in summary["findings"]
                  if f["outcome"] == "crash" and f["location"] == "unknown"]
     for f in unlocated[:limit]:
         native = native_backtrace(_replay_command(f["repro"], example), timeout)
         stack = Path(f["repro"]).with_suffix(".stack")
         f["location"] = locate_crash(stack.read_text(), native)
-        f["site"] = crash_site(native)
+        f["site"] = crash_site(native) or f["site"]
         stack.write_text(stack.read_text() + "\n" + native)
     summary["crashes"] = _crash_table(summary["findings"])
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

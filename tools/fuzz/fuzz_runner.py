@@ -228,13 +228,35 @@ def _read_nonblocking(fd: int) -> bytes:
 # ------------------------------------------------------------------ crash location
 
 
+def innermost_python_frame(stderr: str) -> str:
+    """The crashed thread's innermost Python frame in a faulthandler dump, or ""."""
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Current thread") and "most recent call first" in line:
+            return next((ln.strip() for ln in lines[i + 1:] if ln.strip().startswith("File ")), "")
+    return ""
+
+
+def crashed_in_load_program(stderr: str) -> bool:
+    """True when the crash happened inside `Runtime.load_program`: ExecuTorch's
+    Program and FlatTensorDataMap loading, before any delegate's init, so no
+    code of this backend can be on the native stack."""
+    frame = innermost_python_frame(stderr)
+    return "executorch/runtime/__init__.py" in frame and frame.endswith(" in load_program")
+
+
+def python_site(stderr: str) -> str:
+    """A crash site known from Python frames alone ("" when gdb must tell)."""
+    return "Runtime.load_program (before any delegate init)" if crashed_in_load_program(stderr) else ""
+
+
 def locate_crash(stderr: str, native: str) -> str:
     text = stderr + "\n" + native
     frames = [ln for ln in text.splitlines() if ln.strip().startswith(("File ", "#"))]
     joined = "\n".join(frames)
     if any(m in joined for m in OUR_CODE_MARKERS):
         return "ours"
-    if any(m in joined for m in EXECUTORCH_MARKERS):
+    if any(m in joined for m in EXECUTORCH_MARKERS) or crashed_in_load_program(stderr):
         return "executorch"
     return "unknown"
 
