@@ -28,6 +28,10 @@ class NativePlan {
   bool empty() const {
     return plan_ == nullptr;
   }
+  /* A plan for any address (made at init): it outlives calls, refused ones too. */
+  bool any_address() const {
+    return plan_ != nullptr && any_address_;
+  }
   /* True when the plan is live and every argument equals its signature. */
   bool matches(const etrt_arg* args, uint64_t num_args) const;
   /* Runs the plan on the arguments matches() accepted: checks the cache

@@ -253,10 +253,26 @@ class TensorRTBackend final : public et::BackendInterface {
     state->plan.clear();
     state->graph_plan.clear();
     const int32_t code = state->table->execute(state->handle, state->args, num_args);
-    if (code != 0 || !has_native_plan(state->table)) {
+    if (!has_native_plan(state->table)) {
       return code;
     }
     const etrt_native_plan* plan = nullptr;
+    if (code != 0) {
+      // A refused call leaves a plan made at init valid (executor_table.h):
+      // take it back, so that the next call, from any thread, still runs
+      // without the executor. The refusal's cause stays the call's error.
+      const std::string cause = last_error();
+      if (state->table->native_plan(state->handle, &plan) == 0 && plan != nullptr &&
+          state->plan.adopt(plan, num_args) && !state->plan.any_address()) {
+        state->plan.clear();
+      }
+      if (cause.empty()) {
+        clear_last_error();
+      } else {
+        set_last_error(cause);
+      }
+      return code;
+    }
     if (state->table->native_plan(state->handle, &plan) == 0 && plan != nullptr) {
       // an unusable plan leaves none
       if (!state->plan.adopt(plan, num_args)) {

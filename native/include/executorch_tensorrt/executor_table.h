@@ -115,7 +115,10 @@ typedef struct etrt_init_args {
  * pointer to the plan. The plan stays valid until the adapter next calls the
  * executor's execute or destroy for that handle: the adapter forgets the plan
  * before either call (so an executor replaces or frees a plan only inside
- * them), and asks for a new one only after an execute that returned 0. Calls
+ * them), and asks for a new one after an execute that returned 0; after one
+ * that failed it asks too, but keeps only an any_address plan (one that
+ * outlives calls; an executor returns NULL there unless its plan still
+ * holds). Calls
  * into one handle never overlap (the adapter fails an overlapping call), so
  * no plan is read while execute or destroy runs. An executor that must stop
  * honouring a plan outside execute/destroy (interpreter exit) sets
@@ -370,7 +373,8 @@ typedef struct etrt_executor_table {
   /* Releases the handle. */
   void (*destroy)(uint64_t handle);
   /* Optional (appended; NULL, or beyond struct_size: no plans). Called right
-   * after an execute of `handle` returned 0, on the same thread: stores the
+   * after an execute of `handle` returned (0, or a failure: see Lifetime),
+   * on the same thread: stores the
    * executor's plan for the call just made in *plan, or NULL for none
    * (dynamic output shapes, staged device memory, an executor without
    * plans). Returns 0, or an Error code (the adapter then uses no plan).

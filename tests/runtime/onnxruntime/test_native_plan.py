@@ -151,8 +151,41 @@ def add_blob(programs):
     return read_blob(bytes(program.backend_delegate_data[0].data))
 
 
-def test_the_plan_signature_is_the_checked_call_and_a_bad_call_withdraws_it(add_blob):
+def test_the_plan_made_at_init_serves_any_address_and_outlives_refused_calls(add_blob):
     executor = OnnxRuntimeExecutor(add_blob)
+    plan = executor.native_plan()  # before any call: static shapes, outputs in place
+    assert plan is not None and plan.any_address and plan.num_args == 2
+    keep: list = []
+    x, y = np.ones((2, 3), np.float32), np.zeros((2, 3), np.float32)
+    args = (abi.EtrtArg * 2)(_arg(keep, x, True), _arg(keep, y, False))
+    for k in range(2):  # every field of the call but its address
+        sig, arg = plan.signature[k], args[k]
+        assert (sig.kind, sig.dtype, sig.ndim, sig.nbytes, sig.device_type) == \
+            (arg.kind, arg.dtype, arg.ndim, arg.nbytes, arg.device_type)
+        assert list(sig.sizes[:2]) == [2, 3] and not sig.data
+    executor.execute(args, 2)
+    assert ctypes.addressof(executor.native_plan()) == ctypes.addressof(plan)
+    # Calls the Python check refuses leave it in place: it does not match them.
+    xi = np.ones((2, 3), np.int32)
+    with pytest.raises(ArgumentError, match="dtype"):
+        executor.execute((abi.EtrtArg * 2)(_arg(keep, xi, True, dtype=3), _arg(keep, y, False)), 2)
+    x4 = np.ones((4, 3), np.float32)
+    with pytest.raises(ArgumentError, match="shape"):
+        executor.execute((abi.EtrtArg * 2)(_arg(keep, x4, True, shape=(4, 3)),
+                                           _arg(keep, y, False)), 2)
+    assert ctypes.addressof(executor.native_plan()) == ctypes.addressof(plan)
+    executor.close()
+
+
+def test_the_plan_signature_is_the_checked_call_and_a_bad_call_withdraws_it(add_blob,
+                                                                            monkeypatch):
+    # With per-node timings no plan is made at init (a traced call replaces the
+    # session): plans then name one call's addresses.
+    from executorch_tensorrt.runtime import profiling
+
+    monkeypatch.setenv(profiling.PROFILE_NODES_ENV, "1")
+    executor = OnnxRuntimeExecutor(add_blob)
+    assert executor.native_plan() is None
     keep: list = []
     x, y = np.ones((2, 3), np.float32), np.zeros((2, 3), np.float32)
     args = (abi.EtrtArg * 2)(_arg(keep, x, True), _arg(keep, y, False))

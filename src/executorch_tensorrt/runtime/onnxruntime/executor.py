@@ -151,21 +151,23 @@ class OnnxRuntimeExecutor(Executor):
         # and no call runs Python (docs/concurrency.md, cold first calls).
         static = all(b.dtype is not None and b.shape is not None and -1 not in b.shape
                      for b in self.inputs + self.outputs)
-        # Not for delegate-owned state: its values join the plan after a Python call.
+        # Not for delegate-owned state: its values join the plan after a Python
+        # call; not with per-node timings: a traced call replaces the session.
         self.any_address = (self.publish_plans and self.fixed_outputs and static
-                            and self.state is None)
+                            and self.state is None and self.node_timings is None)
         if self.any_address:
             args = binding_args(self.inputs + self.outputs)
             n = len(args)
             unbound = _BoundValues(self.api, OrtSession.values([None] * len(self.inputs)),
                                    OrtSession.values([None] * len(self.outputs)), [])
-            self.plan = OrtRunPlan(self.session, unbound, args, n, signature_key(args, n),
-                                   self._plan_copied, self.input_types + self.output_types,
-                                   index_checks=self.input_checks.ranges)
+            static_plan = OrtRunPlan(self.session, unbound, args, n, signature_key(args, n),
+                                     self._plan_copied, self.input_types + self.output_types,
+                                     index_checks=self.input_checks.ranges)
         # Dynamic shapes (issue 19, part 2): a plan with bounds serves every call
-        # the gate would accept, from the first; it outlives the calls (the
-        # adapter gets it back after each Python call), None without one.
-        self.bounded_plan = self._bounded_plan() if not self.any_address else None
+        # the gate would accept, from the first. Either plan made here outlives
+        # the calls: the adapter takes it back after each Python call, a refused
+        # one included, so no later first call needs Python. None without one.
+        self.lasting_plan = static_plan if self.any_address else self._bounded_plan()
 
     def _bounded_plan(self) -> OrtRunPlan | None:
         # Not with equal_dims: the adapter does not compare sizes across inputs
@@ -284,11 +286,11 @@ class OnnxRuntimeExecutor(Executor):
                     recorder.event("run", t1, profiling.now())
                     recorder.event("copy out", profiling.now(), profiling.now())
                     self._node_events(recorder, t1)
-                elif self.publish_plans and self.bounded_plan is None:
+                elif self.publish_plans and self.lasting_plan is None:
                     self.plan = self._plan_for(bound, args, n)  # traced calls: Python
                 return
             self._run_and_copy_out(args, bound.inputs, recorder)
-            if self.publish_plans and not recorder and self.bounded_plan is None:
+            if self.publish_plans and not recorder and self.lasting_plan is None:
                 self.plan = self._plan_for(bound, args, n)  # outputs resized: shapes known
             return
         staged: list = []  # device-resident or permuted inputs: contiguous host copies
@@ -376,18 +378,18 @@ class OnnxRuntimeExecutor(Executor):
         self.copied_bytes += host.nbytes
 
     def native_plan(self) -> abi.EtrtNativePlan | None:
-        plan = self.bounded_plan or self.plan  # bounds cover every call the other would
+        plan = self.lasting_plan or self.plan  # it covers every call the other would
         return plan.struct if plan is not None else None
 
     def withdraw_native_plan(self) -> None:
-        for plan in (self.plan, self.bounded_plan):
+        for plan in (self.plan, self.lasting_plan):
             if plan is not None:
                 plan.withdraw()
-        self.plan = self.bounded_plan = None
+        self.plan = self.lasting_plan = None
 
     def close(self) -> None:
         # from destroy: the adapter forgot them first (else withdrawn)
-        self.plan = self.bounded_plan = None
+        self.plan = self.lasting_plan = None
         if self.session is not None:
             self._release_bound()
             self.session.close()
