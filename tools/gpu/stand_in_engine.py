@@ -96,7 +96,8 @@ def raw_peers(executor: TensorRTExecutor, host: bool) -> None:
     lib.raw_graph_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
     bound = executor.bound
     exec_, stream = bound.graph.exec, bound.stream.handle
-    lines = [f"raw cuGraphLaunch (C): {_timed(lambda n: lib.raw_graph_launch(exec_, stream, n), RAW_CALLS):.2f} us/call"]
+    launch_us = _timed(lambda n: lib.raw_graph_launch(exec_, stream, n), RAW_CALLS)
+    lines = [f"raw cuGraphLaunch (C): {launch_us:.2f} us/call"]
     if host:  # pageable host buffers and device buffers of the call's sizes
         shape = bound.context.shape
         hx, hy, hout = (np.zeros(shape, np.float32) for _ in range(3))
@@ -145,7 +146,7 @@ def tensorrt_executor(blob, named_data, device):
     context = AddContext([b.name for b in inputs], outputs[0].name, shapes.pop())
     bound = BoundContext(context, inputs, outputs, gpu, graphs=True)
     executor = TensorRTExecutor.over_bound_context(bound)
-    executor.publish_plans = native_plans_enabled()  # as a loaded one: EXECUTORCH_TENSORRT_NATIVE_PLAN
+    executor.publish_plans = native_plans_enabled()  # EXECUTORCH_TENSORRT_NATIVE_PLAN, as loaded
     executor.inputs, executor.outputs = inputs, outputs
     executor.execute = CountedEntries(executor)
     return executor
