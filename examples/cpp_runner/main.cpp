@@ -5,6 +5,7 @@
 //               [--inputs FILE] [--fill pattern|ones] [--outputs FILE]
 //   etrt_runner --model_path llm.pte [--data llm.ptd] --decode 32 --prompt 3,4,5,6[;7,8,...]
 //               (decode.h)
+//   etrt_runner --model_path model.pte --repeat N   (steady-state us/call, repeat.h)
 //
 // --data names the program's weights file (.ptd), passed to ExecuTorch as
 // Module(pte, ptd); without it, model.ptd beside model.pte is used when it
@@ -36,12 +37,14 @@
 #include "decode.h"
 #include "device_memory.h"
 #include "input_fill.h"
+#include "repeat.h"
 #include "tensor_file.h"
 #include "tensor_print.h"
 
 #include <algorithm>
 #include <cinttypes>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -73,7 +76,7 @@ int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s --model_path <model.pte> [--data <model.ptd>] [--method <name>] "
                "[--inputs <file>] [--fill pattern|ones] [--outputs <file>] "
-               "[--decode <n> --prompt <ids>]\n",
+               "[--decode <n> --prompt <ids>] [--repeat <n>]\n",
                argv0);
   return 2;
 }
@@ -120,6 +123,7 @@ int main(int argc, char** argv) {
   std::string data_path;
   std::string decode_count;  // --decode N: greedy LLM decoding (decode.h)
   std::string prompt_text;
+  std::string repeat;  // --repeat N: steady-state timing (repeat.h)
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* flag, std::string* dst) {
@@ -137,7 +141,8 @@ int main(int argc, char** argv) {
     if (value("--model_path", &model_path) || value("--method", &method_name) ||
         value("--inputs", &inputs_path) || value("--outputs", &outputs_path) ||
         value("--fill", &fill) || value("--data", &data_path) ||
-        value("--decode", &decode_count) || value("--prompt", &prompt_text)) {
+        value("--decode", &decode_count) || value("--prompt", &prompt_text) ||
+        value("--repeat", &repeat)) {
       continue;
     }
     if (arg == "-h" || arg == "--help") {
@@ -390,6 +395,16 @@ int main(int argc, char** argv) {
   if (err != Error::Ok) {
     print_error("running '" + method_name + "' of " + model_path + " failed", err);
     return 1;
+  }
+  if (!repeat.empty()) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(repeat.c_str(), &end, 10);
+    if (*end != '\0' || n == 0 || n > 100000000ULL) {
+      std::fprintf(stderr, "error: --repeat takes a number of calls (1..1e8), not %s\n",
+                   repeat.c_str());
+      return 2;
+    }
+    if (!etrt_runner::time_calls(method, n)) return 1;
   }
   std::vector<StoredTensor> written;
   for (size_t i = 0; i < method.outputs_size(); ++i) {

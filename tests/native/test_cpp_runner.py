@@ -172,6 +172,63 @@ def test_runner_usage(runner):
     assert proc.returncode != 0 and "unknown argument --bogus" in proc.stderr, proc.stderr
 
 
+# ---- steady state: Python executor entries over identical calls ----------------
+
+# A test-only executor factory for EXECUTORCH_TENSORRT_TEST_STAND_IN (runtime/
+# choose.py): the real onnxruntime executor, saying each call that enters it.
+COUNTING_FACTORY = """
+import sys
+from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
+
+class Counted(OnnxRuntimeExecutor):
+    def execute(self, args, num_args=None):
+        print("[counted] executor entry", file=sys.stderr, flush=True)
+        return super().execute(args, num_args)
+
+def tensorrt_executor(blob, named_data, device):
+    return Counted(blob, named_data)
+"""
+
+
+@pytest.fixture(scope="module")
+def counting_factory(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("counting-factory")
+    (folder / "counting_factory.py").write_text(COUNTING_FACTORY)
+    return folder
+
+
+def entries(runner: Path, cnn: Path, folder: Path, *args: str, **env: str):
+    proc = run(runner, "--model_path", str(cnn), *args, PYTHONPATH=str(folder),
+               EXECUTORCH_TENSORRT_TEST_STAND_IN="counting_factory", **env)
+    return proc, proc.stderr.count("[counted] executor entry")
+
+
+def test_steady_state_calls_enter_no_python(runner, cnn, counting_factory, python_runner_output):
+    """1 + 5 x 40 identical calls through Method::execute (--repeat): none
+    enters the Python executor (the onnxruntime executor hands the adapter a
+    plan at init, so even the first call runs in C++). With plans off, every
+    call enters it."""
+    proc, n = entries(runner, cnn, counting_factory, "--repeat", "40")
+    assert proc.returncode == 0, proc.stderr
+    assert "FAKE TensorRT engine: EXECUTORCH_TENSORRT_TEST_STAND_IN=counting_factory" in proc.stderr
+    assert "timing: 40 calls back to back, best of 5 runs:" in proc.stderr, proc.stderr
+    assert proc.stdout == python_runner_output  # the last call's outputs
+    assert n == 0, proc.stderr
+    proc, n = entries(runner, cnn, counting_factory, "--repeat", "40",
+                      EXECUTORCH_TENSORRT_NATIVE_PLAN="0")
+    assert proc.returncode == 0, proc.stderr
+    assert n == 1 + 5 * 40
+
+
+def test_stand_in_and_repeat_refusals(runner, cnn, counting_factory):
+    proc, _ = entries(runner, cnn, counting_factory, "--repeat", "0")
+    assert proc.returncode == 2 and "--repeat takes a number of calls" in proc.stderr, proc.stderr
+    proc = run(runner, "--model_path", str(cnn), EXECUTORCH_TENSORRT_TEST_STAND_IN="no_such_mod")
+    assert proc.returncode != 0
+    assert "EXECUTORCH_TENSORRT_TEST_STAND_IN='no_such_mod' (a test-only stand-in engine) names " \
+           "no importable module" in proc.stderr, proc.stderr
+
+
 # ---- device-resident programs -------------------------------------------------
 
 

@@ -178,3 +178,37 @@ def test_no_plan_for_another_caller_stream():
             ex.execute(args)
         assert ex.bound.last_graph_call is not None  # replayed, but for another stream
         assert ex.native_plan() is None
+
+
+def test_several_profiles_get_plans_and_a_switch_drops_them():
+    """Three optimization profiles: the steady state of each gets a plan; a
+    call in another profile differs in shape, so it goes to the executor,
+    which switches the profile (a new binding generation: the old plan no
+    longer names the context's graph) and plans again there."""
+    from test_tensorrt_profiles_gpu import profiled
+
+    lib = adapter()
+    context, bound = profiled(graphs=True)
+    ex = TensorRTExecutor.over_bound_context(bound)
+    run = Dispatch(lib, ex)
+    big = [torch.zeros(2048, 3, device="cuda") for _ in range(3)]
+    keep: list = []
+    plans = []
+    for rows in (4, 300, 4):
+        x, y, out = (b[:rows] for b in big)  # same addresses, another shape and profile
+        args = args_of(x, y, out, keep)
+        for k in range(6):
+            x.fill_(float(k))
+            y.fill_(float(rows))
+            run(args)
+            torch.cuda.synchronize()
+            assert torch.equal(out.cpu(), torch.full((rows, 3), 2.0 * k + rows)), (rows, k)
+        plans.append((ex._plan, args))
+    # per profile: a plain enqueue after the switch, a capture, then 4 plan launches
+    assert run.entries.count == 6
+    assert ex.plan_launches.value == 12
+    assert context.profile_switches == [(2, bound.stream.handle), (0, bound.stream.handle)]
+    first, args0 = plans[0]
+    assert not first.live(bound)  # profile 0's first plan: its graph was replaced
+    assert plans[2][0].live(bound)
+    assert lib.etrt_cuda_graph_plan_matches(ctypes.pointer(plans[2][0].struct), plans[1][1], 3) == 0

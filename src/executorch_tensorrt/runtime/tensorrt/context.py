@@ -256,7 +256,7 @@ class BoundContext:
         self._ready.record(caller)
         self.stream.wait(self._ready)
         if resident:
-            t1, t2, replayed = self._bind_and_launch(args, shapes, None, recorder)
+            t1, t2, replayed = self._bind_and_launch(args, call, None, recorder)
             # Later work on the caller's stream (reading the outputs, the next
             # partition, the caller's own kernels) runs after the engine.
             self._done.record(self.stream.handle)
@@ -265,7 +265,7 @@ class BoundContext:
             t3 = t2
         else:
             copies_back: list = []  # the staging copies go on our stream
-            t1, t2, replayed = self._bind_and_launch(args, shapes, copies_back, recorder)
+            t1, t2, replayed = self._bind_and_launch(args, call, copies_back, recorder)
             lib = driver()
             for address, arg, nbytes in copies_back:
                 check(lib.cuMemcpyDtoHAsync_v2(arg.data, address, nbytes, self.stream.handle),
@@ -289,11 +289,13 @@ class BoundContext:
         return cuda_values(arg, shape, SCALAR_TYPE_TO_NUMPY[arg.dtype],
                            caller_stream(self.device))
 
-    def _bind_and_launch(self, args, shapes, copies_back: list | None,
+    def _bind_and_launch(self, args, call, copies_back: list | None,
                          recorder) -> tuple[int, int]:
         """Tells TensorRT what changed, stages host inputs (on our stream),
-        launches; returns the launch's start and end times."""
+        launches; returns the launch's start and end times. `call`: check_args'
+        CheckedCall of these arguments."""
         n_in = len(self.inputs)
+        shapes = call.shapes
         if self.profiles is not None and self.profiles.switch(
                 self.context, self.profiles.index_for(shapes), self.stream.handle):
             self._forget_bindings()  # TensorRT wants shapes and addresses set again
