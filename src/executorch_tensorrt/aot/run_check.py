@@ -104,11 +104,12 @@ class RunCheckError(ExportError):
                              f"{m.tolerance:.3g} ({m.mismatch})")
         super().__init__(
             f"export wrote {path}, but the run check failed: {'; '.join(parts)}. The files "
-            "stay written so you can inspect them (executorch-tensorrt inspect / run). This is "
-            "most likely a bug of executorch-tensorrt: please report it with the model. To keep "
-            "the program anyway, export with run_check=False (--no-run-check), or loosen the "
-            "comparison with run_check_tolerance= (--run-check-tolerance) where reduced "
-            "precision explains the difference.")
+            "stay written so you can inspect them (executorch-tensorrt inspect / run). A model "
+            "that is not deterministic (random ops, dropout in training mode) differs by "
+            "design; otherwise this is most likely a bug of executorch-tensorrt: please report "
+            "it with the model. To keep the program anyway, export with run_check=False "
+            "(--no-run-check), or loosen the comparison with run_check_tolerance= "
+            "(--run-check-tolerance) where reduced precision explains the difference.")
 
 
 def tolerance_for(precision: str | None) -> float:
