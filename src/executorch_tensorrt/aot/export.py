@@ -23,7 +23,8 @@ from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
 from .memory_check import check_export_memory
 from .partition.partitioner import BACKEND_ID, TensorRTPartitioner
 from .partition.report import PartitionReport, format_report, write_report
-from .run_check import RunCheck, RunCheckError, export_run_check
+from .export_check import export_run_check
+from .run_check import RunCheck, RunCheckError
 from .runtime_kernels import check_runtime_kernels
 
 

@@ -3,10 +3,8 @@ it with, every method, compared with eager PyTorch where a reference exists
 (issue 21; docs/verification.md, "The run check at export").
 
 export() calls it after the files are written and export has let go of its
-own copies of the program, in this process: a child process would cost more
-than most exports (a fresh interpreter importing torch and ExecuTorch takes
-seconds), and after export the program's memory is what a user's first run
-needs anyway. `verify MODEL.pte` without a reference calls it too, on
+own copies of the program (export_check.py: in this process, or in a child
+for a big program). `verify MODEL.pte` without a reference calls it too, on
 generated inputs (integers inside every index range the program records,
 issue 19), and then reports only whether each method ran.
 
@@ -268,38 +266,8 @@ def _run_method(program, name: str, case: MethodCase, tolerance: float,
                           max_abs_diff=worst, tolerance=allowed, mismatch=mismatch)
 
 
-def _reference_case(path: Path, eager, expected_file: Path | None) -> MethodCase | None:
-    """`forward`'s case: the written reference when there is one, else the
-    eager run of `eager` ((model, inputs, source), when export wrote none),
-    else None (generated inputs, nothing to compare)."""
-    from ..program.references import reference_outputs, tensors_path
-
-    if expected_file is not None:
-        stored = tf.read_tensors(tensors_path(path))
-        return MethodCase([tf.to_torch(t) for t in tf.select(stored, "input")],
-                          tf.select(stored, "output"), "example inputs")
-    if eager is None:
-        return None
-    model, inputs, source = eager
-    try:
-        outputs = reference_outputs(model, inputs)
-    except Exception:  # noqa: BLE001 - the model's own error: export warned about it already
-        return None
-    return MethodCase(list(inputs), [tf.from_torch(f"output.{i}", o)
-                                     for i, o in enumerate(outputs)], source)
-
-
-def export_run_check(path: Path, data_paths: Sequence[Path], methods: Sequence[MethodInfo],
-                     eager, expected_file: Path | None, device_resident: bool,
-                     tolerance: float | None, precision: str | None) -> RunCheck:
-    """export()'s check of the program it wrote (export.py raises RunCheckError
-    when the result is not ok)."""
-    if device_resident:
-        return RunCheck(skipped="a device-resident program: executorch's Python runtime gives "
-                                "methods host tensors; run it with the C++ runner "
-                                "(examples/cpp_runner)")
-    case = _reference_case(path, eager, expected_file)
-    return check_program(path, data_paths[0] if data_paths else None,
-                         {"forward": case} if case is not None else {},
-                         tolerance if tolerance is not None else tolerance_for(precision),
-                         safe_int_range(methods))
+def stored_case(tensors_file: Path, source: str) -> MethodCase:
+    """`forward`'s case from a tensor file of input.* and output.* tensors."""
+    stored = tf.read_tensors(tensors_file)
+    return MethodCase([tf.to_torch(t) for t in tf.select(stored, "input")],
+                      tf.select(stored, "output"), source)
