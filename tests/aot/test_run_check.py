@@ -54,6 +54,20 @@ class Lookup(torch.nn.Module):
         return self.emb(ids) * 2.0
 
 
+class PosEmbed(torch.nn.Module):
+    """The ViTDet/SAM pattern of issue 21: a weight added after a layout Transpose."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.patch = torch.nn.Conv2d(3, 256, 4, 4)
+        self.pos = torch.nn.Parameter(torch.randn(1, 8, 8, 256))
+        self.head = torch.nn.Conv2d(256, 4, 1)
+
+    def forward(self, x):
+        return self.head((self.patch(x).permute(0, 2, 3, 1) + self.pos).permute(0, 3, 1, 2))
+
+
 def damage_blob_when_written(pte):
     """A progress callback that flips one byte in the middle of the written
     program's first TensorRT blob as soon as export says it wrote the file."""
@@ -170,3 +184,20 @@ def test_cli_export_prints_the_check_and_exits_4_when_it_fails(tmp_path, capsys)
     assert "the run check failed: method 'forward' ran but differs" in capsys.readouterr().err
     assert noisy.is_file()
     assert cli.main(["export", f"{source}:make", str(noisy), "--no-run-check"]) == 0
+
+
+def test_the_layout_weights_pattern_passes_and_is_caught_without_its_fix(tmp_path, monkeypatch):
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    result = export_program(PosEmbed().eval(), (x,), tmp_path / "pos.pte", progress=None,
+                            external_weights=True)
+    assert result.run_check.ok and result.run_check.methods[0].compared
+    # A planted regression: the fallback's layout-weights fix undone (every
+    # weight handed to onnxruntime in place, as before issue 21's fix).
+    from executorch_tensorrt.runtime.onnxruntime import executor
+
+    monkeypatch.setattr(executor, "layout_movable", lambda model, names: frozenset())
+    with pytest.raises(RunCheckError) as info:
+        export_program(PosEmbed().eval(), (x,), tmp_path / "old.pte", progress=None,
+                       external_weights=True)
+    (m,) = info.value.check.methods
+    assert not m.ran and "broadcast" in m.error, m.error
