@@ -64,8 +64,9 @@ def _status_kb(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def child(name: str, mode: str, folder: str) -> dict:
-    """Runs in the child: export `name` with `mode`, report memory and time."""
+def child(name: str, mode: str, folder: str, run_check: str = "on") -> dict:
+    """Runs in the child: export `name` with `mode`, report memory and time
+    (`run_check` "off": export without running the program once)."""
     import torch
 
     model, inputs = build_model(name)
@@ -95,14 +96,16 @@ def child(name: str, mode: str, folder: str) -> dict:
 
         result = export_program(model, inputs, pte, progress=None, write_expected_file=False,
                                 external_weights=mode == "trt_ptd",
-                                inline_weights=mode == "trt_inline")
+                                inline_weights=mode == "trt_inline",
+                                run_check=run_check != "off")
         files = [pte, *result.data_paths]
     seconds = time.perf_counter() - start
     peak_kb = _status_kb("VmHWM")
     # The eager reference, for the fallback run (which then needs no model).
     with torch.no_grad():
         torch.save({"inputs": inputs, "out": model(*inputs)}, Path(folder) / f"{name}.ref")
-    return {"model": name, "mode": mode, "weights": weights, "seconds": seconds,
+    return {"model": name, "mode": mode, "run_check": run_check, "weights": weights,
+            "seconds": seconds,
             "peak_above_baseline": (peak_kb - baseline_kb) * 1024,
             "baseline": baseline_kb * 1024,
             "artifact": sum(p.stat().st_size for p in files),
@@ -164,7 +167,7 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        print(json.dumps(child(*sys.argv[2:5])))
+        print(json.dumps(child(*sys.argv[2:6])))
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="mlp100m,linear1g")

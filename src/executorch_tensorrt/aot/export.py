@@ -23,6 +23,8 @@ from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
 from .memory_check import check_export_memory
 from .partition.partitioner import BACKEND_ID, TensorRTPartitioner
 from .partition.report import PartitionReport, format_report, write_report
+from .export_check import export_run_check
+from .run_check import RunCheck, RunCheckError
 from .runtime_kernels import check_runtime_kernels
 
 
@@ -40,6 +42,7 @@ class ExportResult:
     reports: dict[str, PartitionReport] = field(default_factory=dict)  # method -> report
     report_path: Path | None = None
     data_paths: list[Path] = field(default_factory=list)  # .ptd files (external_weights)
+    run_check: RunCheck | None = None  # the written program run once (None: run_check=False)
 
     @property
     def report(self) -> PartitionReport:
@@ -125,7 +128,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    progress: Progress | None = stderr_progress,
                    etrecord_path: str | Path | None = None, external_weights: bool = False,
                    check_memory: bool = True, allow_unquantized: bool = False,
-                   constant_methods: Mapping[str, Any] | None = None, **options) -> ExportResult:
+                   constant_methods: Mapping[str, Any] | None = None, run_check: bool = True,
+                   run_check_tolerance: float | None = None, **options) -> ExportResult:
     """export() returning timings, backends and the partition reports too.
 
     `model` may also be a dict of method name -> ExportedProgram (several
@@ -140,6 +144,9 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     (the report says why) instead of failing.
     `constant_methods`: name -> value methods written into the program as they
     are (ints, bools, lists of ints; e.g. the metadata an LLM runner reads).
+    `run_check=False`: do not run the written program once before returning
+    (run_check.py); `run_check_tolerance`: its allowed difference from eager,
+    times max(1, an output's largest magnitude) (default by precision).
     """
     path = Path(path)
     if path.suffix != ".pte":
@@ -225,11 +232,25 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                            reference[1] if reference else None, reference_inputs)
     exp = write_export_reference(path, ref if write_expected_file else None)
     # -- end of reference --
+    checked = None
+    if run_check:
+        del program, edge  # export's copies go before the program is loaded to run
+        t2 = time.perf_counter()
+        # With no reference written, the check makes the eager outputs itself.
+        checked = export_run_check(path, data_paths, methods,
+                                   None if write_expected_file else ref, exp, device_resident,
+                                   run_check_tolerance, options.get("precision"))
+        seconds["run_check"] = time.perf_counter() - t2
+        if progress:
+            progress(checked.describe())
     seconds["total"] = time.perf_counter() - t0
+    result = ExportResult(path, exp, seconds, trt_partitioner, backends, reports,
+                          written_report, data_paths, checked)
+    if checked is not None and not checked.ok and not checked.skipped:
+        raise RunCheckError(path, checked)
     if progress:
         progress(f"exported {path} in {seconds['total']:.1f} s")
-    return ExportResult(path, exp, seconds, trt_partitioner, backends, reports, written_report,
-                        data_paths)
+    return result
 
 
 def _size(nbytes: int) -> str:
@@ -286,9 +307,14 @@ def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | Pa
     engine and the ONNX model each carry the weights; no named data),
     `check_memory=False` (skip the out-of-memory estimate). By default the
     weights are stored once in the program's named data (docs/big-models.md).
+    Before returning, export runs the written program once on the reference
+    inputs and compares with eager (`run_check=False`: not); when it cannot
+    run or differs, the files stay written and RunCheckError is raised
+    (docs/verification.md, "The run check at export").
     """
     return export_program(model, example_inputs, path, dynamic_shapes=dynamic_shapes,
                           partitioners=partitioners, exclude_ops=exclude_ops, **options).path
 
 
-__all__ = ["export", "export_program", "ExportResult", "ExportError", "PartitionSplitWarning"]
+__all__ = ["export", "export_program", "ExportResult", "ExportError", "PartitionSplitWarning",
+           "RunCheck", "RunCheckError"]

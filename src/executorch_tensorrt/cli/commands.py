@@ -84,6 +84,12 @@ def _export_options(args) -> dict:
         options["check_memory"] = False
     if args.allow_unquantized:
         options["allow_unquantized"] = True
+    if args.no_run_check:
+        options["run_check"] = False
+    if args.run_check_tolerance is not None:
+        if not args.run_check_tolerance > 0:
+            raise Fail(EXIT_USAGE, "--run-check-tolerance must be > 0")
+        options["run_check_tolerance"] = args.run_check_tolerance
     if args.profiles is not None and args.profile:
         raise Fail(EXIT_USAGE, "--profiles N splits the range itself; --profile gives each "
                                 "profile: use one of them")
@@ -168,6 +174,8 @@ def cmd_export(args) -> int:
           + "".join(f" + {p}" for p in result.data_paths))
     if result.expected_path:
         print(f"reference: {result.expected_path} (+ {result.expected_path.name}.etensors)")
+    if result.run_check is not None:
+        print(result.run_check.describe())
     return EXIT_OK
 
 
@@ -248,7 +256,9 @@ def cmd_verify(args) -> int:
     rtol = args.rtol if args.rtol is not None else (0.0 if atol == 0 else 1e-4)
     if atol < 0 or rtol < 0:
         raise Fail(EXIT_USAGE, "--atol/--tolerance and --rtol must be >= 0")
-    actual = args.output
+    if args.output is None and _without_reference(Path(args.expected)):
+        return _run_check_without_reference(Path(args.expected), args.data)
+    actual = "-" if args.output is None else args.output
     if actual != "-" and tf.is_tensor_file(actual):
         ref_path, expected = reference_tensors(args.expected)
         got = tf.select(tf.read_tensors(actual), "output")
@@ -278,6 +288,47 @@ def cmd_verify(args) -> int:
     print(f"OK: {len(expected)} output(s) match {exp_file} in the printed values only "
           f"(atol {atol:g}, rtol {rtol:g}); compare whole outputs with run --outputs FILE")
     return EXIT_OK
+
+
+def _without_reference(path: Path) -> bool:
+    """A .pte with neither reference file beside it (verify then runs it)."""
+    from ..program.references import expected_path, tensors_path
+
+    return (path.suffix == ".pte" and not expected_path(path).exists()
+            and not tensors_path(path).exists())
+
+
+def _run_check_without_reference(path: Path, data: str | None) -> int:
+    """verify MODEL.pte with no reference: every method once on generated
+    inputs (aot/run_check.py); exit 0 when all ran, 3 when one did not."""
+    from .runner import check_program_file
+
+    path = check_program_file(path)
+    data_path = _data_path(path, data)
+    _refuse_device_resident_program(path)
+    from ..aot.run_check import check_program, safe_int_range, tolerance_for
+    from ..program.info import read_program
+
+    print(f"note: no reference beside {path}: running every method once on generated inputs",
+          file=sys.stderr)
+    check = check_program(path, data_path, {}, tolerance_for(None),
+                          safe_int_range(read_program(path)))
+    print(check.describe())
+    if check.ok:
+        print(f"OK: {len(check.methods)} method(s) ran (nothing compared: no reference)")
+        return EXIT_OK
+    return EXIT_RUN
+
+
+def _refuse_device_resident_program(path: Path) -> None:
+    from ..program.info import read_program
+
+    try:
+        names = [m.name for m in read_program(path)]
+    except ValueError as e:
+        raise Fail(EXIT_RUN, str(e)) from None
+    for name in names:
+        _refuse_device_resident(path, name)
 
 
 def cmd_demo(args) -> int:

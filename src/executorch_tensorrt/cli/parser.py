@@ -91,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a tensor file whose input.* make the reference instead of the "
                         "example inputs")
     p.add_argument("--no-reference", action="store_true", help="write no .expected reference")
+    p.add_argument("--no-run-check", action="store_true",
+                   help="do not run the written program once and compare it with eager "
+                        "(by default export fails, exit 4, keeping the files, when it cannot "
+                        "run or differs)")
+    p.add_argument("--run-check-tolerance", type=float, metavar="TOL",
+                   help="the run check's allowed |program - eager| per output, times max(1, "
+                        "its largest |eager|) (default 1e-3 fp32, 4e-3 fp16, 2e-2 bf16)")
     p.add_argument("--etrecord", action="store_true",
                    help="also write OUTPUT's ETRecord (.etrecord), for `profile`")
     _quantize_options(p, "; needs a module source")
@@ -125,9 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare a runner's outputs with the reference written at export",
         description="OUTPUT is a tensor file from `run --outputs` (every element is compared: "
                     "|actual - expected| <= atol + rtol * |expected|, NaN equals NaN) or a "
-                    "runner's printed output (only the printed values are compared).")
+                    "runner's printed output (only the printed values are compared). A "
+                    "model.pte with no reference beside it and no OUTPUT: every method is run "
+                    "once on generated inputs and verify says whether each ran (exit 3 when "
+                    "one did not).")
     p.add_argument("expected", help="model.pte, model.expected or model.expected.etensors")
-    p.add_argument("output", nargs="?", default="-",
+    p.add_argument("output", nargs="?", default=None,
                    help="tensor file or printed output (default: standard input)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default 1e-4)")
     p.add_argument("--rtol", type=float,
@@ -135,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="same as --atol (kept for older scripts); 0: printed text must match "
                         "exactly, tensors element for element")
+    _add_data_argument(p)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("inspect", formatter_class=fmt, epilog=EXIT_CODES,

@@ -45,6 +45,7 @@ def exported(request, tmp_path_factory):
     pte = tmp_path_factory.mktemp("layout") / "m.pte"
     result = export_program(model, (X,), str(pte), progress=None, external_weights=True)
     assert result.backends == {"forward": ["TensorRTBackend"]}  # all of it in one partition
+    assert result.run_check.ok, result.run_check.describe()  # export ran it (issue 21)
     with torch.no_grad():
         return pte, model(X).numpy()
 

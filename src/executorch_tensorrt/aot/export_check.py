@@ -1,0 +1,118 @@
+"""How export runs the check of the program it wrote (aot/run_check.py):
+on the reference's inputs, in this process or, for a big program, a child.
+
+Running a program costs about twice its weights on top of the process (the
+mapped program pages and onnxruntime's session build), while export itself
+streams them (docs/big-models.md). Above IN_PROCESS_LIMIT bytes of program,
+export therefore runs the same check_program in a fresh interpreter: its
+own peak stays what the export needed, and a crash of the program cannot
+take the exporting process down (it becomes the check's failure). Below the
+limit the interpreter's start (seconds) would cost more than the check.
+
+    python -m executorch_tensorrt.aot.export_check ARGS_JSON
+
+prints the RunCheck as JSON on its last line of standard output.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from ..program import tensor_file as tf
+from ..program.info import MethodInfo
+from ..program.references import tensors_path
+from .run_check import (MethodRunCheck, RunCheck, check_program, safe_int_range, stored_case,
+                        tolerance_for)
+
+IN_PROCESS_LIMIT = 32 * 1024 * 1024  # .pte + .ptd bytes run in the exporting process
+STDERR_SHOWN = 2000
+
+
+def to_json(check: RunCheck) -> str:
+    return json.dumps(dataclasses.asdict(check))
+
+
+def from_json(text: str) -> RunCheck:
+    data = json.loads(text)
+    methods = tuple(MethodRunCheck(**{**m, "executors": tuple(m["executors"])})
+                    for m in data["methods"])
+    return RunCheck(methods, data["skipped"])
+
+
+def check_in_child(path: Path, data_path: Path | None, reference: tuple[Path, str] | None,
+                   tolerance: float, int_range: tuple[int, int]) -> RunCheck:
+    args = {"path": str(path), "data": str(data_path) if data_path else None,
+            "reference": [str(reference[0]), reference[1]] if reference else None,
+            "tolerance": tolerance, "int_range": list(int_range)}
+    run = subprocess.run([sys.executable, "-m", __name__, json.dumps(args)],
+                         capture_output=True, text=True)
+    lines = run.stdout.strip().splitlines()
+    if run.returncode == 0 and lines:
+        return from_json(lines[-1])
+    how = (f"was killed by signal {-run.returncode}" if run.returncode < 0
+           else f"exited with status {run.returncode}")
+    return RunCheck((MethodRunCheck(
+        "*", False, "the check's child process",
+        f"the child process running the program {how}: "
+        f"{run.stderr.strip()[-STDERR_SHOWN:] or 'no output'}"),))
+
+
+def _eager_file(folder: str, eager) -> tuple[Path, str] | None:
+    """The eager run of `eager` ((model, inputs, source), when export wrote no
+    reference) stored in `folder`, or None when there is none or it fails."""
+    from ..program.references import reference_outputs
+
+    if eager is None:
+        return None
+    model, inputs, source = eager
+    try:
+        outputs = reference_outputs(model, inputs)
+    except Exception:  # noqa: BLE001 - the model's own error: export warned about it already
+        return None
+    path = Path(folder) / ("eager" + tf.SUFFIX)
+    tf.write_tensors(path, [tf.from_torch(f"input.{i}", t) for i, t in enumerate(inputs)]
+                     + [tf.from_torch(f"output.{i}", o) for i, o in enumerate(outputs)])
+    return path, source
+
+
+def export_run_check(path: Path, data_paths: Sequence[Path], methods: Sequence[MethodInfo],
+                     eager, expected_file: Path | None, device_resident: bool,
+                     tolerance: float | None, precision: str | None) -> RunCheck:
+    """export()'s check of the program it wrote (export.py raises RunCheckError
+    when the result is not ok). `forward` runs on the written reference's
+    inputs, else on `eager`'s; the other methods on generated inputs. A
+    program above IN_PROCESS_LIMIT bytes runs in a child process
+    (check_in_child), so that export's own peak memory stays bounded."""
+    if device_resident:
+        return RunCheck(skipped="a device-resident program: executorch's Python runtime gives "
+                                "methods host tensors; run it with the C++ runner "
+                                "(examples/cpp_runner)")
+    tol = tolerance if tolerance is not None else tolerance_for(precision)
+    data = data_paths[0] if data_paths else None
+    int_range = safe_int_range(methods)
+    size = sum(p.stat().st_size for p in (path, *data_paths))
+    with tempfile.TemporaryDirectory(prefix="etrt_run_check_") as folder:
+        reference = ((tensors_path(path), "example inputs") if expected_file is not None
+                     else _eager_file(folder, eager))
+        if size > IN_PROCESS_LIMIT:
+            return check_in_child(path, data, reference, tol, int_range)
+        cases = {"forward": stored_case(*reference)} if reference is not None else {}
+        return check_program(path, data, cases, tol, int_range)
+
+
+def main(argv: list[str]) -> None:
+    args = json.loads(argv[0])
+    reference = args["reference"]
+    cases = {"forward": stored_case(Path(reference[0]), reference[1])} if reference else {}
+    check = check_program(args["path"], args["data"], cases, args["tolerance"],
+                          tuple(args["int_range"]))
+    print(to_json(check))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

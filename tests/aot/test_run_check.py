@@ -1,0 +1,203 @@
+"""The run check at export (issue 21, part 2; aot/run_check.py): export runs
+the program it wrote once through executorch.runtime (TensorRT first, the
+onnxruntime fallback here, where no GPU runs engines) and compares with eager.
+
+Real exports, real runs, no mocks. Programs that export but must not pass are
+made honestly: a model whose output is random (the program's random numbers
+are not eager's), and a program whose TensorRT blob is damaged on disk after
+export wrote it and before the check read it (export's own progress callback
+fires between the two). `verify MODEL.pte` without a reference runs every
+method on generated inputs, integers inside the recorded index ranges."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from helpers import tensorrt_blobs
+from executorch_tensorrt import cli
+from executorch_tensorrt.aot.export import RunCheckError, export_program
+from executorch_tensorrt.aot.run_check import safe_int_range
+from executorch_tensorrt.program.info import read_program
+from executorch_tensorrt.runtime.executor import FALLBACK_ENV
+
+X = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+
+
+class Small(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+class Noisy(torch.nn.Module):
+    """Exports and runs, but its output is random: never equal to eager's."""
+
+    def forward(self, x):
+        return torch.relu(x) + torch.rand_like(x)
+
+
+class Lookup(torch.nn.Module):
+    """An embedding of 5 rows: ids outside 0..4 are refused (issue 19)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(5, 4)
+
+    def forward(self, ids):
+        return self.emb(ids) * 2.0
+
+
+class PosEmbed(torch.nn.Module):
+    """The ViTDet/SAM pattern of issue 21: a weight added after a layout Transpose."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.patch = torch.nn.Conv2d(3, 256, 4, 4)
+        self.pos = torch.nn.Parameter(torch.randn(1, 8, 8, 256))
+        self.head = torch.nn.Conv2d(256, 4, 1)
+
+    def forward(self, x):
+        return self.head((self.patch(x).permute(0, 2, 3, 1) + self.pos).permute(0, 3, 1, 2))
+
+
+def damage_blob_when_written(pte):
+    """A progress callback that flips one byte in the middle of the written
+    program's first TensorRT blob as soon as export says it wrote the file."""
+    def progress(message: str) -> None:
+        if message.startswith("wrote "):
+            data = bytearray(pte.read_bytes())
+            blob = tensorrt_blobs(bytes(data))[0]
+            at = bytes(data).index(blob) + len(blob) // 2
+            data[at] ^= 0xFF
+            pte.write_bytes(bytes(data))
+    return progress
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    pte = tmp_path_factory.mktemp("run_check") / "small.pte"
+    return pte, export_program(Small().eval(), (X,), pte, progress=None)
+
+
+def test_export_runs_the_program_and_compares_with_eager(good, no_fallback):
+    pte, result = good
+    check = result.run_check
+    assert check.ok and not check.skipped, check.describe()
+    (m,) = check.methods
+    assert (m.method, m.ran, m.compared, m.executors) == ("forward", True, True, ("onnxruntime",))
+    assert m.inputs == "example inputs"
+    assert 0 <= m.max_abs_diff <= 1e-5 < m.tolerance
+    assert "run_check" in result.seconds
+    # The check allowed the fallback for itself only.
+    assert FALLBACK_ENV not in os.environ
+
+
+def test_a_program_that_differs_from_eager_fails_export_and_stays_written(tmp_path):
+    pte = tmp_path / "noisy.pte"
+    with pytest.raises(RunCheckError) as info:
+        export_program(Noisy(), (X,), pte, progress=None)
+    (m,) = info.value.check.failures()
+    assert m.ran and m.compared and m.max_abs_diff > m.tolerance
+    text = str(info.value)
+    assert "method 'forward' ran but differs from eager" in text and "run_check=False" in text
+    assert pte.is_file() and pte.with_suffix(".expected").is_file()  # kept, as documented
+
+
+def test_a_program_that_cannot_run_fails_export_naming_the_cause(tmp_path):
+    pte = tmp_path / "damaged.pte"
+    with pytest.raises(RunCheckError) as info:
+        export_program(Small().eval(), (X,), pte, progress=damage_blob_when_written(pte))
+    (m,) = info.value.check.methods
+    assert not m.ran and m.method == "forward"
+    # The backend's own cause, not only ExecuTorch's error code.
+    assert "TensorRTBackend" in m.error, m.error
+    assert "could not run" in str(info.value) and "--no-run-check" in str(info.value)
+
+
+def test_run_check_false_writes_the_damaged_program_and_verify_catches_it(tmp_path, capsys):
+    pte = tmp_path / "damaged.pte"
+    result = export_program(Small().eval(), (X,), pte, write_expected_file=False,
+                            run_check=False, progress=damage_blob_when_written(pte))
+    assert result.run_check is None and "run_check" not in result.seconds
+    code = cli.main(["verify", str(pte)])
+    out = capsys.readouterr().out
+    assert code == 3, out
+    assert "method 'forward': did not run (generated inputs)" in out
+
+
+def test_verify_without_reference_runs_every_method(tmp_path, capsys):
+    pte = tmp_path / "plain.pte"
+    export_program(Small().eval(), (X,), pte, write_expected_file=False, run_check=False,
+                   progress=None)
+    assert cli.main(["verify", str(pte)]) == 0
+    out = capsys.readouterr().out
+    assert "method 'forward': ran on onnxruntime (generated inputs" in out
+
+
+def test_generated_integers_stay_inside_the_recorded_index_range(tmp_path, capsys):
+    pte = tmp_path / "lookup.pte"
+    ids = torch.tensor([[0, 4, 2], [1, 3, 0]])
+    result = export_program(Lookup().eval(), (ids,), pte, write_expected_file=False,
+                            progress=None)
+    # No reference written: the check ran the model eagerly itself and compared.
+    assert result.run_check.ok and result.run_check.methods[0].compared
+    # Generated ids of 0..15 would be refused by the program's own input check.
+    assert cli.main(["verify", str(pte)]) == 0, capsys.readouterr().out
+    low, high = safe_int_range(read_program(pte))
+    assert 0 <= low < high <= 5  # the embedding's 5 rows bound the generated ids
+
+
+def test_every_method_of_a_multi_method_program_is_run(tmp_path):
+    pte = tmp_path / "two.pte"
+    programs = {"forward": torch.export.export(Small().eval(), (X,)),
+                "other": torch.export.export(Lookup().eval(), (torch.tensor([[1, 2]]),))}
+    result = export_program(programs, None, pte, progress=None)
+    by_name = {m.method: m for m in result.run_check.methods}
+    assert set(by_name) == {"forward", "other"}
+    assert by_name["forward"].compared and by_name["forward"].ok
+    assert by_name["other"].ran and not by_name["other"].compared
+    assert by_name["other"].inputs == "generated inputs"
+
+
+def test_cli_export_prints_the_check_and_exits_4_when_it_fails(tmp_path, capsys):
+    good_pte = tmp_path / "add.pte"
+    assert cli.main(["export", "--example", "add", str(good_pte)]) == 0
+    assert "method 'forward': ran on onnxruntime (example inputs), matches eager" in \
+        capsys.readouterr().out
+    code = cli.main(["export", "--example", "add", str(tmp_path / "x.pte"),
+                     "--run-check-tolerance", "0"])
+    assert code == 2 and "--run-check-tolerance must be > 0" in capsys.readouterr().err
+    source = tmp_path / "noisy_model.py"
+    source.write_text("import torch\n\nclass Noisy(torch.nn.Module):\n"
+                      "    def forward(self, x):\n        return x + torch.rand_like(x)\n\n"
+                      "def make():\n    return Noisy(), (torch.randn(2, 8),)\n")
+    noisy = tmp_path / "noisy.pte"
+    assert cli.main(["export", f"{source}:make", str(noisy)]) == 4
+    assert "the run check failed: method 'forward' ran but differs" in capsys.readouterr().err
+    assert noisy.is_file()
+    assert cli.main(["export", f"{source}:make", str(noisy), "--no-run-check"]) == 0
+
+
+def test_the_layout_weights_pattern_passes_and_is_caught_without_its_fix(tmp_path, monkeypatch):
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    result = export_program(PosEmbed().eval(), (x,), tmp_path / "pos.pte", progress=None,
+                            external_weights=True)
+    assert result.run_check.ok and result.run_check.methods[0].compared
+    # A planted regression: the fallback's layout-weights fix undone (every
+    # weight handed to onnxruntime in place, as before issue 21's fix).
+    from executorch_tensorrt.runtime.onnxruntime import executor
+
+    monkeypatch.setattr(executor, "layout_movable", lambda model, names: frozenset())
+    with pytest.raises(RunCheckError) as info:
+        export_program(PosEmbed().eval(), (x,), tmp_path / "old.pte", progress=None,
+                       external_weights=True)
+    (m,) = info.value.check.methods
+    assert not m.ran and "broadcast" in m.error, m.error
