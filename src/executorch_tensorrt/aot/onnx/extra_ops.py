@@ -6,9 +6,12 @@ kernel the runtime may not have (the PyPI runtime has no `erfinv`).
 """
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
+import onnx
 import onnxscript
 import torch
-from onnxscript import FLOAT
+from onnxscript import FLOAT, INT64
 from onnxscript.onnx_opset import opset18 as op
 from torch.onnx._internal.exporter import _registration
 
@@ -56,6 +59,62 @@ def _copy(self, src, non_blocking: bool = False):
     return op.CastLike(op.Expand(src, op.Shape(self)), self)
 
 
+def _shape(values: list[int]):
+    """An int64 1-D constant, also when empty (the target shape of a 0-d value)."""
+    return op.Constant(value=onnx.helper.make_tensor("shape", onnx.TensorProto.INT64,
+                                                     [len(values)], values))
+
+
+def _arg_reduce(onnx_op, self, dim: Optional[int], keepdim: bool):
+    """argmax / argmin. TensorRT's ArgMax/ArgMin (a TopK) needs an input of at
+    least 2 dimensions, and torchlib flattens to 1-D for `dim=None`: reduce a
+    [1, N] view instead, then shape the one index as PyTorch does."""
+    rank = len(self.shape)
+    if dim is not None and rank >= 2:
+        return onnx_op(self, axis=dim, keepdims=int(keepdim))
+    flat = op.Reshape(self, op.Constant(value_ints=[1, -1]))
+    index = onnx_op(flat, axis=1, keepdims=0)  # shape [1]
+    shape = [1] * rank if keepdim else []  # dim=None keeps every dim as 1
+    return op.Reshape(index, _shape(shape))
+
+
+def _argmax(self, dim: Optional[int] = None, keepdim: bool = False) -> INT64:
+    """argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"""
+    return _arg_reduce(op.ArgMax, self, dim, keepdim)
+
+
+def _argmin(self, dim: Optional[int] = None, keepdim: bool = False) -> INT64:
+    """argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"""
+    return _arg_reduce(op.ArgMin, self, dim, keepdim)
+
+
+def _reduce(onnx_op, self, dim: Sequence[int] | None, keepdim: bool):
+    """A reduction over `dim`; none or empty reduces every dimension (ONNX's
+    reductions without an axes input). torchlib reshapes a missing `dim`, which
+    makes an invalid Reshape (mean) or fails to export (amax/amin)."""
+    if len(self.shape) == 0:
+        return self
+    if not dim:
+        return onnx_op(self, keepdims=int(keepdim))
+    return onnx_op(self, op.Constant(value_ints=list(dim)), keepdims=int(keepdim))
+
+
+def _amax(self, dim: Sequence[int] = (), keepdim: bool = False):
+    """amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"""
+    return _reduce(op.ReduceMax, self, dim, keepdim)
+
+
+def _amin(self, dim: Sequence[int] = (), keepdim: bool = False):
+    """amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"""
+    return _reduce(op.ReduceMin, self, dim, keepdim)
+
+
+def _mean_dim(self, dim: Optional[Sequence[int]] = None, keepdim: bool = False, dtype: int = -1):
+    """mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None)"""
+    result = _reduce(op.ReduceMean, self, dim, keepdim)
+    return result if dtype in (-1, None) else op.Cast(result, to=dtype)
+
+
 # Ops torchlib has no translation for.
 TRANSLATIONS = {
     torch.ops.aten.erfinv.default: onnxscript.TracedOnnxFunction(_OPSET, _erfinv),
@@ -63,6 +122,11 @@ TRANSLATIONS = {
 # Ops whose torchlib translation is wrong: ours are registered ahead of it.
 OVERRIDES = {
     torch.ops.aten.copy.default: onnxscript.TracedOnnxFunction(_OPSET, _copy),
+    torch.ops.aten.argmax.default: onnxscript.TracedOnnxFunction(_OPSET, _argmax),
+    torch.ops.aten.argmin.default: onnxscript.TracedOnnxFunction(_OPSET, _argmin),
+    torch.ops.aten.amax.default: onnxscript.TracedOnnxFunction(_OPSET, _amax),
+    torch.ops.aten.amin.default: onnxscript.TracedOnnxFunction(_OPSET, _amin),
+    torch.ops.aten.mean.dim: onnxscript.TracedOnnxFunction(_OPSET, _mean_dim),
 }
 
 
