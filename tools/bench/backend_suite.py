@@ -114,14 +114,19 @@ def _share(delegated: Counter, undelegated: Counter) -> str:
 class Collector:
     """pytest plugin: each test case's outcome and its subtests' records."""
 
-    def __init__(self):
+    def __init__(self, log: Path | None = None):
         self.cases: list[TestCaseResult] = []
+        self.log = log  # one JSON line per case as it ends: a cut-short run keeps its cases
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item, call):
         report = yield
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-            self.cases.append(self._case(item, report))
+            case = self._case(item, report)
+            self.cases.append(case)
+            if self.log:
+                with open(self.log, "a") as f:
+                    f.write(json.dumps(asdict(case)) + "\n")
         return report
 
     @staticmethod
@@ -142,7 +147,17 @@ class Collector:
         return case
 
 
-def run_suite(keyword: str | None, workdir: Path) -> tuple[list[TestCaseResult], int, float]:
+def read_log(path: Path) -> list[TestCaseResult]:
+    cases = []
+    for line in path.read_text().splitlines():
+        raw = json.loads(line)
+        subs = [Subtest(**s) for s in raw.pop("subtests")]
+        cases.append(TestCaseResult(**raw, subtests=subs))
+    return cases
+
+
+def run_suite(keyword: str | None, workdir: Path,
+              log: Path | None = None) -> tuple[list[TestCaseResult], int, float]:
     """Runs the suite's operator tests (those matching `keyword`, a pytest -k
     expression) on the TensorRT flow in this process. Returns the cases,
     pytest's exit code and the wall time."""
@@ -155,7 +170,7 @@ def run_suite(keyword: str | None, workdir: Path) -> tuple[list[TestCaseResult],
             "-W", "ignore::pytest.PytestUnknownMarkWarning", str(SUITE_DIR / "operators")]
     if keyword:
         args += ["-k", keyword]
-    collector = Collector()
+    collector = Collector(log)
     t0 = time.perf_counter()
     code = pytest.main(args, plugins=[collector])
     return collector.cases, int(code), time.perf_counter() - t0
@@ -230,8 +245,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every case and subtest here")
     parser.add_argument("--table", type=Path, help="write the summary table into this doc")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/backend-suite"))
+    parser.add_argument("--log", type=Path, help="append each case here (JSON lines) as it ends")
+    parser.add_argument("--from-log", type=Path, help="summarize this log instead of running")
+    parser.add_argument("--seconds", type=float, default=0.0, help="with --from-log: run time")
     args = parser.parse_args(argv)
-    cases, code, seconds = run_suite(args.keyword, args.workdir)
+    if args.from_log:
+        cases, code, seconds = read_log(args.from_log), 0, args.seconds
+    else:
+        cases, code, seconds = run_suite(args.keyword, args.workdir, args.log)
     summary = summarize(cases)
     if args.json:
         args.json.write_text(json.dumps({"seconds": seconds, "pytest_exit": code,

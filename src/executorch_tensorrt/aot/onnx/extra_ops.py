@@ -115,9 +115,43 @@ def _mean_dim(self, dim: Optional[Sequence[int]] = None, keepdim: bool = False, 
     return result if dtype in (-1, None) else op.Cast(result, to=dtype)
 
 
+def _adaptive_avg_pool3d(self, output_size: Sequence[int]):
+    """_adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor.
+    The mean over a box is the mean over each of its axes in turn, so each
+    spatial axis is pooled alone: PyTorch's bins (floor(i*n/out) to
+    ceil((i+1)*n/out)) as slices reduced with ReduceMean and concatenated.
+    Any size, divisible or not; static spatial sizes only."""
+    rank = len(self.shape)
+    x = self
+    for k, out in enumerate(output_size):
+        axis = rank - len(output_size) + k
+        size = self.shape[axis]
+        if not isinstance(size, int):
+            raise NotImplementedError("adaptive pooling over a dynamic dimension")
+        if size == out:
+            continue
+        bins = []
+        for i in range(out):
+            start, end = (i * size) // out, -((-(i + 1) * size) // out)
+            piece = op.Slice(x, op.Constant(value_ints=[start]), op.Constant(value_ints=[end]),
+                             op.Constant(value_ints=[axis]))
+            bins.append(op.ReduceMean(piece, op.Constant(value_ints=[axis]), keepdims=1))
+        x = op.Concat(*bins, axis=axis) if len(bins) > 1 else bins[0]
+    return x if x is not self else op.Identity(self)
+
+
+def _view_of(self):
+    """prims.view_of(Tensor a) -> Tensor: a view with the same shape (what a
+    squeeze of a dimension that is not 1 decomposes to)."""
+    return op.Identity(self)
+
+
 # Ops torchlib has no translation for.
 TRANSLATIONS = {
     torch.ops.aten.erfinv.default: onnxscript.TracedOnnxFunction(_OPSET, _erfinv),
+    torch.ops.aten._adaptive_avg_pool3d.default: onnxscript.TracedOnnxFunction(
+        _OPSET, _adaptive_avg_pool3d),
+    torch.ops.prims.view_of.default: onnxscript.TracedOnnxFunction(_OPSET, _view_of),
 }
 # Ops whose torchlib translation is wrong: ours are registered ahead of it.
 OVERRIDES = {
