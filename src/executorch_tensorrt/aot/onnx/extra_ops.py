@@ -126,18 +126,54 @@ def _adaptive_avg_pool3d(self, output_size: Sequence[int]):
     for k, out in enumerate(output_size):
         axis = rank - len(output_size) + k
         size = self.shape[axis]
-        if not isinstance(size, int):
-            raise NotImplementedError("adaptive pooling over a dynamic dimension")
         if size == out:
             continue
         bins = []
-        for i in range(out):
-            start, end = (i * size) // out, -((-(i + 1) * size) // out)
+        for start, end in _bins(size, out):
             piece = op.Slice(x, op.Constant(value_ints=[start]), op.Constant(value_ints=[end]),
                              op.Constant(value_ints=[axis]))
             bins.append(op.ReduceMean(piece, op.Constant(value_ints=[axis]), keepdims=1))
         x = op.Concat(*bins, axis=axis) if len(bins) > 1 else bins[0]
     return x if x is not self else op.Identity(self)
+
+
+def _bins(size, out: int) -> list[tuple[int, int]]:
+    """PyTorch's adaptive pooling bins: floor(i*n/out) to ceil((i+1)*n/out)."""
+    if not isinstance(size, int):
+        raise NotImplementedError("adaptive pooling over a dynamic dimension")
+    return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
+
+
+def _ints(values: list[int]):
+    return op.Constant(value_ints=values)
+
+
+def _adaptive_max_pool3d(self, output_size: Sequence[int]):
+    """adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor).
+    Pooled axis by axis, innermost first: per bin ReduceMax for the value and
+    ArgMax (first maximum) for where it is, carrying the flat index within the
+    spatial dims through GatherElements. That picks the first maximum in
+    (d, h, w) order, as PyTorch's kernel does."""
+    rank, n = len(self.shape), len(output_size)
+    spatial = list(self.shape[rank - n:])
+    values, flat, stride = self, None, 1
+    for k in reversed(range(n)):
+        axis, axes = rank - n + k, _ints([rank - n + k])
+        pooled, where = [], []
+        for start, end in _bins(spatial[k], output_size[k]):
+            piece = op.Slice(values, _ints([start]), _ints([end]), axes)
+            local = op.ArgMax(piece, axis=axis, keepdims=1)
+            pooled.append(op.ReduceMax(piece, axes, keepdims=1))
+            index = op.Mul(op.Add(local, op.Constant(value_int=start)),
+                           op.Constant(value_int=stride))
+            if flat is not None:
+                inner = op.Slice(flat, _ints([start]), _ints([end]), axes)
+                index = op.Add(index, op.GatherElements(inner, local, axis=axis))
+            where.append(index)
+        values = op.Concat(*pooled, axis=axis) if len(pooled) > 1 else pooled[0]
+        flat = op.Concat(*where, axis=axis) if len(where) > 1 else where[0]
+        stride *= spatial[k]
+    return values, flat
 
 
 def _view_of(self):
@@ -151,6 +187,8 @@ TRANSLATIONS = {
     torch.ops.aten.erfinv.default: onnxscript.TracedOnnxFunction(_OPSET, _erfinv),
     torch.ops.aten._adaptive_avg_pool3d.default: onnxscript.TracedOnnxFunction(
         _OPSET, _adaptive_avg_pool3d),
+    torch.ops.aten.adaptive_max_pool3d.default: onnxscript.TracedOnnxFunction(
+        _OPSET, _adaptive_max_pool3d),
     torch.ops.prims.view_of.default: onnxscript.TracedOnnxFunction(_OPSET, _view_of),
 }
 # Ops whose torchlib translation is wrong: ours are registered ahead of it.
