@@ -11,11 +11,13 @@ from typing import Optional, Sequence
 import onnx
 import onnxscript
 import torch
-from onnxscript import FLOAT, INT64
+from onnxscript import BFLOAT16, BOOL, FLOAT, FLOAT16, INT64
+from onnxscript.function_libs.torch_lib.ops.core import aten_index_put as torchlib_index_put
 from onnxscript.onnx_opset import opset18 as op
 from torch.onnx._internal.exporter import _registration
 
 _OPSET = onnxscript.values.Opset(domain="pkg.executorch_tensorrt", version=1)
+_FLOATS = (FLOAT.dtype, FLOAT16.dtype, BFLOAT16.dtype)
 
 # M. Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011),
 # single-precision version: polynomials in w = -log(1 - x^2), for w < 5 in
@@ -176,6 +178,47 @@ def _adaptive_max_pool3d(self, output_size: Sequence[int]):
     return values, flat
 
 
+def _index_put(self, indices, values, accumulate: bool = False):
+    """index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False).
+    Without accumulate: torchlib's translation (ScatterND). With it, torchlib
+    emits ScatterND(reduction="add"), which TensorRT's parser refuses; here the
+    sum is a matrix product instead: one-hot rows of the flat positions the
+    leading index tensors name ([K, P]), transposed, times the values ([K, R]),
+    added to self. Repeated indices add up, as in PyTorch. Only for 1-D index
+    tensors of one static length over the leading dims and float values."""
+    if not accumulate:
+        return torchlib_index_put(self, indices, values, accumulate)
+    shape = list(self.shape)
+    count = len(indices)
+    lengths = {tuple(i.shape) for i in indices if i is not None}
+    if (any(i is None or i.dtype == BOOL.dtype for i in indices) or len(lengths) != 1
+            or len(next(iter(lengths))) != 1
+            or not all(isinstance(d, int) for d in shape + list(next(iter(lengths))))
+            or values.dtype not in _FLOATS):
+        raise NotImplementedError("accumulating index_put beyond 1-D leading indices")
+    (k,), positions, rest = next(iter(lengths)), 1, 1
+    for d in shape[:count]:
+        positions *= d
+    for d in shape[count:]:
+        rest *= d
+    flat, stride = None, 1
+    for index, size in reversed(list(zip(indices, shape[:count]))):
+        index = op.Cast(index, to=INT64.dtype)
+        wrapped = op.Where(op.Less(index, op.Constant(value_int=0)),
+                           op.Add(index, op.Constant(value_int=size)), index)
+        term = op.Mul(wrapped, op.Constant(value_int=stride))
+        flat = term if flat is None else op.Add(flat, term)
+        stride *= size
+    grid = op.Range(op.Constant(value_int=0), op.Constant(value_int=positions),
+                    op.Constant(value_int=1))
+    one_hot = op.CastLike(op.Equal(op.Unsqueeze(flat, _ints([1])), op.Unsqueeze(grid, _ints([0]))),
+                          self)
+    rows = op.Reshape(op.Expand(op.CastLike(values, self), _ints([k, *shape[count:]])),
+                      _ints([k, rest]))
+    update = op.MatMul(op.Transpose(one_hot, perm=[1, 0]), rows)
+    return op.Add(self, op.Reshape(update, _ints(shape)))
+
+
 def _view_of(self):
     """prims.view_of(Tensor a) -> Tensor: a view with the same shape (what a
     squeeze of a dimension that is not 1 decomposes to)."""
@@ -199,6 +242,7 @@ OVERRIDES = {
     torch.ops.aten.amax.default: onnxscript.TracedOnnxFunction(_OPSET, _amax),
     torch.ops.aten.amin.default: onnxscript.TracedOnnxFunction(_OPSET, _amin),
     torch.ops.aten.mean.dim: onnxscript.TracedOnnxFunction(_OPSET, _mean_dim),
+    torch.ops.aten.index_put.default: onnxscript.TracedOnnxFunction(_OPSET, _index_put),
 }
 
 
