@@ -20,9 +20,11 @@ TOOL = REPO / "tools" / "bench" / "backend_suite.py"
 sys.path.insert(0, str(TOOL.parent))
 import backend_suite  # noqa: E402
 
-# One subtest each (seconds): argmax over the flattened input, amax and mean
-# over every dimension (aot/onnx/extra_ops.py); TensorRT took none of them before.
-SLICE = ["test_argmax_dtype", "test_amax_dtype", "test_mean_dtype"]
+# A few subtests each, of ops TensorRT took none of before aot/onnx/extra_ops.py:
+# argmax over the flattened input, mean over every dimension, 3-D adaptive
+# pools (max with its indices), index_put with accumulate.
+SLICE = ["test_argmax_dtype", "test_mean_dtype", "test_adaptive_avgpool3d_dtype",
+         "test_adaptive_maxpool3d_return_indices", "test_index_put_accumulate"]
 
 
 @pytest.fixture(scope="module")

@@ -156,18 +156,21 @@ def read_log(path: Path) -> list[TestCaseResult]:
     return cases
 
 
-def run_suite(keyword: str | None, workdir: Path,
-              log: Path | None = None) -> tuple[list[TestCaseResult], int, float]:
+def run_suite(keyword: str | None, workdir: Path, log: Path | None = None,
+              files: list[str] = ()) -> tuple[list[TestCaseResult], int, float]:
     """Runs the suite's operator tests (those matching `keyword`, a pytest -k
-    expression) on the TensorRT flow in this process. Returns the cases,
-    pytest's exit code and the wall time."""
+    expression; from `files` of operators/ in that order, all by default) on
+    the TensorRT flow in this process. Returns the cases, pytest's exit code
+    and the wall time."""
     use_tensorrt_flow()
     workdir.mkdir(parents=True, exist_ok=True)
     ini = workdir / "pytest.ini"
     ini.write_text("[pytest]\n")  # not the repository's settings (workers, testpaths)
     args = ["-c", str(ini), "--rootdir", str(SUITE_DIR), "--confcutdir", str(SUITE_DIR),
             "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
-            "-W", "ignore::pytest.PytestUnknownMarkWarning", str(SUITE_DIR / "operators")]
+            "-W", "ignore::pytest.PytestUnknownMarkWarning"]
+    # pytest collects a path given twice once: name some files first, then all.
+    args += [str(SUITE_DIR / "operators" / f) for f in files] or [str(SUITE_DIR / "operators")]
     if keyword:
         args += ["-k", keyword]
     collector = Collector(log)
@@ -241,6 +244,8 @@ def write_table(doc: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="*", help="operators/ test files to run, in this order "
+                        "(add `.` to run every other file after them); default all")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression over the suite's tests")
     parser.add_argument("--json", type=Path, help="write every case and subtest here")
     parser.add_argument("--table", type=Path, help="write the summary table into this doc")
@@ -252,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_log:
         cases, code, seconds = read_log(args.from_log), 0, args.seconds
     else:
-        cases, code, seconds = run_suite(args.keyword, args.workdir, args.log)
+        cases, code, seconds = run_suite(args.keyword, args.workdir, args.log, args.files)
     summary = summarize(cases)
     if args.json:
         args.json.write_text(json.dumps({"seconds": seconds, "pytest_exit": code,
