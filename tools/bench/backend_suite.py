@@ -169,8 +169,13 @@ def run_suite(keyword: str | None, workdir: Path, log: Path | None = None,
     args = ["-c", str(ini), "--rootdir", str(SUITE_DIR), "--confcutdir", str(SUITE_DIR),
             "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
             "-W", "ignore::pytest.PytestUnknownMarkWarning"]
-    # pytest collects a path given twice once: name some files first, then all.
-    args += [str(SUITE_DIR / "operators" / f) for f in files] or [str(SUITE_DIR / "operators")]
+    # "." names every file not named before it (pytest drops a file also
+    # covered by a folder argument, so the folder cannot be passed with them).
+    named = [f for f in files if f != "."]
+    if "." in files:
+        named += sorted(p.name for p in (SUITE_DIR / "operators").glob("test_*.py")
+                        if p.name not in named)
+    args += [str(SUITE_DIR / "operators" / f) for f in named] or [str(SUITE_DIR / "operators")]
     if keyword:
         args += ["-k", keyword]
     collector = Collector(log)
