@@ -40,8 +40,8 @@ from executorch.backends.test.harness import Tester  # noqa: E402
 from executorch.backends.test.harness.stages import StageType, ToEdgeTransformAndLower  # noqa: E402
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower  # noqa: E402
 
-import executorch_tensorrt  # noqa: E402,F401 - registers TensorRTBackend with the runtime
-from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner  # noqa: E402
+# Importing the package registers TensorRTBackend with ExecuTorch's runtime.
+from executorch_tensorrt import TensorRTPartitioner  # noqa: E402
 
 SUITE_DIR = Path(suite_pkg.__file__).parent
 TABLE_BEGIN = "<!-- backend-suite:begin (tools/bench/backend_suite.py --table) -->"
