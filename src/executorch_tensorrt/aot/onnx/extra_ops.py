@@ -150,12 +150,14 @@ def _ints(values: list[int]):
     return op.Constant(value_ints=values)
 
 
-def _adaptive_max_pool3d(self, output_size: Sequence[int]):
-    """adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor).
+def _adaptive_max_pool(self, output_size: Sequence[int]):
+    """adaptive_max_pool{2,3}d(Tensor self, int[n] output_size) -> (Tensor, Tensor)
+    (1-D pooling reaches the graph as the 2-D op).
     Pooled axis by axis, innermost first: per bin ReduceMax for the value and
     ArgMax (first maximum) for where it is, carrying the flat index within the
     spatial dims through GatherElements. That picks the first maximum in
-    (d, h, w) order, as PyTorch's kernel does."""
+    (d, h, w) order, as PyTorch's kernel does. torchlib has no translation;
+    shapes PyTorch decomposes to max pooling never reach this."""
     rank, n = len(self.shape), len(output_size)
     spatial = list(self.shape[rank - n:])
     values, flat, stride = self, None, 1
@@ -230,8 +232,10 @@ TRANSLATIONS = {
     torch.ops.aten.erfinv.default: onnxscript.TracedOnnxFunction(_OPSET, _erfinv),
     torch.ops.aten._adaptive_avg_pool3d.default: onnxscript.TracedOnnxFunction(
         _OPSET, _adaptive_avg_pool3d),
+    torch.ops.aten.adaptive_max_pool2d.default: onnxscript.TracedOnnxFunction(
+        _OPSET, _adaptive_max_pool),
     torch.ops.aten.adaptive_max_pool3d.default: onnxscript.TracedOnnxFunction(
-        _OPSET, _adaptive_max_pool3d),
+        _OPSET, _adaptive_max_pool),
     torch.ops.prims.view_of.default: onnxscript.TracedOnnxFunction(_OPSET, _view_of),
 }
 # Ops whose torchlib translation is wrong: ours are registered ahead of it.
