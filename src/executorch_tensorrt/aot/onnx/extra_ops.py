@@ -6,13 +6,18 @@ kernel the runtime may not have (the PyPI runtime has no `erfinv`).
 """
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
+import onnx
 import onnxscript
 import torch
-from onnxscript import FLOAT
+from onnxscript import BFLOAT16, BOOL, FLOAT, FLOAT16, INT64
+from onnxscript.function_libs.torch_lib.ops.core import aten_index_put as torchlib_index_put
 from onnxscript.onnx_opset import opset18 as op
 from torch.onnx._internal.exporter import _registration
 
 _OPSET = onnxscript.values.Opset(domain="pkg.executorch_tensorrt", version=1)
+_FLOATS = (FLOAT.dtype, FLOAT16.dtype, BFLOAT16.dtype)
 
 # M. Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011),
 # single-precision version: polynomials in w = -log(1 - x^2), for w < 5 in
@@ -56,13 +61,192 @@ def _copy(self, src, non_blocking: bool = False):
     return op.CastLike(op.Expand(src, op.Shape(self)), self)
 
 
+def _shape(values: list[int]):
+    """An int64 1-D constant, also when empty (the target shape of a 0-d value)."""
+    return op.Constant(value=onnx.helper.make_tensor("shape", onnx.TensorProto.INT64,
+                                                     [len(values)], values))
+
+
+def _arg_reduce(onnx_op, self, dim: Optional[int], keepdim: bool):
+    """argmax / argmin. TensorRT's ArgMax/ArgMin (a TopK) needs an input of at
+    least 2 dimensions, and torchlib flattens to 1-D for `dim=None`: reduce a
+    [1, N] view instead, then shape the one index as PyTorch does."""
+    rank = len(self.shape)
+    if dim is not None and rank >= 2:
+        return onnx_op(self, axis=dim, keepdims=int(keepdim))
+    flat = op.Reshape(self, op.Constant(value_ints=[1, -1]))
+    index = onnx_op(flat, axis=1, keepdims=0)  # shape [1]
+    shape = [1] * rank if keepdim else []  # dim=None keeps every dim as 1
+    return op.Reshape(index, _shape(shape))
+
+
+def _argmax(self, dim: Optional[int] = None, keepdim: bool = False) -> INT64:
+    """argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"""
+    return _arg_reduce(op.ArgMax, self, dim, keepdim)
+
+
+def _argmin(self, dim: Optional[int] = None, keepdim: bool = False) -> INT64:
+    """argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"""
+    return _arg_reduce(op.ArgMin, self, dim, keepdim)
+
+
+def _reduce(onnx_op, self, dim: Sequence[int] | None, keepdim: bool):
+    """A reduction over `dim`; none or empty reduces every dimension (ONNX's
+    reductions without an axes input). torchlib reshapes a missing `dim`, which
+    makes an invalid Reshape (mean) or fails to export (amax/amin)."""
+    if len(self.shape) == 0:
+        return self
+    if not dim:
+        return onnx_op(self, keepdims=int(keepdim))
+    return onnx_op(self, op.Constant(value_ints=list(dim)), keepdims=int(keepdim))
+
+
+def _amax(self, dim: Sequence[int] = (), keepdim: bool = False):
+    """amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"""
+    return _reduce(op.ReduceMax, self, dim, keepdim)
+
+
+def _amin(self, dim: Sequence[int] = (), keepdim: bool = False):
+    """amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"""
+    return _reduce(op.ReduceMin, self, dim, keepdim)
+
+
+def _mean_dim(self, dim: Optional[Sequence[int]] = None, keepdim: bool = False, dtype: int = -1):
+    """mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None)"""
+    result = _reduce(op.ReduceMean, self, dim, keepdim)
+    return result if dtype in (-1, None) else op.Cast(result, to=dtype)
+
+
+def _adaptive_avg_pool3d(self, output_size: Sequence[int]):
+    """_adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor.
+    The mean over a box is the mean over each of its axes in turn, so each
+    spatial axis is pooled alone: PyTorch's bins (floor(i*n/out) to
+    ceil((i+1)*n/out)) as slices reduced with ReduceMean and concatenated.
+    Any size, divisible or not; static spatial sizes only."""
+    rank = len(self.shape)
+    x = self
+    for k, out in enumerate(output_size):
+        axis = rank - len(output_size) + k
+        size = self.shape[axis]
+        if size == out:
+            continue
+        bins = []
+        for start, end in _bins(size, out):
+            piece = op.Slice(x, op.Constant(value_ints=[start]), op.Constant(value_ints=[end]),
+                             op.Constant(value_ints=[axis]))
+            bins.append(op.ReduceMean(piece, op.Constant(value_ints=[axis]), keepdims=1))
+        x = op.Concat(*bins, axis=axis) if len(bins) > 1 else bins[0]
+    return x if x is not self else op.Identity(self)
+
+
+def _bins(size, out: int) -> list[tuple[int, int]]:
+    """PyTorch's adaptive pooling bins: floor(i*n/out) to ceil((i+1)*n/out)."""
+    if not isinstance(size, int):
+        raise NotImplementedError("adaptive pooling over a dynamic dimension")
+    return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
+
+
+def _ints(values: list[int]):
+    return op.Constant(value_ints=values)
+
+
+def _adaptive_max_pool(self, output_size: Sequence[int]):
+    """adaptive_max_pool{2,3}d(Tensor self, int[n] output_size) -> (Tensor, Tensor)
+    (1-D pooling reaches the graph as the 2-D op).
+    Pooled axis by axis, innermost first: per bin ReduceMax for the value and
+    ArgMax (first maximum) for where it is, carrying the flat index within the
+    spatial dims through GatherElements. That picks the first maximum in
+    (d, h, w) order, as PyTorch's kernel does. torchlib has no translation;
+    shapes PyTorch decomposes to max pooling never reach this."""
+    rank, n = len(self.shape), len(output_size)
+    spatial = list(self.shape[rank - n:])
+    values, flat, stride = self, None, 1
+    for k in reversed(range(n)):
+        axis, axes = rank - n + k, _ints([rank - n + k])
+        pooled, where = [], []
+        for start, end in _bins(spatial[k], output_size[k]):
+            piece = op.Slice(values, _ints([start]), _ints([end]), axes)
+            local = op.ArgMax(piece, axis=axis, keepdims=1)
+            pooled.append(op.ReduceMax(piece, axes, keepdims=1))
+            index = op.Mul(op.Add(local, op.Constant(value_int=start)),
+                           op.Constant(value_int=stride))
+            if flat is not None:
+                inner = op.Slice(flat, _ints([start]), _ints([end]), axes)
+                index = op.Add(index, op.GatherElements(inner, local, axis=axis))
+            where.append(index)
+        values = op.Concat(*pooled, axis=axis) if len(pooled) > 1 else pooled[0]
+        flat = op.Concat(*where, axis=axis) if len(where) > 1 else where[0]
+        stride *= spatial[k]
+    return values, flat
+
+
+def _index_put(self, indices, values, accumulate: bool = False):
+    """index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False).
+    Without accumulate: torchlib's translation (ScatterND). With it, torchlib
+    emits ScatterND(reduction="add"), which TensorRT's parser refuses; here the
+    sum is a matrix product instead: one-hot rows of the flat positions the
+    leading index tensors name ([K, P]), transposed, times the values ([K, R]),
+    added to self. Repeated indices add up, as in PyTorch. Only for 1-D index
+    tensors of one static length over the leading dims and float values."""
+    if not accumulate:
+        return torchlib_index_put(self, indices, values, accumulate)
+    shape = list(self.shape)
+    count = len(indices)
+    lengths = {tuple(i.shape) for i in indices if i is not None}
+    if (any(i is None or i.dtype == BOOL.dtype for i in indices) or len(lengths) != 1
+            or len(next(iter(lengths))) != 1
+            or not all(isinstance(d, int) for d in shape + list(next(iter(lengths))))
+            or values.dtype not in _FLOATS):
+        raise NotImplementedError("accumulating index_put beyond 1-D leading indices")
+    (k,), positions, rest = next(iter(lengths)), 1, 1
+    for d in shape[:count]:
+        positions *= d
+    for d in shape[count:]:
+        rest *= d
+    flat, stride = None, 1
+    for index, size in reversed(list(zip(indices, shape[:count]))):
+        index = op.Cast(index, to=INT64.dtype)
+        wrapped = op.Where(op.Less(index, op.Constant(value_int=0)),
+                           op.Add(index, op.Constant(value_int=size)), index)
+        term = op.Mul(wrapped, op.Constant(value_int=stride))
+        flat = term if flat is None else op.Add(flat, term)
+        stride *= size
+    grid = op.Range(op.Constant(value_int=0), op.Constant(value_int=positions),
+                    op.Constant(value_int=1))
+    one_hot = op.CastLike(op.Equal(op.Unsqueeze(flat, _ints([1])), op.Unsqueeze(grid, _ints([0]))),
+                          self)
+    rows = op.Reshape(op.Expand(op.CastLike(values, self), _ints([k, *shape[count:]])),
+                      _ints([k, rest]))
+    update = op.MatMul(op.Transpose(one_hot, perm=[1, 0]), rows)
+    return op.Add(self, op.Reshape(update, _ints(shape)))
+
+
+def _view_of(self):
+    """prims.view_of(Tensor a) -> Tensor: a view with the same shape (what a
+    squeeze of a dimension that is not 1 decomposes to)."""
+    return op.Identity(self)
+
+
 # Ops torchlib has no translation for.
 TRANSLATIONS = {
     torch.ops.aten.erfinv.default: onnxscript.TracedOnnxFunction(_OPSET, _erfinv),
+    torch.ops.aten._adaptive_avg_pool3d.default: onnxscript.TracedOnnxFunction(
+        _OPSET, _adaptive_avg_pool3d),
+    torch.ops.aten.adaptive_max_pool2d.default: onnxscript.TracedOnnxFunction(
+        _OPSET, _adaptive_max_pool),
+    torch.ops.aten.adaptive_max_pool3d.default: onnxscript.TracedOnnxFunction(
+        _OPSET, _adaptive_max_pool),
+    torch.ops.prims.view_of.default: onnxscript.TracedOnnxFunction(_OPSET, _view_of),
 }
 # Ops whose torchlib translation is wrong: ours are registered ahead of it.
 OVERRIDES = {
     torch.ops.aten.copy.default: onnxscript.TracedOnnxFunction(_OPSET, _copy),
+    torch.ops.aten.argmax.default: onnxscript.TracedOnnxFunction(_OPSET, _argmax),
+    torch.ops.aten.argmin.default: onnxscript.TracedOnnxFunction(_OPSET, _argmin),
+    torch.ops.aten.amax.default: onnxscript.TracedOnnxFunction(_OPSET, _amax),
+    torch.ops.aten.amin.default: onnxscript.TracedOnnxFunction(_OPSET, _amin),
+    torch.ops.aten.mean.dim: onnxscript.TracedOnnxFunction(_OPSET, _mean_dim),
+    torch.ops.aten.index_put.default: onnxscript.TracedOnnxFunction(_OPSET, _index_put),
 }
 
 
