@@ -63,11 +63,19 @@ class Rebuild:
     key: str
     facts: EntryFacts
     build: Callable[[], bytes]
+    check: Callable[[], object]  # refuses an ONNX model that must not be built
 
     def fetch(self, cache: EngineCache | None = None) -> Fetched:
         """The cached engine (checked against `facts`), else a build, stored."""
+        cache = cache or EngineCache(cache_dir())
+        # A hit was checked when it was built from the same bytes: no ONNX
+        # parse at load. A miss checks the model before the cache is touched.
+        found, _ = cache.peek(self.key, self.facts)
+        if found is not None:
+            return found
+        self.check()
         try:
-            return (cache or EngineCache(cache_dir())).fetch(self.key, self.build, self.facts)
+            return cache.fetch(self.key, self.build, self.facts)
         except RebuildImpossible as e:  # the cache adds why it rejected an entry as notes
             raise RebuildImpossible("; ".join([str(e), *getattr(e, "__notes__", [])])) from None
 
@@ -85,7 +93,9 @@ def program_key(blob: Blob, onnx_bytes: bytes,
                           + ([json_form["optimization_profiles"]]
                              if meta.optimization_profiles is not None else []),
                           sort_keys=True).encode()
-    return hashlib.sha256(onnx_bytes + key_data).hexdigest(), weights_id
+    digest = hashlib.sha256(onnx_bytes)
+    digest.update(key_data)
+    return digest.hexdigest(), weights_id
 
 
 def cache_key(program: str, trt: TensorRT, capability: str) -> str:
@@ -109,7 +119,11 @@ def rebuild_for(blob: Blob, trt: TensorRT, capability: str,
     parser reads them where they lie, so no ONNX with weights is formed."""
     if trt.is_rtx and capability not in trt.module.ComputeCapability.__members__:
         raise RebuildImpossible(f"TensorRT-RTX {trt.version} cannot build for {capability}")
-    onnx_bytes = embedded_onnx(blob)
+    if blob.onnx is None:
+        embedded_onnx(blob)  # raises, saying why
+    # The key hashes the bytes as they are; Rebuild.fetch checks them (parsed,
+    # no external data) only when it has to build.
+    onnx_bytes = blob.onnx
     meta = blob.meta
     if len(weights) != len(meta.weights or ()):
         raise RebuildImpossible(f"the blob lists {len(meta.weights or ())} weights in named data, "
@@ -131,7 +145,8 @@ def rebuild_for(blob: Blob, trt: TensorRT, capability: str,
             raise RebuildImpossible(str(e)) from None
 
     return Rebuild(cache_key(program, trt, capability),
-                   EntryFacts(program, capability, trt.flavor, trt.version), build)
+                   EntryFacts(program, capability, trt.flavor, trt.version), build,
+                   lambda: embedded_onnx(blob))
 
 
 def rebuilt_engine(blob: Blob, trt: TensorRT, capability: str,
