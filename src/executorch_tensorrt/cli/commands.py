@@ -51,7 +51,10 @@ def cmd_inspect(args) -> int:
            for m in methods for d in m.delegates):
         from ..deploy.prepare import first_load, format_first_load
 
-        print(format_first_load(first_load(path, cache=args.cache, capability=args.target)))
+        try:
+            print(format_first_load(first_load(path, cache=args.cache, capability=args.target)))
+        except ValueError as e:  # a --target not of the form SM89
+            raise Fail(EXIT_USAGE, str(e)) from None
     if args.report:
         from ..aot.partition.report import format_report, read_report
 
@@ -223,11 +226,11 @@ def cmd_prepare(args) -> int:
     path = check_program_file(args.model)
     data = _data_path(path, args.data)
     from ..deploy.prepare import prepare
-    from ..errors import EngineUnavailable, InvalidProgramError
+    from ..errors import EngineUnavailable
 
     try:
         done = prepare(path, data, cache=args.cache, capability=args.target)
-    except InvalidProgramError as e:
+    except ValueError as e:  # not a program, a damaged .ptd, or a --target not like SM89
         raise Fail(EXIT_USAGE, str(e)) from None
     except EngineUnavailable as e:
         raise Fail(EXIT_RUN, str(e)) from None

@@ -21,13 +21,15 @@ sits above the runtime, which never imports exir.
 from __future__ import annotations
 
 import mmap
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 from ..blob import Blob, BlobError, read_blob
-from ..errors import EngineUnavailable, InvalidProgramError, TensorRTNotInstalledError
+from ..errors import (EngineUnavailable, InvalidProgramError, NamedDataError,
+                      TensorRTNotInstalledError)
 from ..program.info import read_pte
 from ..program.named_data import DataFileError, read_ptd_segments
 from ..runtime.cuda.device import chosen_device
@@ -39,6 +41,8 @@ from ..runtime.tensorrt.portability import (
     RebuildImpossible, built_here, cache_dir, cache_key, embedded_onnx, program_key, rebuild_for)
 from ..tensorrt.engine_builder import Progress, stderr_progress
 from ..tensorrt.flavor import TensorRT, load_tensorrt
+
+_CAPABILITY = re.compile(r"SM[0-9]{2,4}")
 
 
 @dataclass(frozen=True)
@@ -73,10 +77,19 @@ def _tensorrt_for(blob: Blob) -> TensorRT:
         return load_tensorrt()
 
 
+def checked_target(capability: str) -> str:
+    """`capability` as "SM89", or ValueError saying the form."""
+    target = capability.strip().upper()
+    if not _CAPABILITY.fullmatch(target):
+        raise ValueError(f"target {capability!r} is not a compute capability such as SM89 "
+                            "(SM followed by the major and minor digits)")
+    return target
+
+
 def _target(blob: Blob, capability: str | None) -> str:
     """The capability asked for, else the GPU the executor would use."""
     if capability:
-        return capability.upper()
+        return checked_target(capability)
     reason = cuda_unavailable_reason()
     if reason is not None:
         raise EngineUnavailable(
@@ -102,7 +115,7 @@ def _partitions(pte_file) -> Iterator[tuple[str, int, Blob]]:
                 raise InvalidProgramError(f"method {plan.name} delegate [{i}]: {e}") from None
 
 
-def program_named_data(pte_file, ptd: str | Path | None) -> InMemoryNamedData:
+def program_named_data(pte_file, ptd: str | Path | None) -> InMemoryNamedData | None:
     """The program's named data (`pte_file`: program/info.read_pte's): the
     .pte's own entries and the .ptd's, mapped read-only (a weights file is
     used where it lies, never copied; the views keep the mapping alive)."""
@@ -120,7 +133,7 @@ def program_named_data(pte_file, ptd: str | Path | None) -> InMemoryNamedData:
             view = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
         for key, (offset, size) in segments.items():
             entries[key] = view[offset:offset + size]  # bounds checked by read_ptd_segments
-    return InMemoryNamedData(entries)
+    return InMemoryNamedData(entries) if entries else None  # None: "pass the .ptd"
 
 
 def prepare(pte: str | Path, ptd: str | Path | None = None, *,
@@ -150,7 +163,11 @@ def prepare(pte: str | Path, ptd: str | Path | None = None, *,
         say(f"{where}: looking up or building its engine for {target} "
             f"({trt.flavor} {trt.version}) in {store.directory}")
         try:
-            fetched = rebuild_for(blob, trt, target, blob_weights(blob, named)).fetch(store)
+            weights = blob_weights(blob, named)
+        except NamedDataError as e:
+            raise NamedDataError(f"{where}: {e}") from None
+        try:
+            fetched = rebuild_for(blob, trt, target, weights).fetch(store)
         except RebuildImpossible as e:
             raise EngineUnavailable(f"{where}: cannot prepare the engine for {target}: {e}") \
                 from None
@@ -174,7 +191,7 @@ def first_load(pte: str | Path, *, cache: str | Path | None = None,
     store = EngineCache(cache) if cache is not None else EngineCache(cache_dir())
     out = []
     for method, index, blob in _partitions(read_pte(pte)):
-        target = (capability.upper() if capability
+        target = (checked_target(capability) if capability
                   else None if cuda_unavailable_reason() else _target(blob, None))
         out.append(_first_load(method, index, blob, target, store))
     return out
@@ -191,7 +208,12 @@ def _first_load(method: str, index: int, blob: Blob, target: str | None,
                              f"{shipped}; no GPU here and no target given: pass --target SM.. "
                              "to check it against a GPU and the engine cache",
                              facts.build_seconds)
-    trt = _tensorrt_for(blob)
+    try:
+        trt = _tensorrt_for(blob)
+    except TensorRTNotInstalledError as e:
+        return PartitionLoad(method, index, blob.engine_kind == "none",
+                             f"{shipped}; no TensorRT here to check it against {target}: {e}",
+                             facts.build_seconds)
     if blob.engine_kind != "none" and built_here(blob, trt, target):
         return PartitionLoad(method, index, False, f"{shipped}, which runs on {target}",
                              facts.build_seconds)
