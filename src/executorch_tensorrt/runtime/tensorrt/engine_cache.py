@@ -209,23 +209,30 @@ class EngineCache:
             if not stat.S_ISREG(st.st_mode):
                 raise CacheUnusable(f"{where / name} is not a regular file")
             _check_ours(st, str(where / name))
-            data = f.read()
-        if len(data) < _HEADER.size:
-            raise CacheUnusable(f"{where / name} is too short to be a cache entry")
-        magic, key_digest, length, digest = _HEADER.unpack_from(data)
-        body = data[_HEADER.size:]
-        if magic not in (MAGIC, MAGIC_FACTS):
-            raise CacheUnusable(f"{where / name} is not an entry this cache wrote")
-        if length != len(body) or hashlib.sha256(body).digest() != digest:
+            # Read in parts, so the engine is read once and never copied.
+            head = f.read(_HEADER.size)
+            if len(head) < _HEADER.size:
+                raise CacheUnusable(f"{where / name} is too short to be a cache entry")
+            magic, key_digest, length, digest = _HEADER.unpack(head)
+            if magic not in (MAGIC, MAGIC_FACTS):
+                raise CacheUnusable(f"{where / name} is not an entry this cache wrote")
+            prefix, facts_json = b"", None
+            if magic == MAGIC_FACTS:
+                prefix = f.read(_FACTS_LEN.size)
+                (size,) = (_FACTS_LEN.unpack(prefix) if len(prefix) == _FACTS_LEN.size
+                           else (None,))
+                facts_json = f.read(size) if size is not None and size <= _MAX_FACTS else b""
+                if size is None or len(facts_json) != size:
+                    raise CacheUnusable(f"{where / name} has a build-facts length past its end")
+                prefix += facts_json
+            engine = f.read()
+        checked = hashlib.sha256(prefix)
+        checked.update(engine)
+        if length != len(prefix) + len(engine) or checked.digest() != digest:
             raise CacheUnusable(f"{where / name} does not match its recorded length and "
                                 "SHA-256 (truncated or modified)")
-        facts, engine = None, body
-        if magic == MAGIC_FACTS:
-            (size,) = _FACTS_LEN.unpack_from(body) if len(body) >= 4 else (None,)
-            if size is None or size > min(_MAX_FACTS, len(body) - 4):
-                raise CacheUnusable(f"{where / name} has a build-facts length past its end")
-            facts = EntryFacts.from_json(body[4:4 + size], where / name)
-            engine = body[4 + size:]
+        facts = (EntryFacts.from_json(facts_json, where / name) if facts_json is not None
+                 else None)
         if wanted is not None:
             why = (facts.mismatch(wanted) if facts is not None
                    else "it does not record what it was built for")
