@@ -72,6 +72,7 @@ _LAZY = {
     "TensorRTCompileSpec": ("aot.compile_spec", "TensorRTCompileSpec"),
     "reset_state": ("runtime.state", "reset_state"),
     "greedy_decode": ("llm.greedy_decode", "greedy_decode"),
+    "prepare": ("deploy.prepare", "prepare"),
 }
 
 
@@ -87,4 +88,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["export", "export_program", "TensorRTPartitioner", "TensorRTBackend",
-           "TensorRTCompileSpec", "last_error", "register", "__version__"]
+           "TensorRTCompileSpec", "last_error", "prepare", "register", "__version__"]

@@ -34,7 +34,7 @@ RICH = {
     "optimization_profiles": [[{"name": "x", "min": [1, 3], "opt": [2, 3], "max": [4, 3]}],
                               [{"name": "x", "min": [5, 3], "opt": [6, 3], "max": [8, 3]}]],
     "trt_flavor": "tensorrt_rtx", "trt_version": "1.7.1.116", "compute_capabilities": ["SM89"],
-    "precision": "fp16", "onnx_opset": 18,
+    "build_seconds": 0.231, "precision": "fp16", "onnx_opset": 18,
     "state": [{"fqn": "k", "onnx_input": "s_in", "onnx_output": "s_out", "dtype": "float32",
                "shape": [1, 4, 2], "init": "zeros", "update": "in_place",
                "positions": {"input": "pos", "axis": 1}}],
@@ -91,6 +91,7 @@ def test_typed_fields_and_defaults():
     assert meta.engine_profiles[1][0].max == (8, 3)
     assert meta.state[0].positions.axis == 1 and meta.state[0].in_place
     assert meta.state[0].nbytes == 32 and meta.build.compute_capabilities == ("SM89",)
+    assert meta.build.build_seconds == 0.231 and read_blob(GOOD).meta.build.build_seconds is None
     assert meta.aliased_io[0].alias_kind == "user" and meta.weights[0].nbytes == 16
     assert dict(meta.extra) == {"onnx_opset": 18, "serialized_metadata": "gAR9lC4="}
     plain = read_blob(GOOD).meta
@@ -137,6 +138,9 @@ BAD = [
      r"optimization_profiles leave input 'x' dimension 0 sizes 5\.\.5 in no profile"),
     ("BuildFacts", _with(precision="fp64"), r"'precision' must be one of"),
     ("BuildFacts.cc", _with(compute_capabilities=["89"]), r"'compute_capabilities' must be"),
+    ("BuildFacts.build_seconds", _with(build_seconds=-1), r"'build_seconds' must be a number"),
+    ("BuildFacts.build_seconds_bool", _with(build_seconds=True),
+     r"'build_seconds' must be a number"),
     ("StateEntry", _with(state__0__init="ones"), r"state\[0\]\.init must be \"zeros\" or"),
     ("StatePositions", _with(state__0__positions__axis=0), r"state\[0\]\.positions\.axis must be"),
     ("NodeSource", _with(onnx_node_sources__0__node=""), r"onnx_node_sources\[0\]\.node must be"),

@@ -106,3 +106,46 @@ def test_profile_loads_the_ptd(program, capsys, allow_fallback):
     code, out, err = main(capsys, "profile", str(pte), "--calls", "1")
     assert code == 0, err
     assert f"loading the weights in {ptd}" in err and "partition 0" in out, out + err
+
+
+def test_prepare_builds_for_the_target_and_inspect_sees_it(program, capsys, tmp_path):
+    pte, _ = program
+    cache = tmp_path / "engines"
+    code, out, err = main(capsys, "prepare", str(pte), "--cache", str(cache))
+    if "no GPU here" in err:  # this machine: the target must be named
+        assert code == 3 and "--target SM89" in err
+    code, out, err = main(capsys, "inspect", str(pte), "--target", "SM89", "--cache", str(cache))
+    assert code == 0 and "forward[0]: BUILDS: ships no engine: the first load builds it" in out
+    code, out, err = main(capsys, "prepare", str(pte), "--target", "SM89", "--cache", str(cache))
+    assert code == 0, err
+    assert "1 TensorRT partitions, 1 built" in out
+    assert f"EXECUTORCH_TENSORRT_CACHE_DIR={cache}" in out
+    assert "[1/1] forward[0]: built" in err  # progress, on stderr
+    code, out, err = main(capsys, "inspect", str(pte), "--target", "SM89", "--cache", str(cache))
+    assert code == 0 and "forward[0]: no build: ships no engine; a prepared engine for SM89" in out
+    assert "build measured:" in out
+
+
+def test_prepare_refuses_a_bad_target_and_a_missing_ptd(program, capsys, tmp_path):
+    pte, _ = program
+    code, _, err = main(capsys, "prepare", str(pte), "--target", "89", "--cache", str(tmp_path))
+    assert code == 2 and "'89' is not a compute capability such as SM89" in err
+    code, _, err = main(capsys, "inspect", str(pte), "--target", "sm8.9")
+    assert code == 2 and "is not a compute capability" in err
+    alone = tmp_path / "model.pte"
+    shutil.copy(pte, alone)  # without its .ptd: the weights to build with are missing
+    code, _, err = main(capsys, "prepare", str(alone), "--target", "SM89", "--cache",
+                        str(tmp_path / "c"))
+    assert code == 2 and "pass the .ptd" in err
+    assert not list(tmp_path.glob("c/*.engine"))  # nothing built, nothing stored
+
+
+def test_prepare_reads_weights_stored_in_the_pte(tmp_path, capsys):
+    pte, ptd = nd.write_program(tmp_path / "inside.pte", nd.named_blob(W, B), {KEY: W.tobytes()},
+                                external=False)
+    assert ptd is None
+    cache = tmp_path / "engines"
+    code, out, err = main(capsys, "prepare", str(pte), "--target", "SM89", "--cache", str(cache))
+    assert code == 0 and "1 built" in out, err
+    code, out, _ = main(capsys, "inspect", str(pte), "--target", "SM89", "--cache", str(cache))
+    assert code == 0 and "no build: ships no engine; a prepared engine for SM89" in out

@@ -20,7 +20,7 @@ PACKAGE = "executorch_tensorrt"
 LEVELS = {
     "": 0, "__init__": 0, "errors": 0, "dtypes": 0,
     "tensorrt": 1, "blob": 2, "program": 3, "runtime": 4,
-    "aot": 5, "quantization": 5, "llm": 6, "examples": 6,
+    "aot": 5, "quantization": 5, "deploy": 5, "llm": 6, "examples": 6,
     "cli": 7, "__main__": 8,
 }
 RUNTIME_FORBIDDEN = (f"{PACKAGE}.aot", f"{PACKAGE}.quantization", f"{PACKAGE}.cli",

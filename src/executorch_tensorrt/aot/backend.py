@@ -52,7 +52,8 @@ from .weights.content import content_id, initializer_pointers
 # JSON bytes stay the same across versions; the writer puts io_bindings,
 # aliased_io and device_id first).
 _KEY_ORDER = ("io_bindings", "aliased_io", "profiles", "optimization_profiles", "trt_flavor",
-              "trt_version", "compute_capabilities", "device_id", "precision", "onnx_opset",
+              "trt_version", "compute_capabilities", "build_seconds", "device_id", "precision",
+              "onnx_opset",
               "state", "equal_dims", "onnx_node_sources", "engine", "weights_location", "weights")
 
 
@@ -251,7 +252,8 @@ def _build_facts(built, spec: TensorRTCompileSpec) -> BuildFacts:
     """The builder that made the plan, or (no plan) the one the runtime should use."""
     if built is not None:
         return BuildFacts(spec.precision, built.flavor, built.version,
-                          tuple(built.compute_capabilities or ()) or "all")
+                          tuple(built.compute_capabilities or ()) or "all",
+                          round(built.build_seconds, 3))  # inspect shows it
     trt = load_tensorrt()
     return BuildFacts(spec.precision, trt.flavor, trt.version,
                       tuple(spec.compute_capabilities or ()) or "all")

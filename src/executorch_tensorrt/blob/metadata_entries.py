@@ -105,6 +105,7 @@ class BuildFacts:
     trt_flavor: str | None = None
     trt_version: str | None = None
     compute_capabilities: str | tuple[str, ...] | None = None  # "all" or ("SM89", ...)
+    build_seconds: float | None = None  # the engine's measured build time at export
 
     @classmethod
     def from_json(cls, meta: dict) -> "BuildFacts":
@@ -125,8 +126,13 @@ class BuildFacts:
                     isinstance(c, str) and _CAPABILITY.fullmatch(c) for c in cc)):
                 raise BlobError("'compute_capabilities' must be \"all\" or an array of "
                                 f"strings such as \"SM89\", got {show(cc)}")
+        seconds = meta.get("build_seconds")
+        if "build_seconds" in meta and (isinstance(seconds, bool) or not isinstance(
+                seconds, (int, float)) or not 0 <= seconds < 1e7):
+            raise BlobError("'build_seconds' must be a number of seconds (0 to 1e7), "
+                            f"got {show(seconds)}")
         return cls(meta.get("precision"), meta.get("trt_flavor"), meta.get("trt_version"),
-                   cc if cc is None or cc == "all" else tuple(cc))
+                   cc if cc is None or cc == "all" else tuple(cc), seconds)
 
     @property
     def precision_or_default(self) -> str:
@@ -140,6 +146,8 @@ class BuildFacts:
         cc = self.compute_capabilities
         if cc is not None:
             out["compute_capabilities"] = cc if cc == "all" else list(cc)
+        if self.build_seconds is not None:
+            out["build_seconds"] = self.build_seconds
         return out
 
 

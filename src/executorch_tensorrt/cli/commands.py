@@ -47,6 +47,14 @@ def cmd_inspect(args) -> int:
     ptd_name = data.name if data is not None else None
     print(ndi.format_named_data(ndi.collect(methods, ndi.pte_named_data(pte), in_ptd, ptd_name),
                                 ptd_name))
+    if any(d.backend == "TensorRTBackend" and d.meta is not None
+           for m in methods for d in m.delegates):
+        from ..deploy.prepare import first_load, format_first_load
+
+        try:
+            print(format_first_load(first_load(path, cache=args.cache, capability=args.target)))
+        except ValueError as e:  # a --target not of the form SM89
+            raise Fail(EXIT_USAGE, str(e)) from None
     if args.report:
         from ..aot.partition.report import format_report, read_report
 
@@ -217,6 +225,30 @@ def cmd_profile(args) -> int:
     print(profile(path, calls=args.calls, nodes=args.nodes, etrecord=args.etrecord,
                   etdump=args.etdump, method=args.method,
                   inputs_file=Path(args.inputs) if args.inputs else None, data_path=data))
+    return EXIT_OK
+
+
+def cmd_prepare(args) -> int:
+    from .runner import check_program_file
+
+    path = check_program_file(args.model)
+    data = _data_path(path, args.data)
+    from ..deploy.prepare import prepare
+    from ..errors import EngineUnavailable
+
+    try:
+        done = prepare(path, data, cache=args.cache, capability=args.target)
+    except ValueError as e:  # not a program, a damaged .ptd, or a --target not like SM89
+        raise Fail(EXIT_USAGE, str(e)) from None
+    except EngineUnavailable as e:
+        raise Fail(EXIT_RUN, str(e)) from None
+    built = [p for p in done if p.source == "built"]
+    print(f"prepared {path.name}: {len(done)} TensorRT partitions, {len(built)} built, "
+          f"{sum(p.source == 'cache' for p in done)} already prepared, "
+          f"{sum(p.source == 'blob' for p in done)} ship their engine"
+          + (f"; build time {sum(p.build_seconds or 0 for p in built):.2f} s" if built else ""))
+    if args.cache:
+        print(f"load with EXECUTORCH_TENSORRT_CACHE_DIR={args.cache} so the load finds them")
     return EXIT_OK
 
 

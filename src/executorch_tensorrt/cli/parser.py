@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 
 from ..examples.names import EXAMPLE_NAMES
-from .commands import cmd_demo, cmd_export, cmd_inspect, cmd_profile, cmd_run, cmd_verify
+from .commands import (cmd_demo, cmd_export, cmd_inspect, cmd_prepare, cmd_profile, cmd_run,
+                       cmd_verify)
 from .llm_export import cmd_llm_export
 
 EXIT_CODES = """exit codes:
@@ -34,6 +35,15 @@ def _add_data_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="PTD",
                    help="the program's weights file (.ptd; default: MODEL with the suffix "
                         ".ptd, when it exists)")
+
+
+def _add_target_arguments(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--target", metavar="SM",
+                   help=f"the GPU's compute capability {what}, e.g. SM89 (default: this "
+                        "machine's GPU; required on a machine without one)")
+    p.add_argument("--cache", metavar="DIR",
+                   help="the engine cache (default: $EXECUTORCH_TENSORRT_CACHE_DIR, else "
+                        "~/.cache/executorch_tensorrt)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="store the weights in OUTPUT's .ptd beside it (load both)")
     p.add_argument("--inline-weights", action="store_true",
                    help="self-contained blobs: the engine and the ONNX model each carry the "
-                        "weights (twice the size, < 2 GB; no build or refit at load)")
+                        "weights (twice the size, < 2 GB; no build or refit at load). Without "
+                        "a GPU this still builds a full engine, for --compute-capability "
+                        "(default: every one TensorRT-RTX supports)")
     p.add_argument("--no-memory-check", action="store_true",
                    help="export even when the memory estimate says it will not fit")
     p.add_argument("--reference-inputs", metavar="FILE",
@@ -157,8 +169,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", action="store_true",
                    help="also print the partition report export wrote (model.report.json): "
                         "per ATen op, nodes on TensorRT and elsewhere, and why")
+    _add_target_arguments(p, "to say whether the first load on it builds")
     _add_data_argument(p)
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser(
+        "prepare", formatter_class=fmt, epilog=EXIT_CODES,
+        help="build a program's missing engines for this GPU before its first load",
+        description="Builds every engine the first load of MODEL would build (a program "
+                    "exported without a GPU ships none; an engine for other GPUs or another "
+                    "TensorRT is rebuilt) and stores it in the engine cache that load reads, "
+                    "so the load builds nothing. With --cache DIR, load with "
+                    "EXECUTORCH_TENSORRT_CACHE_DIR=DIR. inspect --target says what is "
+                    "prepared. See docs/gpu-runtime.md (engines before the first call).")
+    p.add_argument("model")
+    _add_target_arguments(p, "to build for")
+    _add_data_argument(p)
+    p.set_defaults(func=cmd_prepare)
 
     p = sub.add_parser(
         "run", formatter_class=fmt, epilog=EXIT_CODES,

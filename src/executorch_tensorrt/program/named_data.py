@@ -28,6 +28,12 @@ def read_ptd_index(path: str | Path) -> dict[str, int]:
     """key -> size in bytes of every named-data entry of a .ptd, from its
     header and index only; raises DataFileError for a file that is not a
     .ptd or whose segments lie past its end."""
+    return {key: size for key, (_, size) in read_ptd_segments(path).items()}
+
+
+def read_ptd_segments(path: str | Path) -> dict[str, tuple[int, int]]:
+    """key -> (offset in the file, size) of every named-data entry of a .ptd,
+    each checked to lie inside the file (read_ptd_index's checks)."""
     from executorch.extension.flat_tensor.serialize.serialize import (
         FlatTensorHeader, _deserialize_to_flat_tensor)
 
@@ -52,7 +58,7 @@ def read_ptd_index(path: str | Path) -> dict[str, int]:
         flat = _deserialize_to_flat_tensor(index)
     except Exception as e:  # noqa: BLE001
         raise DataFileError(f"{path}: its index does not parse: {e}") from None
-    sizes: dict[str, int] = {}
+    sizes: dict[str, tuple[int, int]] = {}
     for entry in flat.named_data:
         if not 0 <= entry.segment_index < len(flat.segments):
             raise DataFileError(f"{path}: key {entry.key!r} names segment "
@@ -61,7 +67,7 @@ def read_ptd_index(path: str | Path) -> dict[str, int]:
         if header.segment_base_offset + segment.offset + segment.size > size:
             raise DataFileError(f"{path} is truncated: key {entry.key!r} ends past the file's "
                                 f"{size} bytes")
-        sizes[entry.key] = int(segment.size)
+        sizes[entry.key] = (int(header.segment_base_offset + segment.offset), int(segment.size))
     return sizes
 
 

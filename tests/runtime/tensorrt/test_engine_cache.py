@@ -2,6 +2,8 @@
 are used; a rejected entry is rebuilt; one process builds at a time."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import multiprocessing
 import os
 import stat
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from executorch_tensorrt.runtime.tensorrt.engine_cache import EngineCache
+from executorch_tensorrt.runtime.tensorrt.engine_cache import EngineCache, EntryFacts
 
 KEY = "ab" * 32
 ENGINE = b"engine bytes " * 100
@@ -184,3 +186,53 @@ def test_two_processes_build_an_engine_once(tmp_path):
         process.join(60)
     assert [p.exitcode for p in processes] == [0, 0]
     assert len(marker.read_text().splitlines()) == 1
+
+
+FACTS = EntryFacts("cd" * 32, "SM89", "tensorrt_rtx", "1.7.1.116")
+
+
+def test_an_entry_with_facts_records_the_build_time_and_is_found_by_them(tmp_path):
+    fetched = EngineCache(tmp_path).fetch(KEY, Builds(), FACTS)
+    assert fetched.built and fetched.facts.build_seconds is not None
+    again = EngineCache(tmp_path).fetch(KEY, Builds(b"other"), FACTS)
+    assert not again.built and again.engine == ENGINE and again.facts == fetched.facts
+    assert EngineCache(tmp_path).peek(KEY, FACTS) == (again, None)
+
+
+def _facts_entry(facts_json: bytes, declared: int | None = None) -> bytes:
+    """An ETRTENG2 entry with these facts bytes and a correct digest."""
+    import hashlib
+    import struct
+
+    body = struct.pack("<I", len(facts_json) if declared is None else declared) \
+        + facts_json + ENGINE
+    return struct.pack("<8s32sQ32s", b"ETRTENG2", hashlib.sha256(KEY.encode()).digest(),
+                       len(body), hashlib.sha256(body).digest()) + body
+
+
+@pytest.mark.parametrize("data, reason", [
+    (_facts_entry(b"{}", declared=1 << 20), "build-facts length past its end"),
+    (_facts_entry(b"not json"), "unreadable build facts"),
+    (_facts_entry(json.dumps({"program": 1, "capability": "SM89", "trt_flavor": "x",
+                              "trt_version": "1"}).encode()), "unreadable build facts"),
+    (EngineCache._encode(KEY, ENGINE), "does not record what it was built for"),
+    (EngineCache._encode(KEY, ENGINE, FACTS)[:-1], "truncated or modified"),
+], ids=["facts length", "facts not json", "facts wrong type", "no facts", "truncated"])
+def test_damaged_entries_with_facts_are_rebuilt(tmp_path, capfd, data, reason):
+    tmp_path.chmod(0o700)
+    entry(tmp_path).write_bytes(data)
+    entry(tmp_path).chmod(0o600)
+    found, refused = EngineCache(tmp_path).peek(KEY, FACTS)  # inspect: reads only
+    assert found is None and reason in refused and entry(tmp_path).exists()
+    build = Builds(b"fresh")
+    fetched = EngineCache(tmp_path).fetch(KEY, build, FACTS)
+    assert fetched.engine == b"fresh" and build.calls == 1 and reason in fetched.rejected
+    assert reason in capfd.readouterr().err
+
+
+def test_a_changed_build_time_is_a_modified_entry(tmp_path):
+    tmp_path.chmod(0o700)
+    data = EngineCache._encode(KEY, ENGINE, dataclasses.replace(FACTS, build_seconds=1.0))
+    entry(tmp_path).write_bytes(data.replace(b'"build_seconds": 1.0', b'"build_seconds": 9.0'))
+    entry(tmp_path).chmod(0o600)
+    assert "truncated or modified" in EngineCache(tmp_path).peek(KEY, FACTS)[1]

@@ -15,6 +15,13 @@ never be deserialized. So, like pip's and ccache's caches:
   read what it wrote.
 A rejected entry is reported on stderr, removed, and rebuilt; a folder that
 cannot be used makes the build run uncached. Neither fails the load.
+
+An entry written with `EntryFacts` (ETRTENG2: engines built at load or by
+`prepare`, docs/gpu-runtime.md) also records what it was built for: the
+program's digest, the target capability, the TensorRT flavour and version,
+and how long the build took. A reader that expects other facts refuses the
+entry with the field that differs (an entry copied in from another machine
+or program), before the key's own check; `inspect` reads them back.
 """
 from __future__ import annotations
 
@@ -27,17 +34,75 @@ import secrets
 import stat
 import struct
 import sys
+import time
+import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 MAGIC = b"ETRTENG1"
+MAGIC_FACTS = b"ETRTENG2"  # + u32 facts length and the facts' JSON before the engine
 _HEADER = struct.Struct("<8s32sQ32s")  # magic, sha256(key), engine length, sha256(engine)
+_FACTS_LEN = struct.Struct("<I")
+_MAX_FACTS = 4096
 _KEY = re.compile(r"[0-9A-Za-z_.-]{1,128}")
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class CacheUnusable(Exception):
     """The cache folder or an entry fails a check; the message says which."""
+
+
+@dataclass(frozen=True)
+class EntryFacts:
+    """What an engine entry was built for, and the build's measured time."""
+
+    program: str        # SHA-256 of the partition's ONNX and build inputs (portability.py)
+    capability: str     # "SM89"
+    trt_flavor: str
+    trt_version: str
+    build_seconds: float | None = None  # None: not measured
+
+    _COMPARED = (("program", "program digest"), ("capability", "GPU capability"),
+                 ("trt_flavor", "TensorRT flavour"), ("trt_version", "TensorRT version"))
+
+    def to_json(self) -> bytes:
+        return json.dumps({k: getattr(self, k) for k, _ in self._COMPARED}
+                          | {"build_seconds": self.build_seconds}, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: Path) -> "EntryFacts":
+        try:
+            raw = json.loads(data)
+            values = {k: raw[k] for k, _ in cls._COMPARED}
+            seconds = raw.get("build_seconds")
+            if (not all(isinstance(v, str) and 0 < len(v) <= 128 for v in values.values())
+                    or not (seconds is None or (isinstance(seconds, (int, float))
+                                                and not isinstance(seconds, bool)
+                                                and 0 <= seconds < 1e7))):
+                raise ValueError("a field has the wrong type or size")
+        except (ValueError, KeyError, TypeError) as e:
+            raise CacheUnusable(f"{where} has unreadable build facts ({e})") from None
+        return cls(**values, build_seconds=None if seconds is None else float(seconds))
+
+    def mismatch(self, wanted: "EntryFacts") -> str | None:
+        """Why this entry is not the engine `wanted` describes; None if it is."""
+        for field, label in self._COMPARED:
+            have, want = getattr(self, field), getattr(wanted, field)
+            if have != want:
+                return f"it was prepared for {label} {have}, and this load needs {want}"
+        return None
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """An engine from the cache or a build: `built` says which (a cache hit
+    never builds); `facts` as stored (None for an entry without them)."""
+
+    engine: bytes
+    built: bool
+    facts: EntryFacts | None
+    rejected: str | None = None  # why an entry found under the key was not used
 
 
 def _note(message: str) -> None:
@@ -110,13 +175,26 @@ class EngineCache:
 
     # -- entries ------------------------------------------------------------
     @staticmethod
-    def _encode(key: str, engine: bytes) -> bytes:
-        return _HEADER.pack(MAGIC, hashlib.sha256(key.encode()).digest(), len(engine),
-                            hashlib.sha256(engine).digest()) + engine
+    def _encode(key: str, engine: bytes, facts: EntryFacts | None = None) -> bytes:
+        if facts is None:
+            return _HEADER.pack(MAGIC, hashlib.sha256(key.encode()).digest(), len(engine),
+                                hashlib.sha256(engine).digest()) + engine
+        # The digest covers the facts too: a changed build time is a modified entry.
+        body = _FACTS_LEN.pack(len(facts.to_json())) + facts.to_json() + engine
+        return _HEADER.pack(MAGIC_FACTS, hashlib.sha256(key.encode()).digest(), len(body),
+                            hashlib.sha256(body).digest()) + body
 
     def _read(self, fd: int, key: str, where: Path) -> bytes | None:
         """The verified engine for `key`, None if there is no entry; raises
         CacheUnusable for an entry that must not be used."""
+        found = self._read_entry(fd, key, where, None)
+        return found[0] if found is not None else None
+
+    def _read_entry(self, fd: int, key: str, where: Path,
+                    wanted: EntryFacts | None) -> tuple[bytes, EntryFacts | None] | None:
+        """(engine, its facts) for `key`, None if there is no entry; raises
+        CacheUnusable for an entry that must not be used, or whose facts are
+        not `wanted`."""
         name = f"{key}.engine"
         try:
             entry = os.open(name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=fd)
@@ -131,24 +209,46 @@ class EngineCache:
             if not stat.S_ISREG(st.st_mode):
                 raise CacheUnusable(f"{where / name} is not a regular file")
             _check_ours(st, str(where / name))
-            data = f.read()
-        if len(data) < _HEADER.size:
-            raise CacheUnusable(f"{where / name} is too short to be a cache entry")
-        magic, key_digest, length, digest = _HEADER.unpack_from(data)
-        engine = data[_HEADER.size:]
-        if magic != MAGIC or key_digest != hashlib.sha256(key.encode()).digest():
-            raise CacheUnusable(f"{where / name} is not an entry this cache wrote for this key")
-        if length != len(engine) or hashlib.sha256(engine).digest() != digest:
+            # Read in parts, so the engine is read once and never copied.
+            head = f.read(_HEADER.size)
+            if len(head) < _HEADER.size:
+                raise CacheUnusable(f"{where / name} is too short to be a cache entry")
+            magic, key_digest, length, digest = _HEADER.unpack(head)
+            if magic not in (MAGIC, MAGIC_FACTS):
+                raise CacheUnusable(f"{where / name} is not an entry this cache wrote")
+            prefix, facts_json = b"", None
+            if magic == MAGIC_FACTS:
+                prefix = f.read(_FACTS_LEN.size)
+                (size,) = (_FACTS_LEN.unpack(prefix) if len(prefix) == _FACTS_LEN.size
+                           else (None,))
+                facts_json = f.read(size) if size is not None and size <= _MAX_FACTS else b""
+                if size is None or len(facts_json) != size:
+                    raise CacheUnusable(f"{where / name} has a build-facts length past its end")
+                prefix += facts_json
+            engine = f.read()
+        checked = hashlib.sha256(prefix)
+        checked.update(engine)
+        if length != len(prefix) + len(engine) or checked.digest() != digest:
             raise CacheUnusable(f"{where / name} does not match its recorded length and "
                                 "SHA-256 (truncated or modified)")
-        return engine
+        facts = (EntryFacts.from_json(facts_json, where / name) if facts_json is not None
+                 else None)
+        if wanted is not None:
+            why = (facts.mismatch(wanted) if facts is not None
+                   else "it does not record what it was built for")
+            if why:
+                raise CacheUnusable(f"{where / name} is not this program's engine: {why}")
+        if key_digest != hashlib.sha256(key.encode()).digest():
+            raise CacheUnusable(f"{where / name} is not an entry this cache wrote for this key")
+        return engine, facts
 
-    def _write(self, fd: int, key: str, engine: bytes) -> None:
+    def _write(self, fd: int, key: str, engine: bytes,
+               facts: EntryFacts | None = None) -> None:
         temp = f".{key}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600, dir_fd=fd)
         try:
             with os.fdopen(out, "wb") as f:
-                f.write(self._encode(key, engine))
+                f.write(self._encode(key, engine, facts))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(temp, f"{key}.engine", src_dir_fd=fd, dst_dir_fd=fd)
@@ -170,12 +270,13 @@ class EngineCache:
             os.close(lock)
             raise
 
-    def _cached(self, fd: int, key: str, where: Path,
-                locked: bool) -> tuple[bytes | None, str | None]:
-        """(engine or None, why an entry was rejected). Under the lock a
-        rejected entry is reported and removed."""
+    def _cached(self, fd: int, key: str, where: Path, locked: bool,
+                wanted: EntryFacts | None = None) -> tuple[Fetched | None, str | None]:
+        """(what the entry holds or None, why an entry was rejected). Under the
+        lock a rejected entry is reported and removed."""
         try:
-            return self._read(fd, key, where), None
+            found = self._read_entry(fd, key, where, wanted)
+            return (Fetched(found[0], False, found[1]) if found else None), None
         except (CacheUnusable, OSError) as e:
             reason = f"rejected a cached engine: {e}; rebuilding it"
             if locked:
@@ -187,34 +288,67 @@ class EngineCache:
             return None, reason
 
     def get_or_build(self, key: str, build: Callable[[], bytes]) -> bytes:
+        return self.fetch(key, build).engine
+
+    def fetch(self, key: str, build: Callable[[], bytes],
+              facts: EntryFacts | None = None) -> Fetched:
+        """The entry for `key` if it is intact (and, with `facts`, built for
+        them), else `build()`'s result, stored with `facts` and the measured
+        build time."""
         if not _KEY.fullmatch(key):
             raise ValueError(f"cache key {key!r} is not a plain name ([0-9A-Za-z_.-], 1-128)")
         try:
             fd, where = self._open_folder()
         except (CacheUnusable, OSError) as e:
             _note(f"not using {self.directory}: {e}; building without the cache")
-            return _build(build, f"the engine cache at {self.directory} was not used: {e}")
+            return _timed_build(build, f"the engine cache at {self.directory} was not used: "
+                                f"{e}", facts)
         try:
-            engine, _ = self._cached(fd, key, where, locked=False)
-            if engine is not None:
-                return engine
+            found, _ = self._cached(fd, key, where, locked=False, wanted=facts)
+            if found is not None:
+                return found
             try:
                 lock = self._lock(fd, key, where)
             except (CacheUnusable, OSError) as e:
                 _note(f"cannot lock {where / key}.lock: {e}; building without the cache")
-                return _build(build, f"the engine cache lock was not usable: {e}")
+                return _timed_build(build, f"the engine cache lock was not usable: {e}", facts)
             try:
                 # Another process may have built it while we waited.
-                engine, rejected = self._cached(fd, key, where, locked=True)
-                if engine is not None:
-                    return engine
-                engine = _build(build, rejected)
-                self._write(fd, key, engine)
-                return engine
+                found, rejected = self._cached(fd, key, where, locked=True, wanted=facts)
+                if found is not None:
+                    return found
+                fetched = replace(_timed_build(build, rejected, facts), rejected=rejected)
+                self._write(fd, key, fetched.engine, fetched.facts)
+                return fetched
             finally:
                 os.close(lock)  # releases the flock
         finally:
             os.close(fd)
+
+    def peek(self, key: str, facts: EntryFacts | None = None) -> tuple[Fetched | None, str | None]:
+        """(the usable entry for `key` or None, why an entry there is refused):
+        reads only, never builds, locks or removes (for `inspect`)."""
+        if not _KEY.fullmatch(key):
+            raise ValueError(f"cache key {key!r} is not a plain name ([0-9A-Za-z_.-], 1-128)")
+        if not os.path.lexists(self.directory):
+            return None, None
+        try:
+            fd, where = self._open_folder()
+        except (CacheUnusable, OSError) as e:
+            return None, f"the cache folder is not used: {e}"
+        try:
+            return self._cached(fd, key, where, locked=False, wanted=facts)
+        finally:
+            os.close(fd)
+
+
+def _timed_build(build: Callable[[], bytes], note: str | None,
+                 facts: EntryFacts | None) -> Fetched:
+    start = time.perf_counter()
+    engine = _build(build, note)
+    seconds = time.perf_counter() - start
+    return Fetched(engine, True, replace(facts, build_seconds=round(seconds, 3))
+                   if facts is not None else None)
 
 
 def _build(build: Callable[[], bytes], note: str | None) -> bytes:

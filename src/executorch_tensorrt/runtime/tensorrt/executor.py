@@ -30,7 +30,7 @@ from .cuda_graph_plan import CudaGraphPlan
 from ..cuda.objects import device_capability as _capability, device_name, make_current
 from ..cuda.objects import primary_context
 from .rtx_runtime_cache import KernelCache
-from .portability import built_here, rebuilt_engine
+from .portability import engine_at_load
 from .refit import refit_engine
 from ..executor import Executor, native_plans_enabled
 from ..input_checks import InputChecks
@@ -57,10 +57,8 @@ def engine_for_this_gpu(blob: Blob, trt, device: int,
     weights `weights()` returns) for this TensorRT and GPU: always for
     "engine": "none"."""
     here = device_capability(device)
-    if blob.engine_kind != "none" and built_here(blob, trt, here):
-        return blob.engine
     try:
-        return rebuilt_engine(blob, trt, here, weights())
+        return engine_at_load(blob, trt, here, weights).engine  # blob, prepared/cached, or built
     except RebuildImpossible as e:
         raise EngineUnavailable(f"{_why_rebuilt(blob, trt, device, here)}; rebuilding it from "
                                 f"the embedded ONNX failed: {e}") from None

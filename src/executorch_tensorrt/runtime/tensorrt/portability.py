@@ -5,12 +5,15 @@ result on disk (keyed by the ONNX's content hash, flavour, version, target
 capability and build options), so only the first load pays for the build.
 
 Cache folder: $EXECUTORCH_TENSORRT_CACHE_DIR, else ~/.cache/executorch_tensorrt.
+`engine_at_load` is the lookup the executor does at load; `prepare` (the
+deploy package) fills the same entries ahead of time through `rebuild_for`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -20,11 +23,12 @@ from ...tensorrt.engine_builder import build_engine, stderr_progress
 from ...tensorrt.flavor import TensorRT
 from ...tensorrt.options import BuildOptions, InputProfile
 from ...blob.metadata import BlobMetadata
-from .engine_cache import EngineCache
+from .engine_cache import EngineCache, EntryFacts, Fetched
 from ..named_data import WeightBuffer
 from ..onnx_safety import self_contained_onnx
 
-__all__ = ["CACHE_ENV", "RebuildImpossible", "built_here", "cache_dir", "rebuilt_engine"]
+__all__ = ["CACHE_ENV", "LoadedEngine", "Rebuild", "RebuildImpossible", "built_here",
+           "cache_dir", "engine_at_load", "rebuild_for", "rebuilt_engine"]
 
 CACHE_ENV = "EXECUTORCH_TENSORRT_CACHE_DIR"
 
@@ -51,40 +55,81 @@ def _profiles(meta: BlobMetadata) -> list[dict[str, InputProfile]]:
             for profile in meta.engine_profiles]
 
 
-def cached_or_built(key: str, build: Callable[[], bytes]) -> bytes:
-    """The engine cached under `key`, else `build()`'s, stored for next time
-    (engine_cache.py: verified, locked, never through a symlink)."""
+@dataclass(frozen=True)
+class Rebuild:
+    """How this TensorRT builds a blob's engine for one capability: the cache
+    key, the facts its entry records, and the build itself."""
+
+    key: str
+    facts: EntryFacts
+    build: Callable[[], bytes]
+    check: Callable[[], object]  # refuses an ONNX model that must not be built
+
+    def fetch(self, cache: EngineCache | None = None) -> Fetched:
+        """The cached engine (checked against `facts`), else a build, stored."""
+        cache = cache or EngineCache(cache_dir())
+        # A hit was checked when it was built from the same bytes: no ONNX
+        # parse at load. A miss checks the model before the cache is touched.
+        found, _ = cache.peek(self.key, self.facts)
+        if found is not None:
+            return found
+        self.check()
+        try:
+            return cache.fetch(self.key, self.build, self.facts)
+        except RebuildImpossible as e:  # the cache adds why it rejected an entry as notes
+            raise RebuildImpossible("; ".join([str(e), *getattr(e, "__notes__", [])])) from None
+
+
+def program_key(blob: Blob, onnx_bytes: bytes,
+                weights: Sequence[tuple[str, str, int]]) -> tuple[str, str]:
+    """(the program digest, the weights' id) of a blob: what its engine is
+    built from, whatever TensorRT or GPU builds it. `weights` are (ONNX name,
+    named-data key, nbytes): the keys are digests of the bytes, so the digest
+    needs no weight bytes (inspect computes it from the metadata alone)."""
+    meta = blob.meta
+    json_form = meta.to_json()  # what the blob records, as it records it
+    weights_id = json.dumps([list(w) for w in weights])
+    key_data = json.dumps([json_form.get("profiles"), meta.build.precision, weights_id]
+                          + ([json_form["optimization_profiles"]]
+                             if meta.optimization_profiles is not None else []),
+                          sort_keys=True).encode()
+    digest = hashlib.sha256(onnx_bytes)
+    digest.update(key_data)
+    return digest.hexdigest(), weights_id
+
+
+def cache_key(program: str, trt: TensorRT, capability: str) -> str:
+    return hashlib.sha256(json.dumps([program, trt.flavor, trt.version, capability])
+                          .encode()).hexdigest()
+
+
+def embedded_onnx(blob: Blob) -> bytes:
     try:
-        return EngineCache(cache_dir()).get_or_build(key, build)
-    except RebuildImpossible as e:  # the cache adds why it rejected an entry as notes
-        raise RebuildImpossible("; ".join([str(e), *getattr(e, "__notes__", [])])) from None
+        return self_contained_onnx(blob)
+    except InvalidProgramError as e:
+        raise RebuildImpossible(str(e)) from None
 
 
-def rebuilt_engine(blob: Blob, trt: TensorRT, capability: str,
-                   weights: Sequence[WeightBuffer] = ()) -> bytes:
-    """This TensorRT's engine for the blob's ONNX model and `capability` (e.g. "SM90").
+def rebuild_for(blob: Blob, trt: TensorRT, capability: str,
+                weights: Sequence[WeightBuffer] = ()) -> Rebuild:
+    """This TensorRT's build of the blob's ONNX model for `capability` (e.g. "SM90").
 
     A blob whose weights are in named data ("engine": "none" builds here on
     every first load) needs them in `weights` (named_data.blob_weights): the
-    parser reads them where they lie, so no ONNX with weights is formed. The
-    cache key includes their keys, which are digests of their bytes."""
+    parser reads them where they lie, so no ONNX with weights is formed."""
     if trt.is_rtx and capability not in trt.module.ComputeCapability.__members__:
         raise RebuildImpossible(f"TensorRT-RTX {trt.version} cannot build for {capability}")
-    try:
-        onnx_bytes = self_contained_onnx(blob)
-    except InvalidProgramError as e:
-        raise RebuildImpossible(str(e)) from None
+    if blob.onnx is None:
+        embedded_onnx(blob)  # raises, saying why
+    # The key hashes the bytes as they are; Rebuild.fetch checks them (parsed,
+    # no external data) only when it has to build.
+    onnx_bytes = blob.onnx
     meta = blob.meta
     if len(weights) != len(meta.weights or ()):
         raise RebuildImpossible(f"the blob lists {len(meta.weights or ())} weights in named data, "
                                 f"{len(weights)} were supplied to the build")
-    json_form = meta.to_json()  # the cache key: what the blob records, as it records it
-    weights_id = json.dumps([[w.name, w.key, w.nbytes] for w in weights])
-    key_data = json.dumps([trt.flavor, trt.version, capability, json_form.get("profiles"),
-                           meta.build.precision, weights_id]
-                          + ([json_form["optimization_profiles"]]
-                             if meta.optimization_profiles is not None else []),
-                          sort_keys=True).encode()
+    program, weights_id = program_key(blob, onnx_bytes, [(w.name, w.key, w.nbytes)
+                                                         for w in weights])
     # The embedded ONNX already has the partition's precision in its types.
     options = BuildOptions(compute_capabilities=(capability,) if trt.is_rtx else None,
                            precision=meta.build.precision_or_default)
@@ -99,4 +144,36 @@ def rebuilt_engine(blob: Blob, trt: TensorRT, capability: str,
         except EngineBuildError as e:
             raise RebuildImpossible(str(e)) from None
 
-    return cached_or_built(hashlib.sha256(onnx_bytes + key_data).hexdigest(), build)
+    return Rebuild(cache_key(program, trt, capability),
+                   EntryFacts(program, capability, trt.flavor, trt.version), build,
+                   lambda: embedded_onnx(blob))
+
+
+def rebuilt_engine(blob: Blob, trt: TensorRT, capability: str,
+                   weights: Sequence[WeightBuffer] = ()) -> bytes:
+    """This TensorRT's engine for the blob and `capability`, from the cache or
+    built and cached (rebuild_for)."""
+    return rebuild_for(blob, trt, capability, weights).fetch().engine
+
+
+@dataclass(frozen=True)
+class LoadedEngine:
+    """The engine a load uses and where it came from: "blob" (the program's
+    own), "cache" (a prepared or earlier-built entry: no build) or "built"."""
+
+    engine: bytes
+    source: str
+    facts: EntryFacts | None = None
+    rejected: str | None = None
+
+
+def engine_at_load(blob: Blob, trt: TensorRT, capability: str,
+                   weights: Callable[[], Sequence[WeightBuffer]] = tuple) -> LoadedEngine:
+    """The lookup TensorRTExecutor does at load, for a GPU of `capability`:
+    the blob's engine if this TensorRT built it for this GPU, else the cached
+    one for this program, GPU and TensorRT, else one built now and cached."""
+    if blob.engine_kind != "none" and built_here(blob, trt, capability):
+        return LoadedEngine(blob.engine, "blob")
+    fetched = rebuild_for(blob, trt, capability, weights()).fetch()
+    return LoadedEngine(fetched.engine, "built" if fetched.built else "cache", fetched.facts,
+                        fetched.rejected)
