@@ -14,8 +14,12 @@ import pytest
 import torch
 
 from executorch_tensorrt import llm
+from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
-from runner_helpers import CONFIGS, EOS, encode, runner_tokens, write_char_tokenizer
+from executorch_tensorrt.quantization.embedding import QuantizedEmbedding
+from runner_helpers import (CONFIGS, EOS, VOCAB, encode, runner_tokens,
+                            write_char_tokenizer)
+from tests.helpers import tensorrt_blobs
 
 MAX_SEQ, MAX_CONTEXT, NEW = 4, 48, 12
 PROMPT = "Hello,TensorRT!"      # 15 tokens: the runner prefills it in chunks of 4
@@ -77,22 +81,33 @@ def test_runner_generates_eager_greedy_tokens(program, tokenizer, allow_fallback
     assert len(set(got)) > 1  # a real sequence, not one repeated token
 
 
-def test_int4_weight_only_decoder_runs_in_the_runner_as_the_eager_quantized_model(
-        llama, tokenizer, allow_fallback, tmp_path):
-    """quantize="int4_weight_only": the runner's greedy tokens are the eager
-    quantized model's, and the program is smaller than the fp32 one (here the
-    fp32 token embedding, not a Linear, is most of what remains)."""
-    from executorch_tensorrt.quantization import quantize
+# Wide enough that weights, not the graph (~40 kB of ONNX and program), are the
+# artifact: 1.23M parameters, 4.9 MB of fp32 weights.
+WIDE = {**CONFIGS["llama"], "hidden_size": 256, "intermediate_size": 512}
 
+
+def test_int4_weight_only_decoder_runs_in_the_runner_as_the_eager_quantized_model(
+        tokenizer, allow_fallback, tmp_path):
+    """quantize="int4_weight_only": every Linear (the head too) and the token
+    embedding stored int4; the runner's greedy tokens are the eager quantized
+    model's (llm.quantized, the same weights), and the whole .pte is at most
+    0.2x the fp32 weights alone (so below 0.2x an fp32 .pte)."""
     out = tmp_path / "llama-int4.pte"
-    llm.export(CONFIGS["llama"], max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
-               quantize="int4_weight_only", group_size=32, output=out, progress=None)
-    reference = quantize(llm.causal_lm(CONFIGS["llama"]), scheme="int4_weight_only",
-                         group_size=32)
+    result = llm.export(WIDE, max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
+                        quantize="int4_weight_only", output=out, progress=None)
+    fp32 = llm.causal_lm(WIDE)
+    reference = llm.quantized(fp32, "int4_weight_only")
     got = runner_tokens(_runner(out, None, tokenizer), PROMPT, NEW)
     want = _until_eos(_eager(reference, PROMPT))
     assert got == want[:len(got)] and len(got) >= min(len(want), NEW - 1)
-    assert out.stat().st_size < 0.6 * llama[0].stat().st_size
+    assert isinstance(reference.model.embed_tokens, QuantizedEmbedding)
+    fp32_weight_bytes = 4 * sum(p.numel() for p in fp32.parameters())
+    assert out.stat().st_size <= 0.2 * fp32_weight_bytes, (out.stat().st_size,
+                                                           fp32_weight_bytes)
+    (blob,) = tensorrt_blobs(out)
+    stored = {w["name"]: w for w in read_blob(blob).metadata["weights"]}
+    table = [w for name, w in stored.items() if "embed_tokens" in name]
+    assert [(w["dtype"], w["nbytes"]) for w in table] == [("int4", VOCAB * 256 // 2)]
 
 
 def test_reset_between_prompts_equals_a_fresh_runner(program, tokenizer, allow_fallback):

@@ -100,14 +100,18 @@ def _check_arguments(config, max_seq_len: int, max_context_len: int, dtype: str,
                          f"use at most {limit}")
 
 
-def _quantized(model: torch.nn.Module, quantize: str | None,
-               group_size: int) -> torch.nn.Module:
+def quantized(model: torch.nn.Module, quantize: str | None,
+              group_size: int = 128) -> torch.nn.Module:
+    """The decoder `export(quantize=...)` exports, and so the eager reference:
+    a structural copy (tensors shared) whose Linear weights (the head too)
+    and token embedding tables are weight-only quantized by `quantize`."""
     if quantize is None:
         return model
     from ..quantization import quantize as quantize_model
+    from ..quantization.embedding import quantize_embeddings
 
-    # a structural copy (tensors shared) whose Linear weights are quantized
-    return quantize_model(model, scheme=quantize, group_size=group_size)
+    linears = quantize_model(model, scheme=quantize, group_size=group_size)
+    return quantize_embeddings(linears, quantize, group_size)
 
 
 def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float32",
@@ -124,9 +128,10 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     so weights, KV cache and logits are in that dtype.
     `quantize`: None, "int8_weight_only" (symmetric, per output channel) or
     "int4_weight_only" (symmetric, one scale per `group_size` input features):
-    quantization.quantize() on the decoder's Linear layers (the head too). `external_weights=True`: the
-    weights go to `<output stem>.ptd` beside the .pte. `bos_id`/`eos_ids`:
-    default from the model's config. Other options go to export_program.
+    quantization.quantize() on the decoder's Linear layers (the head too) and
+    the token embedding table (`quantized()`, the eager reference).
+    `external_weights=True`: the weights go to `<output stem>.ptd` beside the
+    .pte. `bos_id`/`eos_ids`: default from the model's config. Other options go to export_program.
     """
     model = causal_lm(model)
     config = model.config.get_text_config()
@@ -142,7 +147,7 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
                  f"tokens per call, dtype {dtype}, quantize {quantize}")
     # The model (and so its KV cache, weights and logits) in `dtype`: the cache
     # then takes dtype's bytes per element in the delegate, not float32's.
-    model = _quantized(model.to(DTYPES[dtype]), quantize, group_size)
+    model = quantized(model.to(DTYPES[dtype]), quantize, group_size)
     if progress:
         progress("torch.export of the decoder with its static cache...")
     try:
@@ -159,5 +164,5 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     return LLMExportResult(result.path, result.data_paths, meta, result)
 
 
-__all__ = ["export", "causal_lm", "eager_decoder", "LLMMetadata", "LLMExportResult", "DTYPES",
-           "QUANTIZE"]
+__all__ = ["export", "causal_lm", "eager_decoder", "quantized", "LLMMetadata", "LLMExportResult",
+           "DTYPES", "QUANTIZE"]
