@@ -86,28 +86,48 @@ def test_runner_generates_eager_greedy_tokens(program, tokenizer, allow_fallback
 WIDE = {**CONFIGS["llama"], "hidden_size": 256, "intermediate_size": 512}
 
 
+@pytest.fixture(scope="module")
+def llama_int4(tmp_path_factory):
+    """WIDE, int4 weight-only, weights in a .ptd."""
+    out = tmp_path_factory.mktemp("llama-int4") / "llama-int4.pte"
+    result = llm.export(WIDE, max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
+                        quantize="int4_weight_only", external_weights=True, output=out,
+                        progress=None)
+    return result.path, result.data_paths[0]
+
+
 def test_int4_weight_only_decoder_runs_in_the_runner_as_the_eager_quantized_model(
-        tokenizer, allow_fallback, tmp_path):
+        llama_int4, tokenizer, allow_fallback):
     """quantize="int4_weight_only": every Linear (the head too) and the token
     embedding stored int4; the runner's greedy tokens are the eager quantized
-    model's (llm.quantized, the same weights), and the whole .pte is at most
-    0.2x the fp32 weights alone (so below 0.2x an fp32 .pte)."""
-    out = tmp_path / "llama-int4.pte"
-    result = llm.export(WIDE, max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
-                        quantize="int4_weight_only", output=out, progress=None)
+    model's (llm.quantized, the same weights), and the .pte + .ptd are at most
+    0.2x the fp32 weights alone (so below 0.2x an fp32 export)."""
+    pte, ptd = llama_int4
     fp32 = llm.causal_lm(WIDE)
     reference = llm.quantized(fp32, "int4_weight_only")
-    got = runner_tokens(_runner(out, None, tokenizer), PROMPT, NEW)
+    assert isinstance(reference.model.embed_tokens, QuantizedEmbedding)
+    got = runner_tokens(_runner(pte, ptd, tokenizer), PROMPT, NEW)
     want = _until_eos(_eager(reference, PROMPT))
     assert got == want[:len(got)] and len(got) >= min(len(want), NEW - 1)
-    assert isinstance(reference.model.embed_tokens, QuantizedEmbedding)
     fp32_weight_bytes = 4 * sum(p.numel() for p in fp32.parameters())
-    assert out.stat().st_size <= 0.2 * fp32_weight_bytes, (out.stat().st_size,
-                                                           fp32_weight_bytes)
-    (blob,) = tensorrt_blobs(out)
-    stored = {w["name"]: w for w in read_blob(blob).metadata["weights"]}
-    table = [w for name, w in stored.items() if "embed_tokens" in name]
+    size = pte.stat().st_size + ptd.stat().st_size
+    assert size <= 0.2 * fp32_weight_bytes, (size, fp32_weight_bytes)
+    (blob,) = tensorrt_blobs(pte)
+    stored = read_blob(blob).metadata["weights"]
+    table = [w for w in stored if "embed_tokens" in w["name"]]
     assert [(w["dtype"], w["nbytes"]) for w in table] == [("int4", VOCAB * 256 // 2)]
+
+
+def test_a_ptd_of_another_export_is_refused_naming_the_missing_weight(
+        qwen2_ptd, llama_int4, tokenizer, allow_fallback):
+    import executorch_tensorrt
+
+    pte, _, _ = qwen2_ptd
+    with pytest.raises(RuntimeError) as e:
+        runner = _runner(pte, llama_int4[1], tokenizer)
+        runner_tokens(runner, PROMPT, NEW)
+    cause = executorch_tensorrt.last_error()
+    assert "belongs to another program" in cause, (str(e.value), cause)
 
 
 def test_reset_between_prompts_equals_a_fresh_runner(program, tokenizer, allow_fallback):
