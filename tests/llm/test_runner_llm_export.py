@@ -164,6 +164,7 @@ def test_constant_methods_are_what_the_runner_reads(llama, allow_fallback):
      "supported: None (no quantization), 'int8_weight_only', 'int4_weight_only'"),
     ({"max_context_len": 65}, "max_context_len=65 is beyond the model's 64 positions"),
     ({"max_seq_len": 64, "max_context_len": 48}, "need 1 <= max_seq_len <= max_context_len"),
+    ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
 ])
 def test_bad_arguments_name_the_limit(kwargs, words, tmp_path):
     args = {"max_seq_len": MAX_SEQ, "max_context_len": MAX_CONTEXT, **kwargs}
@@ -244,3 +245,32 @@ def test_llm_export_command_usage_errors(args, words, tmp_path):
                 *args)
     assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "x.pte").exists()
+
+
+@pytest.fixture(scope="module")
+def llama_batch2(tmp_path_factory):
+    """A static batch of 2 rows, through `llm-export --batch-size 2`."""
+    out = tmp_path_factory.mktemp("llama-b2") / "llama-b2.pte"
+    done = subprocess.run(
+        [sys.executable, "-m", "executorch_tensorrt.cli", "llm-export", str(out), "--config",
+         json.dumps(CONFIGS["llama"]), "--max-seq-len", str(MAX_SEQ), "--max-context-len",
+         str(MAX_CONTEXT), "--batch-size", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def test_a_batch_of_two_decodes_each_row_as_eager(llama_batch2, allow_fallback):
+    """Two prompts of one length in one [2, S] call: each row's greedy tokens
+    equal eager's for that prompt alone (batch 1) and eager's batch of 2; a
+    batch-1 prompt is refused by the export's shape, the cache left as it was."""
+    model = llm.causal_lm(CONFIGS["llama"])
+    prompts = [encode(PROMPT), encode("TensorRT,Hello!")]
+    method, limits = _method_and_limits(llama_batch2)
+    with pytest.raises(RuntimeError):
+        greedy_decode(method, [prompts[0]], 2, limits=limits)
+    got = greedy_decode(method, prompts, NEW, limits=limits)
+    eager = greedy_decode(llm.eager_decoder(model, MAX_CONTEXT, batch_size=2), prompts, NEW)
+    assert got.rows == eager.rows
+    assert got.rows == [_eager(model, PROMPT), _eager(model, "TensorRT,Hello!")]
+    assert got.rows[0] != got.rows[1] and got.tokens == got.rows[0]
+    assert got.logits[0].shape == (2, CONFIGS["llama"]["vocab_size"])

@@ -69,10 +69,10 @@ def causal_lm(model_or_config, seed: int = 0) -> torch.nn.Module:
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
-def eager_decoder(model: torch.nn.Module, max_context_len: int):
+def eager_decoder(model: torch.nn.Module, max_context_len: int, batch_size: int = 1):
     """The eager `(tokens, positions) -> logits` step over the same static
-    cache the export uses: the reference for greedy_decode."""
-    wrapper = hf_static_cache_wrapper(causal_lm(model), max_context_len)
+    cache the export uses (`batch_size` rows): the reference for greedy_decode."""
+    wrapper = hf_static_cache_wrapper(causal_lm(model), max_context_len, batch_size)
     return lambda tokens, positions: wrapper.model(input_ids=tokens, cache_position=positions)
 
 
@@ -83,7 +83,9 @@ def _ids(value) -> tuple[int, ...]:
 
 
 def _check_arguments(config, max_seq_len: int, max_context_len: int, dtype: str,
-                     quantize: str | None) -> None:
+                     quantize: str | None, batch_size: int) -> None:
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     if quantize is not None and quantize not in QUANTIZE:
@@ -115,7 +117,7 @@ def quantized(model: torch.nn.Module, quantize: str | None,
 
 
 def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float32",
-           quantize: str | None = None, group_size: int = 128,
+           quantize: str | None = None, group_size: int = 128, batch_size: int = 1,
            external_weights: bool | None = None,
            output: str | Path, bos_id: int | None = None, eos_ids=None,
            progress: Progress | None = stderr_progress, **options) -> LLMExportResult:
@@ -130,12 +132,15 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     "int4_weight_only" (symmetric, one scale per `group_size` input features):
     quantization.quantize() on the decoder's Linear layers (the head too) and
     the token embedding table (`quantized()`, the eager reference).
+    `batch_size`: rows of the static cache; the method then takes tokens
+    [batch_size, S] (one position per step for all rows; ExecuTorch's runner
+    feeds [1, S], so it runs batch 1 programs only).
     `external_weights=True`: the weights go to `<output stem>.ptd` beside the
     .pte. `bos_id`/`eos_ids`: default from the model's config. Other options go to export_program.
     """
     model = causal_lm(model)
     config = model.config.get_text_config()
-    _check_arguments(config, max_seq_len, max_context_len, dtype, quantize)
+    _check_arguments(config, max_seq_len, max_context_len, dtype, quantize, batch_size)
     meta = LLMMetadata(
         max_seq_len=max_seq_len, max_context_len=max_context_len,
         vocab_size=int(config.vocab_size),
@@ -151,7 +156,8 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     if progress:
         progress("torch.export of the decoder with its static cache...")
     try:
-        program = export_hf(hf_static_cache_wrapper(model, max_context_len), max_seq_len)
+        program = export_hf(hf_static_cache_wrapper(model, max_context_len, batch_size),
+                            max_seq_len, batch_size)
     except Exception as e:  # noqa: BLE001 - any tracing failure, with its model named
         raise ExportError(f"torch.export of {type(model).__name__} with transformers' static "
                           f"cache failed: {type(e).__name__}: {e}") from e
