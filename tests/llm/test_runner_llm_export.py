@@ -118,6 +118,20 @@ def test_int4_weight_only_decoder_runs_in_the_runner_as_the_eager_quantized_mode
     assert [(w["dtype"], w["nbytes"]) for w in table] == [("int4", VOCAB * 256 // 2)]
 
 
+def test_a_token_outside_the_vocabulary_is_refused_by_the_quantized_table(llama_int4,
+                                                                           allow_fallback):
+    """The per-call index check still finds the Gather over the dequantized table."""
+    import executorch_tensorrt
+    from executorch.runtime import Runtime
+
+    pte, ptd = llama_int4
+    method = Runtime.get().load_program(pte, data_path=ptd).load_method("forward")
+    with pytest.raises(RuntimeError):
+        method.execute([torch.tensor([[VOCAB]]), torch.tensor([0])])
+    assert f"outside its valid range [0, {VOCAB})" in executorch_tensorrt.last_error()
+    assert method.execute([torch.tensor([[5]]), torch.tensor([0])])[0].shape == (1, 1, VOCAB)
+
+
 def test_a_ptd_of_another_export_is_refused_naming_the_missing_weight(
         qwen2_ptd, llama_int4, tokenizer, allow_fallback):
     import executorch_tensorrt
