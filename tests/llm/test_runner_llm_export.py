@@ -14,8 +14,12 @@ import pytest
 import torch
 
 from executorch_tensorrt import llm
+from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
-from runner_helpers import CONFIGS, EOS, encode, runner_tokens, write_char_tokenizer
+from executorch_tensorrt.quantization.embedding import QuantizedEmbedding
+from runner_helpers import (CONFIGS, EOS, VOCAB, encode, runner_tokens,
+                            write_char_tokenizer)
+from tests.helpers import tensorrt_blobs
 
 MAX_SEQ, MAX_CONTEXT, NEW = 4, 48, 12
 PROMPT = "Hello,TensorRT!"      # 15 tokens: the runner prefills it in chunks of 4
@@ -77,22 +81,67 @@ def test_runner_generates_eager_greedy_tokens(program, tokenizer, allow_fallback
     assert len(set(got)) > 1  # a real sequence, not one repeated token
 
 
-def test_int4_weight_only_decoder_runs_in_the_runner_as_the_eager_quantized_model(
-        llama, tokenizer, allow_fallback, tmp_path):
-    """quantize="int4_weight_only": the runner's greedy tokens are the eager
-    quantized model's, and the program is smaller than the fp32 one (here the
-    fp32 token embedding, not a Linear, is most of what remains)."""
-    from executorch_tensorrt.quantization import quantize
+# Wide enough that weights, not the graph (~40 kB of ONNX and program), are the
+# artifact: 1.23M parameters, 4.9 MB of fp32 weights.
+WIDE = {**CONFIGS["llama"], "hidden_size": 256, "intermediate_size": 512}
 
-    out = tmp_path / "llama-int4.pte"
-    llm.export(CONFIGS["llama"], max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
-               quantize="int4_weight_only", group_size=32, output=out, progress=None)
-    reference = quantize(llm.causal_lm(CONFIGS["llama"]), scheme="int4_weight_only",
-                         group_size=32)
-    got = runner_tokens(_runner(out, None, tokenizer), PROMPT, NEW)
+
+@pytest.fixture(scope="module")
+def llama_int4(tmp_path_factory):
+    """WIDE, int4 weight-only, weights in a .ptd."""
+    out = tmp_path_factory.mktemp("llama-int4") / "llama-int4.pte"
+    result = llm.export(WIDE, max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
+                        quantize="int4_weight_only", external_weights=True, output=out,
+                        progress=None)
+    return result.path, result.data_paths[0]
+
+
+def test_int4_weight_only_decoder_runs_in_the_runner_as_the_eager_quantized_model(
+        llama_int4, tokenizer, allow_fallback):
+    """quantize="int4_weight_only": every Linear (the head too) and the token
+    embedding stored int4; the runner's greedy tokens are the eager quantized
+    model's (llm.quantized, the same weights), and the .pte + .ptd are at most
+    0.2x the fp32 weights alone (so below 0.2x an fp32 export)."""
+    pte, ptd = llama_int4
+    fp32 = llm.causal_lm(WIDE)
+    reference = llm.quantized(fp32, "int4_weight_only")
+    assert isinstance(reference.model.embed_tokens, QuantizedEmbedding)
+    got = runner_tokens(_runner(pte, ptd, tokenizer), PROMPT, NEW)
     want = _until_eos(_eager(reference, PROMPT))
     assert got == want[:len(got)] and len(got) >= min(len(want), NEW - 1)
-    assert out.stat().st_size < 0.6 * llama[0].stat().st_size
+    fp32_weight_bytes = 4 * sum(p.numel() for p in fp32.parameters())
+    size = pte.stat().st_size + ptd.stat().st_size
+    assert size <= 0.2 * fp32_weight_bytes, (size, fp32_weight_bytes)
+    (blob,) = tensorrt_blobs(pte)
+    stored = read_blob(blob).metadata["weights"]
+    table = [w for w in stored if "embed_tokens" in w["name"]]
+    assert [(w["dtype"], w["nbytes"]) for w in table] == [("int4", VOCAB * 256 // 2)]
+
+
+def test_a_token_outside_the_vocabulary_is_refused_by_the_quantized_table(llama_int4,
+                                                                           allow_fallback):
+    """The per-call index check still finds the Gather over the dequantized table."""
+    import executorch_tensorrt
+    from executorch.runtime import Runtime
+
+    pte, ptd = llama_int4
+    method = Runtime.get().load_program(pte, data_path=ptd).load_method("forward")
+    with pytest.raises(RuntimeError):
+        method.execute([torch.tensor([[VOCAB]]), torch.tensor([0])])
+    assert f"outside its valid range [0, {VOCAB})" in executorch_tensorrt.last_error()
+    assert method.execute([torch.tensor([[5]]), torch.tensor([0])])[0].shape == (1, 1, VOCAB)
+
+
+def test_a_ptd_of_another_export_is_refused_naming_the_missing_weight(
+        qwen2_ptd, llama_int4, tokenizer, allow_fallback):
+    import executorch_tensorrt
+
+    pte, _, _ = qwen2_ptd
+    with pytest.raises(RuntimeError) as e:
+        runner = _runner(pte, llama_int4[1], tokenizer)
+        runner_tokens(runner, PROMPT, NEW)
+    cause = executorch_tensorrt.last_error()
+    assert "belongs to another program" in cause, (str(e.value), cause)
 
 
 def test_reset_between_prompts_equals_a_fresh_runner(program, tokenizer, allow_fallback):
@@ -129,6 +178,7 @@ def test_constant_methods_are_what_the_runner_reads(llama, allow_fallback):
      "supported: None (no quantization), 'int8_weight_only', 'int4_weight_only'"),
     ({"max_context_len": 65}, "max_context_len=65 is beyond the model's 64 positions"),
     ({"max_seq_len": 64, "max_context_len": 48}, "need 1 <= max_seq_len <= max_context_len"),
+    ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
 ])
 def test_bad_arguments_name_the_limit(kwargs, words, tmp_path):
     args = {"max_seq_len": MAX_SEQ, "max_context_len": MAX_CONTEXT, **kwargs}
@@ -209,3 +259,32 @@ def test_llm_export_command_usage_errors(args, words, tmp_path):
                 *args)
     assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "x.pte").exists()
+
+
+@pytest.fixture(scope="module")
+def llama_batch2(tmp_path_factory):
+    """A static batch of 2 rows, through `llm-export --batch-size 2`."""
+    out = tmp_path_factory.mktemp("llama-b2") / "llama-b2.pte"
+    done = subprocess.run(
+        [sys.executable, "-m", "executorch_tensorrt.cli", "llm-export", str(out), "--config",
+         json.dumps(CONFIGS["llama"]), "--max-seq-len", str(MAX_SEQ), "--max-context-len",
+         str(MAX_CONTEXT), "--batch-size", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def test_a_batch_of_two_decodes_each_row_as_eager(llama_batch2, allow_fallback):
+    """Two prompts of one length in one [2, S] call: each row's greedy tokens
+    equal eager's for that prompt alone (batch 1) and eager's batch of 2; a
+    batch-1 prompt is refused by the export's shape, the cache left as it was."""
+    model = llm.causal_lm(CONFIGS["llama"])
+    prompts = [encode(PROMPT), encode("TensorRT,Hello!")]
+    method, limits = _method_and_limits(llama_batch2)
+    with pytest.raises(RuntimeError):
+        greedy_decode(method, [prompts[0]], 2, limits=limits)
+    got = greedy_decode(method, prompts, NEW, limits=limits)
+    eager = greedy_decode(llm.eager_decoder(model, MAX_CONTEXT, batch_size=2), prompts, NEW)
+    assert got.rows == eager.rows
+    assert got.rows == [_eager(model, PROMPT), _eager(model, "TensorRT,Hello!")]
+    assert got.rows[0] != got.rows[1] and got.tokens == got.rows[0]
+    assert got.logits[0].shape == (2, CONFIGS["llama"]["vocab_size"])

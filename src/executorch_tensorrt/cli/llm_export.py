@@ -57,7 +57,7 @@ def cmd_llm_export(args) -> int:
         result = export(model, max_seq_len=args.max_seq_len,
                         max_context_len=args.max_context_len, dtype=args.dtype,
                         quantize=args.quantize, group_size=args.group_size,
-                        external_weights=args.external_weights,
+                        batch_size=args.batch_size, external_weights=args.external_weights,
                         output=out)
     except ValueError as e:
         raise Fail(EXIT_USAGE, str(e)) from None

@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-context-len", type=int, required=True,
                    help="the KV cache's positions: prompt plus generated tokens")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="rows of the static KV cache (ExecuTorch's runner takes 1)")
     _quantize_options(p)
     p.add_argument("--external-weights", action="store_true",
                    help="store the weights in OUTPUT's .ptd beside it")

@@ -69,10 +69,10 @@ def causal_lm(model_or_config, seed: int = 0) -> torch.nn.Module:
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
-def eager_decoder(model: torch.nn.Module, max_context_len: int):
+def eager_decoder(model: torch.nn.Module, max_context_len: int, batch_size: int = 1):
     """The eager `(tokens, positions) -> logits` step over the same static
-    cache the export uses: the reference for greedy_decode."""
-    wrapper = hf_static_cache_wrapper(causal_lm(model), max_context_len)
+    cache the export uses (`batch_size` rows): the reference for greedy_decode."""
+    wrapper = hf_static_cache_wrapper(causal_lm(model), max_context_len, batch_size)
     return lambda tokens, positions: wrapper.model(input_ids=tokens, cache_position=positions)
 
 
@@ -83,7 +83,9 @@ def _ids(value) -> tuple[int, ...]:
 
 
 def _check_arguments(config, max_seq_len: int, max_context_len: int, dtype: str,
-                     quantize: str | None) -> None:
+                     quantize: str | None, batch_size: int) -> None:
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     if quantize is not None and quantize not in QUANTIZE:
@@ -100,18 +102,22 @@ def _check_arguments(config, max_seq_len: int, max_context_len: int, dtype: str,
                          f"use at most {limit}")
 
 
-def _quantized(model: torch.nn.Module, quantize: str | None,
-               group_size: int) -> torch.nn.Module:
+def quantized(model: torch.nn.Module, quantize: str | None,
+              group_size: int = 128) -> torch.nn.Module:
+    """The decoder `export(quantize=...)` exports, and so the eager reference:
+    a structural copy (tensors shared) whose Linear weights (the head too)
+    and token embedding tables are weight-only quantized by `quantize`."""
     if quantize is None:
         return model
     from ..quantization import quantize as quantize_model
+    from ..quantization.embedding import quantize_embeddings
 
-    # a structural copy (tensors shared) whose Linear weights are quantized
-    return quantize_model(model, scheme=quantize, group_size=group_size)
+    linears = quantize_model(model, scheme=quantize, group_size=group_size)
+    return quantize_embeddings(linears, quantize, group_size)
 
 
 def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float32",
-           quantize: str | None = None, group_size: int = 128,
+           quantize: str | None = None, group_size: int = 128, batch_size: int = 1,
            external_weights: bool | None = None,
            output: str | Path, bos_id: int | None = None, eos_ids=None,
            progress: Progress | None = stderr_progress, **options) -> LLMExportResult:
@@ -124,13 +130,17 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     so weights, KV cache and logits are in that dtype.
     `quantize`: None, "int8_weight_only" (symmetric, per output channel) or
     "int4_weight_only" (symmetric, one scale per `group_size` input features):
-    quantization.quantize() on the decoder's Linear layers (the head too). `external_weights=True`: the
-    weights go to `<output stem>.ptd` beside the .pte. `bos_id`/`eos_ids`:
-    default from the model's config. Other options go to export_program.
+    quantization.quantize() on the decoder's Linear layers (the head too) and
+    the token embedding table (`quantized()`, the eager reference).
+    `batch_size`: rows of the static cache; the method then takes tokens
+    [batch_size, S] (one position per step for all rows; ExecuTorch's runner
+    feeds [1, S], so it runs batch 1 programs only).
+    `external_weights=True`: the weights go to `<output stem>.ptd` beside the
+    .pte. `bos_id`/`eos_ids`: default from the model's config. Other options go to export_program.
     """
     model = causal_lm(model)
     config = model.config.get_text_config()
-    _check_arguments(config, max_seq_len, max_context_len, dtype, quantize)
+    _check_arguments(config, max_seq_len, max_context_len, dtype, quantize, batch_size)
     meta = LLMMetadata(
         max_seq_len=max_seq_len, max_context_len=max_context_len,
         vocab_size=int(config.vocab_size),
@@ -142,11 +152,12 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
                  f"tokens per call, dtype {dtype}, quantize {quantize}")
     # The model (and so its KV cache, weights and logits) in `dtype`: the cache
     # then takes dtype's bytes per element in the delegate, not float32's.
-    model = _quantized(model.to(DTYPES[dtype]), quantize, group_size)
+    model = quantized(model.to(DTYPES[dtype]), quantize, group_size)
     if progress:
         progress("torch.export of the decoder with its static cache...")
     try:
-        program = export_hf(hf_static_cache_wrapper(model, max_context_len), max_seq_len)
+        program = export_hf(hf_static_cache_wrapper(model, max_context_len, batch_size),
+                            max_seq_len, batch_size)
     except Exception as e:  # noqa: BLE001 - any tracing failure, with its model named
         raise ExportError(f"torch.export of {type(model).__name__} with transformers' static "
                           f"cache failed: {type(e).__name__}: {e}") from e
@@ -159,5 +170,5 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     return LLMExportResult(result.path, result.data_paths, meta, result)
 
 
-__all__ = ["export", "causal_lm", "eager_decoder", "LLMMetadata", "LLMExportResult", "DTYPES",
-           "QUANTIZE"]
+__all__ = ["export", "causal_lm", "eager_decoder", "quantized", "LLMMetadata", "LLMExportResult",
+           "DTYPES", "QUANTIZE"]

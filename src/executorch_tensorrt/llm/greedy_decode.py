@@ -12,6 +12,11 @@ program written by llm.export) a prompt longer than `max_seq_len` goes in in
 chunks of at most that many tokens (as ExecuTorch's runner does), and a prompt
 that with the tokens to generate does not fit in `max_context_len`, or a token
 id outside the vocabulary, is refused before anything runs.
+
+A batch (a program exported with `batch_size` B > 1: a static cache of B
+rows) takes a prompt of B rows of one length, `[B, S]`; each row is decoded
+greedily on its own (one position per step, shared by the rows) and its tokens
+are in `Generation.rows`.
 """
 from __future__ import annotations
 
@@ -28,8 +33,9 @@ Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 @dataclass
 class Generation:
-    tokens: list[int]                       # the generated tokens (not the prompt)
-    logits: list[torch.Tensor] = field(default_factory=list)  # [V] per generated token
+    tokens: list[int]                       # the generated tokens (not the prompt); row 0
+    logits: list[torch.Tensor] = field(default_factory=list)  # [V] ([B, V]) per token
+    rows: list[list[int]] = field(default_factory=list)  # each row's tokens (rows[0] = tokens)
     prefill_seconds: float = 0.0
     decode_seconds: list[float] = field(default_factory=list)  # one per decode call
 
@@ -63,33 +69,41 @@ def greedy_decode(method, prompt_ids: Sequence[int] | torch.Tensor, n: int, *,
                   limits: LLMMetadata | None = None) -> Generation:
     """Feeds the prompt (in one call, or in chunks of `limits.max_seq_len`),
     then `n - 1` single tokens, picking the argmax each time; returns the n
-    generated tokens (and their logits)."""
+    generated tokens (and their logits). `prompt_ids`: one prompt, or `[B, S]`
+    (B rows of S tokens) for a program exported with a batch of B."""
     step = as_step(method)
-    prompt = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(1, -1)
+    prompt = torch.as_tensor(prompt_ids, dtype=torch.long)
+    if prompt.dim() > 2:
+        raise ValueError(f"a prompt is [S] tokens or a batch of [B, S], got shape "
+                         f"{list(prompt.shape)}")
+    prompt = prompt.reshape(-1 if prompt.dim() == 2 else 1, prompt.shape[-1])
+    batch = prompt.shape[0]
     if prompt.shape[1] == 0 or n < 1:
         raise ValueError(f"need a non-empty prompt and n >= 1 (prompt of {prompt.shape[1]} "
                          f"tokens, n={n})")
     if limits is not None:
         _check_limits(prompt, n, start_pos, limits)
     chunk = limits.max_seq_len if limits is not None else prompt.shape[1]
-    out = Generation(tokens=[])
+    out = Generation(tokens=[], rows=[[] for _ in range(batch)])
+    out.tokens = out.rows[0]
     with torch.no_grad():
         t0 = time.perf_counter()
         for first in range(0, prompt.shape[1], chunk):
-            part = prompt[:, first:first + chunk]
+            part = prompt[:, first:first + chunk].contiguous()  # a batch's slice is not
             logits = step(part, torch.arange(start_pos + first, start_pos + first + part.shape[1]))
         out.prefill_seconds = time.perf_counter() - t0
         pos = start_pos + prompt.shape[1]
         for i in range(n):
-            last = logits[0, -1].detach().clone()
-            token = int(torch.argmax(last))
-            out.tokens.append(token)
+            last = logits[:, -1].detach().clone()
+            chosen = torch.argmax(last, dim=-1)
+            for row, token in zip(out.rows, chosen.tolist()):
+                row.append(token)
             if keep_logits:
-                out.logits.append(last)
+                out.logits.append(last[0] if batch == 1 else last)
             if i == n - 1:
                 break
             t0 = time.perf_counter()
-            logits = step(torch.tensor([[token]]), torch.tensor([pos]))
+            logits = step(chosen.reshape(batch, 1), torch.tensor([pos]))
             out.decode_seconds.append(time.perf_counter() - t0)
             pos += 1
     return out
