@@ -11,7 +11,7 @@ and, for one, its .ptd), through the CLI's own commands:
      cause naming the variable), on the first program only;
   2. with the fallback: `run --outputs NAME.arm.etensors` (ExecuTorch's Python
      runtime, our backend, onnxruntime's aarch64 kernels), then `verify` against
-     the reference written at export.
+     the reference written at export; the fallback's message must appear.
 Prints one line per step with its wall time; exits 1 if any step is wrong.
 """
 from __future__ import annotations
@@ -71,16 +71,17 @@ def main(argv: list[str]) -> int:
     wrong += 0 if loud else 1
 
     os.environ["EXECUTORCH_TENSORRT_FALLBACK"] = "onnxruntime"
+    announced = False  # the fallback says so once per process, at its first partition
     for pte in programs:
         out = pte.with_suffix(".arm.etensors")
         code, err = timed(f"run {pte.name}", lambda: cli(["run", str(pte), "--outputs", str(out)]))
-        fallback = "onnxruntime" in err
+        announced = announced or "onnxruntime" in err
         vcode, verr = cli(["verify", str(pte), str(out)]) if code == 0 else (code, "")
-        print(f"emulated: {pte.name}: run exit {code}, verify exit {vcode}, "
-              f"fallback message: {fallback}" + (f"\n{err}{verr}" if code or vcode else ""),
-              flush=True)
-        wrong += int(code != 0 or vcode != 0 or not fallback)
-    return 1 if wrong else 0
+        print(f"emulated: {pte.name}: run exit {code}, verify exit {vcode}"
+              + (f"\n{err}{verr}" if code or vcode else ""), flush=True)
+        wrong += int(code != 0 or vcode != 0)
+    print(f"emulated: the fallback announced itself: {announced}")
+    return 1 if wrong or not announced else 0
 
 
 if __name__ == "__main__":
