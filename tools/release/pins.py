@@ -36,8 +36,9 @@ SITES: dict[str, int] = {
     # executorch, torch, onnx, onnxscript, onnxruntime (5);
     # [project.optional-dependencies] rtx: tensorrt-rtx-cu13 (1).
     "pyproject.toml": 7,
-    # the emulated aarch64 run's pip line: executorch, onnxruntime, onnx, onnxscript (4).
-    "docs/aarch64.md": 4,
+    # the emulated aarch64 run's pip line: executorch, onnxruntime, onnx, onnxscript;
+    # the aarch64 [rtx] resolution's pip line: tensorrt-rtx-cu13 (5).
+    "docs/aarch64.md": 5,
     # To add once they exist (count the pinned requirements in them):
     # ".ci/run": N,                 # pip install lines
     # "README.md": N,               # pip install commands in code blocks
