@@ -4,8 +4,8 @@ Builds small vision transformers (ViT, LeViT, Swin V2) and CNNs (ResNet-18,
 MobileNetV2, EfficientNet-B0) from transformers configs with random weights
 (torchvision's PyPI wheel does not import with the CPU torch here), exports
 each once through this backend and once through ExecuTorch's XNNPACK
-partitioner, and times `Method.execute` of both in ONE process at the same
-thread budget: onnxruntime's intra-op threads (EXECUTORCH_TENSORRT_ORT_THREADS,
+partitioner, and times `Method.execute` of both in one child process per
+model and thread count, at the same thread budget: onnxruntime's intra-op threads (EXECUTORCH_TENSORRT_ORT_THREADS,
 read when a method is loaded) and ExecuTorch's threadpool (which XNNPACK
 uses) both set to each count in --threads. Batches of the two sides alternate
 so load on the shared machine hits both alike; the cell is the median batch.
@@ -21,11 +21,13 @@ functions and executorch_tensorrt.cli.runner's load_method / time_calls.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from models import ROOT, export_tensorrt, export_xnnpack, max_diff  # tools/bench/models.py
@@ -85,9 +87,19 @@ def build(name: str):
         def forward(self, pixel_values):
             return self.model(pixel_values=pixel_values)[0]
 
+    # torch's 2 OpenMP threads stalled for minutes on the loaded shared cores; the
+    # eager reference and the export need no speed
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     model, size = MODELS[name][0]()
-    return FirstOutput(model.eval()).eval(), (torch.randn(1, 3, size, size),)
+    return FirstOutput(model.eval()).eval(), build_inputs(name)
+
+
+def build_inputs(name: str, size: int = 224):
+    """The example image of every model, seeded: the same in parent and child."""
+    import torch
+
+    return (torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(1)),)
 
 
 @dataclass
@@ -105,25 +117,37 @@ class Row:
 
 
 def export_both(name: str, folder: Path) -> tuple[Path, Path]:
-    trt, xnn = folder / f"{name}-trt.pte", folder / f"{name}-xnn.pte"
-    if not (trt.exists() and xnn.exists()):
+    """The two programs and the eager output (`<name>-eager.npy`), made once."""
+    import numpy as np
+    import torch
+
+    trt, xnn, eager = (folder / f"{name}-trt.pte", folder / f"{name}-xnn.pte",
+                       folder / f"{name}-eager.npy")
+    if not (trt.exists() and xnn.exists() and eager.exists()):
         print(f"[vision] {name}: exporting", file=sys.stderr, flush=True)
         model, inputs = build(name)
-        export_tensorrt(model, inputs, trt)
-        export_xnnpack(model, inputs, xnn)
+        with torch.no_grad():
+            np.save(eager, model(*inputs).numpy())
+        if not (trt.exists() and xnn.exists()):
+            export_tensorrt(model, inputs, trt)
+            export_xnnpack(model, inputs, xnn)
     return trt, xnn
 
 
 def time_pair(name: str, trt: Path, xnn: Path, threads: int, calls: int,
               repeats: int) -> Row:
+    """In a child process (main): a torch eager run before ExecuTorch's
+    threadpool reset crashed or hung that reset here, so the eager output
+    comes from the parent's .npy."""
+    import numpy as np
     import torch
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
 
     from executorch_tensorrt.cli.runner import load_method, time_calls
 
-    model, inputs = build(name)
-    with torch.no_grad():
-        eager = model(*inputs)
+    torch.manual_seed(0)
+    inputs = build_inputs(name)
+    eager = torch.from_numpy(np.load(trt.parent / f"{name}-eager.npy"))
     os.environ["EXECUTORCH_TENSORRT_ORT_THREADS"] = str(threads)  # read at load
     ours, peer = load_method(trt), load_method(xnn)
     _unsafe_reset_threadpool(threads)  # ExecuTorch's pool, XNNPACK's threads
@@ -148,7 +172,8 @@ def table(rows: list[Row], calls: int, repeats: int, note: str) -> list[str]:
              f"Measured 2026-12-02 by `tools/bench/vision_models.py` on {platform.machine()} "
              f"({os.cpu_count()} CPU cores shared with other jobs, load average "
              f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} at the end), torch "
-             f"{torch.__version__}, one process, random weights. Both sides at the same thread "
+             f"{torch.__version__}, random weights, one child process per model and thread count "
+             "with both sides in it. Both sides at the same thread "
              "budget (onnxruntime intra-op threads = ExecuTorch threadpool threads), batches of "
              f"{calls} calls alternating between the two sides, median of {repeats} batches. "
              "\"ours\" is the TensorRT partition run by the onnxruntime fallback on the CPU.",
@@ -185,14 +210,30 @@ def main() -> int:
     parser.add_argument("--folder", help="keep and reuse the exported programs here")
     parser.add_argument("--note", default="", help="a line printed above the table")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)  # model, threads
     args = parser.parse_args()
+    if args.child:
+        name, threads = args.child[0], int(args.child[1])
+        folder = Path(args.folder)
+        row = time_pair(name, folder / f"{name}-trt.pte", folder / f"{name}-xnn.pte", threads,
+                        args.calls, args.repeats)
+        print(json.dumps(asdict(row)), flush=True)
+        return 0
     folder = Path(args.folder or tempfile.mkdtemp(prefix="bench_vision_"))
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.models:
-        trt, xnn = export_both(name, folder)
-        for threads in args.threads:
-            rows.append(time_pair(name, trt, xnn, threads, args.calls, args.repeats))
+        export_both(name, folder)
+        for threads in args.threads:  # one child each: a crash loses one row
+            done = subprocess.run(
+                [sys.executable, __file__, "--child", name, str(threads), "--folder",
+                 str(folder), "--calls", str(args.calls), "--repeats", str(args.repeats)],
+                stdout=subprocess.PIPE, text=True)
+            if done.returncode != 0 or not done.stdout.strip():
+                print(f"[vision] {name} @{threads}: child failed (exit {done.returncode})",
+                      file=sys.stderr, flush=True)
+                continue
+            rows.append(Row(**json.loads(done.stdout.strip().splitlines()[-1])))
             r = rows[-1]
             print(f"[vision] {name} @{threads}: ours {r.ours_ms:.2f} ms, XNNPACK "
                   f"{r.xnnpack_ms:.2f} ms, {r.ratio:.2f}x", file=sys.stderr, flush=True)
