@@ -136,9 +136,9 @@ def export_both(name: str, folder: Path) -> tuple[Path, Path]:
 
 def time_pair(name: str, trt: Path, xnn: Path, threads: int, calls: int,
               repeats: int) -> Row:
-    """In a child process (main): a torch eager run before ExecuTorch's
-    threadpool reset crashed or hung that reset here, so the eager output
-    comes from the parent's .npy."""
+    """In a child process (main): ExecuTorch's threadpool reset below has
+    crashed or hung here intermittently (docs/benchmarks.md), so a crash
+    loses one row; the eager output comes from the parent's .npy."""
     import numpy as np
     import torch
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
