@@ -20,7 +20,7 @@ import onnx_ir as ir
 import onnxscript
 import torch
 
-from .ops import _LIB, PLACEHOLDER_DOMAIN
+from .ops import _LIB, PLACEHOLDER_DOMAIN, TRANSLATIONS
 
 FP8_MAX = 448.0  # largest finite e4m3fn value
 FP8 = torch.float8_e4m3fn
@@ -79,6 +79,7 @@ FP8_TRANSLATIONS = {
     QUANTIZE_FP8: onnxscript.TracedOnnxFunction(_PLACEHOLDER, _onnx_quantize_fp8),
     DEQUANTIZE_FP8: onnxscript.TracedOnnxFunction(_PLACEHOLDER, _onnx_dequantize_fp8),
 }
+TRANSLATIONS.update(FP8_TRANSLATIONS)  # ops.register_quant_ops registers them all
 
 
 def lower_fp8_nodes(model: ir.Model) -> None:

@@ -100,8 +100,6 @@ TRANSLATIONS[DEQUANTIZE_INT4] = INT4_TRANSLATION
 
 
 def register_quant_ops(registry) -> None:
-    from .fp8 import FP8_TRANSLATIONS  # fp8.py defines its ops on this module's library
-
-    for target, function in {**TRANSLATIONS, **FP8_TRANSLATIONS}.items():
+    for target, function in TRANSLATIONS.items():
         if not registry.is_registered(target):
             registry.register_op(target, function, is_complex=False)
