@@ -14,6 +14,7 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
+from ..quantization.qdq_graph import check_qdq_delegated, is_qdq_graph, lower_qdq
 from ..quantization.quantize import check_plan, quantization_plan
 from ..quantization.torchao_weights import has_torchao_weights, lower_torchao
 from ..program.references import reference_source, write_export_reference
@@ -86,10 +87,13 @@ def _quantization_lines(model, options: dict, allow_unquantized: bool) -> dict[s
     plan = quantization_plan(model)
     if plan is None:
         return {}
+    return check_plan(plan, _flavor(), options.get("compute_capabilities"), allow_unquantized)
+
+
+def _flavor() -> str:
     from ..tensorrt.flavor import load_tensorrt
 
-    return check_plan(plan, load_tensorrt().flavor, options.get("compute_capabilities"),
-                      allow_unquantized)
+    return load_tensorrt().flavor
 
 
 def _check_took_something(reports: dict[str, PartitionReport], allow: bool) -> None:
@@ -174,8 +178,12 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         # dequantize ops over int8 buffers instead (quantization/).
         traced = lower_torchao(model) if has_torchao_weights(model) else model
         quantized_layers = _quantization_lines(model, options, allow_unquantized)
+        if is_qdq_graph(model):  # a convert_pt2e graph: checked, and what runs is the reference
+            traced, quantized_layers = lower_qdq(model, _flavor(),
+                                                 options.get("compute_capabilities"),
+                                                 allow_unquantized)
         programs = {"forward": torch.export.export(traced, inputs, dynamic_shapes=dynamic_shapes)}
-        reference = (model, inputs)
+        reference = (traced if is_qdq_graph(model) else model, inputs)
     seconds["torch_export"] = time.perf_counter() - t0
     if external_weights:
         if options.get("inline_weights"):
@@ -204,6 +212,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             constant_methods=dict(constant_methods) if constant_methods else None,
             generate_etrecord=etrecord_path is not None)
         trt_partitioner.export_cache.clear()  # preprocess is done: what it left goes
+        check_qdq_delegated(edge)
         if device_resident:
             dr.check_device_io(edge)
         program = edge.to_executorch(*([dr.backend_config()] if device_resident else []))

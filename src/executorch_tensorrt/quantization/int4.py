@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import QuantizationError
-from .ops import DEQUANTIZE_INT4, PLACEHOLDER_DOMAIN
+from .ops import DEQUANTIZE_INT4, PLACEHOLDER_DOMAIN, PLACEHOLDER_OP
 
 GROUP_SIZES = (32, 64, 128)
 INT4_MAX = 7  # symmetric: [-7, 7] used, -8 never produced
@@ -80,7 +80,8 @@ def lower_int4_nodes(model: ir.Model) -> None:
     """Rewrites each placeholder node of an exported model, in place, into
     DequantizeLinear(INT4 [out, in], scale, axis=1, block_size=group): the
     packed uint8 initializer is reinterpreted (same bytes, no copy)."""
-    nodes = [n for n in model.graph if n.domain == PLACEHOLDER_DOMAIN]
+    nodes = [n for n in model.graph
+             if n.domain == PLACEHOLDER_DOMAIN and n.op_type == PLACEHOLDER_OP]
     if not nodes:
         return
     for node in nodes:

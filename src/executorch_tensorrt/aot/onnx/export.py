@@ -13,6 +13,7 @@ import torch
 from torch.onnx._internal.exporter import _core
 
 from ...blob.format import NAMED_DATA_LOCATION
+from ...quantization.fp8 import lower_fp8_nodes
 from ...quantization.int4 import lower_int4_nodes
 from .edge_tags import edge_name_from_trace, quiet, tag_edge_nodes
 from .fusions import fuse
@@ -75,6 +76,8 @@ def _externalize(model: ir.Model) -> list[Weight]:
             continue
         if tensor.dtype == ir.DataType.INT4:  # packed two per byte (quantization/int4.py)
             data, blob_dtype = tensor.raw, "int4"
+        elif tensor.dtype == ir.DataType.FLOAT8E4M3FN:  # FP8 weights (quantization/fp8.py)
+            data, blob_dtype = _weight_value(tensor), "float8"
         else:
             data = _weight_value(tensor)
             blob_dtype = dtype_name(data)
@@ -107,6 +110,7 @@ def export_onnx(ep: torch.export.ExportedProgram, precision: str = "fp32", *,
     model = program.model
     fuse(model)
     lower_int4_nodes(model)
+    lower_fp8_nodes(model)
     mapping: dict[int, str] = {}
     for i, node in enumerate(model.graph):
         name = edge_name_from_trace(node.metadata_props.get(_TRACE_KEY))

@@ -28,6 +28,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ...errors import EngineBuildError
+from ...quantization.qdq_graph import unpaired_qdq
 from ..backend import engine_kind, weights_id
 from ..compile_spec import TensorRTCompileSpec, with_profiles
 from ...tensorrt.engine_builder import Progress, build_engine, stderr_progress
@@ -351,6 +352,7 @@ class TensorRTPartitioner(Partitioner):
         if reason := options_error(self.compile_spec):
             rejected.update({n: reason for n in candidates - set(rejected)})
         for _ in range(_MAX_ROUNDS):
+            rejected.update(unpaired_qdq(ep.graph, rejected))  # Q/DQ stay with their consumers
             groups = self._propose(ep, candidates - set(rejected))
             new = _escaping_shape_values(groups)
             for i, nodes in enumerate([] if new else groups):

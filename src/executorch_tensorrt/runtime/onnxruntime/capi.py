@@ -226,6 +226,13 @@ class OrtSession:
         try:
             if configure is not None:
                 configure(api, options)
+            # onnxruntime 1.32's QDQ propagation moves an FP8 QuantizeLinear
+            # above a Relu (+ Reshape) and lets negative values through (max
+            # error 0.75 on a Conv-Relu-Linear FP8 model, docs/quantization.md);
+            # TensorRT sees the graph as written, so the fallback runs it so too.
+            api.check(api.AddSessionConfigEntry(
+                options, b"optimization.disable_specified_optimizers",
+                b"QDQPropagationTransformer"), "AddSessionConfigEntry(disable QDQ propagation)")
             if timings_prefix is not None:  # per-node times: a JSON file at end_profiling()
                 api.check(api.EnableProfiling(options, timings_prefix.encode()), "EnableProfiling")
             api.check(api.SetSessionLogSeverityLevel(options, _ORT_LOGGING_LEVEL_ERROR),

@@ -1,0 +1,116 @@
+"""FP8 (e4m3) per-tensor quantize / dequantize ops with TensorRT's semantics.
+
+PT2E's `quantized_decomposed.quantize_per_tensor` rounds x / scale to an
+integer before casting to float8, which is not what TensorRT (or ONNX
+QuantizeLinear) computes for FP8: a saturating cast of x / scale to e4m3, no
+integer rounding. The Q/DQ lowering (qdq_graph.py) rewrites PT2E's FP8 nodes
+into `etrt_quant.quantize_fp8` / `dequantize_fp8`, so the eager reference and
+the exported graph compute the same thing.
+
+ONNX float8 needs opset 19 and our exports are opset 18, so, like int4
+(int4.py), their translations are placeholder nodes that `lower_fp8_nodes`
+rewrites after export into QuantizeLinear / DequantizeLinear with a constant
+float scale and a float8 zero point of 0, raising the model to opset 21.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxscript
+import torch
+
+from .ops import _LIB, PLACEHOLDER_DOMAIN, TRANSLATIONS
+
+FP8_MAX = 448.0  # largest finite e4m3fn value
+FP8 = torch.float8_e4m3fn
+
+_LIB.define("quantize_fp8(Tensor x, float scale) -> Tensor")
+_LIB.define("dequantize_fp8(Tensor q, float scale) -> Tensor")
+
+
+@torch.library.impl(_LIB, "quantize_fp8", "CompositeExplicitAutograd")
+def _quantize_fp8(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.clamp(x.to(torch.float32) / scale, -FP8_MAX, FP8_MAX).to(FP8)
+
+
+@torch.library.register_fake("etrt_quant::quantize_fp8")
+def _quantize_fp8_fake(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=FP8, device=x.device)
+
+
+@torch.library.impl(_LIB, "dequantize_fp8", "CompositeExplicitAutograd")
+def _dequantize_fp8(q: torch.Tensor, scale: float) -> torch.Tensor:
+    return q.to(torch.float32) * scale
+
+
+@torch.library.register_fake("etrt_quant::dequantize_fp8")
+def _dequantize_fp8_fake(q: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.empty(q.shape, dtype=torch.float32, device=q.device)
+
+
+QUANTIZE_FP8 = torch.ops.etrt_quant.quantize_fp8.default
+DEQUANTIZE_FP8 = torch.ops.etrt_quant.dequantize_fp8.default
+
+_PLACEHOLDER = onnxscript.values.Opset(domain=PLACEHOLDER_DOMAIN, version=1)
+_P = onnx.defs.OpSchema.FormalParameter
+_SCALE_ATTR = onnx.defs.OpSchema.Attribute("scale", onnx.defs.OpSchema.AttrType.FLOAT, "")
+# Schemas of our own, given to onnxscript only (never registered with onnx):
+# float8 is not an opset-18 type, so the placeholder carries it as uint8.
+_Q_SCHEMA = onnx.defs.OpSchema("QuantizeFp8", PLACEHOLDER_DOMAIN, 1,
+                               inputs=[_P("x", "tensor(float)")],
+                               outputs=[_P("y", "tensor(float8e4m3fn)")], attributes=[_SCALE_ATTR])
+_DQ_SCHEMA = onnx.defs.OpSchema("DequantizeFp8", PLACEHOLDER_DOMAIN, 1,
+                                inputs=[_P("q", "tensor(float8e4m3fn)")],
+                                outputs=[_P("y", "tensor(float)")], attributes=[_SCALE_ATTR])
+_Q_OP = onnxscript.values.Op(_PLACEHOLDER, "QuantizeFp8", _Q_SCHEMA)
+_DQ_OP = onnxscript.values.Op(_PLACEHOLDER, "DequantizeFp8", _DQ_SCHEMA)
+
+
+def _onnx_quantize_fp8(x, scale: float):
+    return _Q_OP(x, scale=scale)
+
+
+def _onnx_dequantize_fp8(q, scale: float):
+    return _DQ_OP(q, scale=scale)
+
+
+FP8_TRANSLATIONS = {
+    QUANTIZE_FP8: onnxscript.TracedOnnxFunction(_PLACEHOLDER, _onnx_quantize_fp8),
+    DEQUANTIZE_FP8: onnxscript.TracedOnnxFunction(_PLACEHOLDER, _onnx_dequantize_fp8),
+}
+TRANSLATIONS.update(FP8_TRANSLATIONS)  # ops.register_quant_ops registers them all
+
+
+def lower_fp8_nodes(model: ir.Model) -> None:
+    """Rewrites each FP8 placeholder node of an exported model, in place, into
+    QuantizeLinear(x, scale, zero_point float8 0) / DequantizeLinear(q, scale,
+    zero_point float8 0): scale a float32 scalar initializer."""
+    nodes = [n for n in model.graph if n.domain == PLACEHOLDER_DOMAIN
+             and n.op_type in ("QuantizeFp8", "DequantizeFp8")]
+    if not nodes:
+        return
+    for node in nodes:
+        scale_value = node.attributes["scale"].as_float()
+        scale = ir.Value(name=f"{node.name}_scale", type=ir.TensorType(ir.DataType.FLOAT),
+                         shape=ir.Shape([]),
+                         const_value=ir.tensor(np.array(scale_value, dtype=np.float32),
+                                               name=f"{node.name}_scale"))
+        zero = ir.Value(name=f"{node.name}_zero", type=ir.TensorType(ir.DataType.FLOAT8E4M3FN),
+                        shape=ir.Shape([]),
+                        const_value=ir.tensor(np.zeros((), dtype=np.uint8),
+                                              dtype=ir.DataType.FLOAT8E4M3FN,
+                                              name=f"{node.name}_zero"))
+        model.graph.register_initializer(scale)
+        model.graph.register_initializer(zero)
+        op_type = "QuantizeLinear" if node.op_type == "QuantizeFp8" else "DequantizeLinear"
+        replacement = ir.node(op_type, [node.inputs[0], scale, zero], name=node.name)
+        replacement.outputs[0].name = node.outputs[0].name
+        replacement.outputs[0].dtype = node.outputs[0].dtype
+        replacement.outputs[0].shape = node.outputs[0].shape
+        ir.convenience.replace_nodes_and_values(model.graph, node, [node], [replacement],
+                                                node.outputs, replacement.outputs)
+    # float8 Q/DQ need opset 19; 21 like the int4 path, so both can meet in one model.
+    model.opset_imports[""] = max(model.opset_imports.get("", 21), 21)
+    model.opset_imports.pop(PLACEHOLDER_DOMAIN, None)
+    model.ir_version = max(model.ir_version or 10, 10)
