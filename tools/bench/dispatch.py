@@ -1,13 +1,16 @@
 """Per-call dispatch cost of a 1-op program, and calls/s from 1 and 8 threads.
 
     .venv/bin/python tools/bench/dispatch.py [--calls 2000] [--repeat 7] [--thread-calls 300]
+                                             [--per-call-only]
 
 The `add` example (x + 1 on a [2, 3] tensor) through Python `Method.execute`:
-our delegate with its native plan (the adapter runs onnxruntime's Run in C++,
-no Python), our delegate with EXECUTORCH_TENSORRT_NATIVE_PLAN=0 (the Python
+our delegate with its native plan (the adapter runs onnxruntime in C++, no
+Python), our delegate with EXECUTORCH_TENSORRT_NATIVE_PLAN=0 (the Python
 executor on every call), XNNPACK, and ExecuTorch's portable kernels (no
 delegate); our native plan again with a 1-thread onnxruntime session
-(EXECUTORCH_TENSORRT_ORT_THREADS=1; the others keep each library's default
+(EXECUTORCH_TENSORRT_ORT_THREADS=1) and with onnxruntime's Run instead of
+RunWithBinding over the plan's OrtIoBinding (EXECUTORCH_TENSORRT_ORT_IO_BINDING=0;
+the others keep each library's default
 threads: one per core). Per-call time: the methods loaded in one process, runs
 interleaved, median of `--repeat` runs of `--calls` calls. Threads: one
 process per variant (an overlap in the Python path can kill its process:
@@ -35,13 +38,15 @@ import torch  # noqa: E402
 from threads import calls_per_second  # noqa: E402 - tools/bench/ is this script's folder
 
 THREADS_ENV = "EXECUTORCH_TENSORRT_ORT_THREADS"
+BINDING_ENV = "EXECUTORCH_TENSORRT_ORT_IO_BINDING"
 
-# variant -> (program, EXECUTORCH_TENSORRT_NATIVE_PLAN, EXECUTORCH_TENSORRT_ORT_THREADS)
-VARIANTS = {"ours, native plan": ("tensorrt", "1", ""),
-            "ours, native plan, 1 onnxruntime thread (ORT_THREADS=1)": ("tensorrt", "1", "1"),
-            "ours, Python executor (NATIVE_PLAN=0)": ("tensorrt", "0", ""),
-            "XNNPACK": ("xnnpack", "1", ""),
-            "portable kernels (no delegate)": ("portable", "1", "")}
+# variant -> (program, NATIVE_PLAN, ORT_THREADS, ORT_IO_BINDING) (EXECUTORCH_TENSORRT_*)
+VARIANTS = {"ours, native plan": ("tensorrt", "1", "", ""),
+            "ours, native plan, Run (ORT_IO_BINDING=0)": ("tensorrt", "1", "", "0"),
+            "ours, native plan, 1 onnxruntime thread (ORT_THREADS=1)": ("tensorrt", "1", "1", ""),
+            "ours, Python executor (NATIVE_PLAN=0)": ("tensorrt", "0", "", ""),
+            "XNNPACK": ("xnnpack", "1", "", ""),
+            "portable kernels (no delegate)": ("portable", "1", "", "")}
 LAYOUTS = (("1 thread, 1 method", 1, 1), ("8 threads, 1 method", 8, 1),
            ("8 threads, 8 programs", 8, 8))
 
@@ -67,9 +72,10 @@ _programs: list = []
 def load(folder: Path, variant: str):
     from executorch.runtime import Runtime
 
-    program, plan, threads = VARIANTS[variant]
-    os.environ[PLAN_ENV] = plan  # both read when the delegate's executor is created
+    program, plan, threads, binding = VARIANTS[variant]
+    os.environ[PLAN_ENV] = plan  # all read when the delegate's executor is created
     os.environ[THREADS_ENV] = threads
+    os.environ[BINDING_ENV] = binding
     loaded = Runtime.get().load_program(folder / f"{program}.pte")
     _programs.append(loaded)  # a Method does not keep its Program alive
     return loaded.load_method("forward")
@@ -109,6 +115,7 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed run")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--thread-calls", type=int, default=300, help="calls per thread")
+    parser.add_argument("--per-call-only", action="store_true", help="skip the thread tables")
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     options = parser.parse_args()
@@ -121,6 +128,8 @@ def main() -> int:
     print("| variant | per call (us) | vs XNNPACK |\n| --- | --- | --- |")
     for v, t in us.items():
         print(f"| {v} | {t:.2f} | {t / xnn:.2f}x |")
+    if options.per_call_only:
+        return 0
     print("\n| variant (calls/s) | " + " | ".join(n for n, _, _ in LAYOUTS) + " |")
     print("| --- |" + " --- |" * len(LAYOUTS))
     for v in VARIANTS:
