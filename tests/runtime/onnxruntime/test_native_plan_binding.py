@@ -110,7 +110,7 @@ def test_a_new_address_after_reuse_rebinds(programs, allow_fallback, ort_counts,
     order = [x, x, y, y, x, y]
     outputs = [method.execute([t])[0].clone() for t in order]
     assert sum(python_calls.values()) == 0
+    for k, (got, t) in enumerate(zip(outputs, order)):
+        assert torch.allclose(got, model(t), atol=1e-6), f"call {k} read another tensor"
     assert ort_counts["run_with_binding"] == len(order)
     assert ort_counts["bind_input"] == 4, "expected a bind per address change (x, y, x, y)"
-    for got, t in zip(outputs, order):
-        assert torch.allclose(got, model(t), atol=1e-6)
