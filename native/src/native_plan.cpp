@@ -36,19 +36,9 @@ bool has_any_address(const etrt_native_plan& plan) {
          plan.any_address != 0;
 }
 
-// Bounds for dynamic shapes (issue 19, part 2).
+// Bounds for dynamic shapes (issue 19, part 2): the last appended fields.
 const etrt_arg_bounds* bounds_of(const etrt_native_plan& plan) {
-  return plan.struct_size >= offsetof(etrt_native_plan, ort_get_tensor_element_type) +
-                                 sizeof(void*)
-             ? plan.bounds
-             : nullptr;
-}
-
-// One OrtIoBinding per plan (issue 23, part 3): the last appended fields.
-bool has_io_binding(const etrt_native_plan& plan) {
-  return plan.struct_size >= sizeof(etrt_native_plan) && plan.ort_create_io_binding != nullptr &&
-         plan.ort_release_io_binding != nullptr && plan.ort_bind_input != nullptr &&
-         plan.ort_bind_output != nullptr && plan.ort_run_with_binding != nullptr;
+  return plan.struct_size >= sizeof(etrt_native_plan) ? plan.bounds : nullptr;
 }
 
 uint64_t empty_buffer = 0; // onnxruntime refuses a NULL buffer even for an empty tensor
@@ -129,46 +119,7 @@ bool NativePlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
     return false;
   }
   plan_ = plan;
-  adopt_io_binding(*plan, num_state);
   return true;
-}
-
-/* RunWithBinding over one binding instead of Run: onnxruntime then keeps the
- * names and values between calls rather than copying them in on every Run.
- * Only where every argument is an OrtValue the adapter makes over the call's
- * memory and nothing is allocated by the run; anything else stays on Run. */
-void NativePlan::adopt_io_binding(const etrt_native_plan& plan, uint64_t num_state) {
-  if (!any_address_ || bounded_ || num_state != 0 || !copy_out_.empty() ||
-      plan.alt_inputs != nullptr || !has_io_binding(plan)) {
-    return;
-  }
-  void* binding = nullptr;
-  void* status = plan.ort_create_io_binding(plan.session, &binding);
-  if (status != nullptr) {
-    plan.ort_release_status(status); // not fatal: the plan runs with Run
-    return;
-  }
-  io_binding_ = binding;
-}
-
-/* Binds delegate argument k's new OrtValue by its name; on failure the
- * binding keeps the previous value, so the caller must keep it too. */
-int32_t NativePlan::bind_by_name(uint64_t k, void* value) const {
-  const etrt_native_plan& p = *plan_;
-  const bool input = k < num_user_inputs_;
-  void* status = input ? p.ort_bind_input(io_binding_, p.input_names[k], value)
-                       : p.ort_bind_output(io_binding_, p.output_names[k - num_user_inputs_],
-                                           value);
-  if (status == nullptr) {
-    return 0;
-  }
-  const char* message = p.ort_error_message(status);
-  const Failure failed = fail(Error::Internal, "onnxruntime could not bind %s %llu (native "
-                              "plan): %s", input ? "input" : "output",
-                              static_cast<unsigned long long>(input ? k : k - num_user_inputs_),
-                              message != nullptr ? message : "(no message)");
-  p.ort_release_status(status);
-  return failed;
 }
 
 /* The position checks and the outputs onnxruntime allocates; false if the
@@ -227,10 +178,6 @@ bool NativePlan::adopt_appended(const etrt_native_plan& plan) {
 }
 
 void NativePlan::clear() {
-  if (io_binding_ != nullptr) { // before the values it holds, while the session lives
-    plan_->ort_release_io_binding(io_binding_);
-    io_binding_ = nullptr;
-  }
   if (plan_ != nullptr) { // the plan (and its ReleaseValue) is still valid here
     for (void* value : owned_) {
       if (value != nullptr) {
@@ -302,12 +249,6 @@ int32_t NativePlan::bind(const etrt_arg* args) {
       }
       return failed;
     }
-    if (io_binding_ != nullptr) {
-      if (const int32_t unbound = bind_by_name(k, value); unbound != 0) {
-        p.ort_release_value(value); // the binding and owned_[k] keep the old value
-        return unbound;
-      }
-    }
     if (owned_[k] != nullptr) {
       p.ort_release_value(owned_[k]);
     }
@@ -353,11 +294,9 @@ int32_t NativePlan::run(etrt_arg* args) {
     inputs = odd ? alt_in_values_.data() : in_values_.data();
     outputs = odd ? alt_out_values_.data() : out_values_.data();
   }
-  void* status = io_binding_ != nullptr
-                     ? p.ort_run_with_binding(p.session, p.run_options, io_binding_)
-                     : p.ort_run(p.session, p.run_options, p.input_names, inputs,
-                                 static_cast<size_t>(p.num_inputs), p.output_names,
-                                 static_cast<size_t>(p.num_outputs), outputs);
+  void* status = p.ort_run(p.session, p.run_options, p.input_names,
+                           inputs, static_cast<size_t>(p.num_inputs),
+                           p.output_names, static_cast<size_t>(p.num_outputs), outputs);
   if (status == nullptr && alternate) {
     *p.swaps += 1; // the states now live in the buffers just written
   }

@@ -46,8 +46,6 @@ class NativePlan {
   bool adopt_appended(const etrt_native_plan& plan);
   int32_t check_positions(const etrt_arg* args) const;
   int32_t bind(const etrt_arg* args); // any_address plans: OrtValues over this call's memory
-  void adopt_io_binding(const etrt_native_plan& plan, uint64_t num_state);
-  int32_t bind_by_name(uint64_t k, void* value) const; // into io_binding_
   int32_t copy_out(etrt_arg* args, void** outputs) const; // native_plan_outputs.cpp
   int32_t copy_one(void* value, etrt_arg& arg, uint64_t output) const;
   int32_t check_allocated(void* info, const int64_t* dims, size_t ndim, uint64_t output) const;
@@ -68,9 +66,6 @@ class NativePlan {
   std::vector<const void*> bound_data_;
   std::vector<int32_t> bound_sizes_;
   std::vector<void*> owned_;
-  // Its OrtIoBinding (issue 23, part 3), or NULL (ort_run): holds owned_'s
-  // values by name, rebound whenever bind() replaces one.
-  void* io_binding_ = nullptr;
 };
 
 } // namespace etrt

@@ -1,16 +1,14 @@
 """Per-call dispatch cost of a 1-op program, and calls/s from 1 and 8 threads.
 
     .venv/bin/python tools/bench/dispatch.py [--calls 2000] [--repeat 7] [--thread-calls 300]
-                                             [--per-call-only]
+                                             [--per-call-only] [--thread-time]
 
 The `add` example (x + 1 on a [2, 3] tensor) through Python `Method.execute`:
-our delegate with its native plan (the adapter runs onnxruntime in C++, no
-Python), our delegate with EXECUTORCH_TENSORRT_NATIVE_PLAN=0 (the Python
+our delegate with its native plan (the adapter runs onnxruntime's Run in C++,
+no Python), our delegate with EXECUTORCH_TENSORRT_NATIVE_PLAN=0 (the Python
 executor on every call), XNNPACK, and ExecuTorch's portable kernels (no
 delegate); our native plan again with a 1-thread onnxruntime session
-(EXECUTORCH_TENSORRT_ORT_THREADS=1) and with onnxruntime's Run instead of
-RunWithBinding over the plan's OrtIoBinding (EXECUTORCH_TENSORRT_ORT_IO_BINDING=0;
-the others keep each library's default
+(EXECUTORCH_TENSORRT_ORT_THREADS=1; the others keep each library's default
 threads: one per core). Per-call time: the methods loaded in one process, runs
 interleaved, median of `--repeat` runs of `--calls` calls. Threads: one
 process per variant (an overlap in the Python path can kill its process:
@@ -38,15 +36,13 @@ import torch  # noqa: E402
 from threads import calls_per_second  # noqa: E402 - tools/bench/ is this script's folder
 
 THREADS_ENV = "EXECUTORCH_TENSORRT_ORT_THREADS"
-BINDING_ENV = "EXECUTORCH_TENSORRT_ORT_IO_BINDING"
 
-# variant -> (program, NATIVE_PLAN, ORT_THREADS, ORT_IO_BINDING) (EXECUTORCH_TENSORRT_*)
-VARIANTS = {"ours, native plan": ("tensorrt", "1", "", ""),
-            "ours, native plan, Run (ORT_IO_BINDING=0)": ("tensorrt", "1", "", "0"),
-            "ours, native plan, 1 onnxruntime thread (ORT_THREADS=1)": ("tensorrt", "1", "1", ""),
-            "ours, Python executor (NATIVE_PLAN=0)": ("tensorrt", "0", "", ""),
-            "XNNPACK": ("xnnpack", "1", "", ""),
-            "portable kernels (no delegate)": ("portable", "1", "", "")}
+# variant -> (program, EXECUTORCH_TENSORRT_NATIVE_PLAN, EXECUTORCH_TENSORRT_ORT_THREADS)
+VARIANTS = {"ours, native plan": ("tensorrt", "1", ""),
+            "ours, native plan, 1 onnxruntime thread (ORT_THREADS=1)": ("tensorrt", "1", "1"),
+            "ours, Python executor (NATIVE_PLAN=0)": ("tensorrt", "0", ""),
+            "XNNPACK": ("xnnpack", "1", ""),
+            "portable kernels (no delegate)": ("portable", "1", "")}
 LAYOUTS = (("1 thread, 1 method", 1, 1), ("8 threads, 1 method", 8, 1),
            ("8 threads, 8 programs", 8, 8))
 
@@ -72,16 +68,15 @@ _programs: list = []
 def load(folder: Path, variant: str):
     from executorch.runtime import Runtime
 
-    program, plan, threads, binding = VARIANTS[variant]
-    os.environ[PLAN_ENV] = plan  # all read when the delegate's executor is created
+    program, plan, threads = VARIANTS[variant]
+    os.environ[PLAN_ENV] = plan  # both read when the delegate's executor is created
     os.environ[THREADS_ENV] = threads
-    os.environ[BINDING_ENV] = binding
     loaded = Runtime.get().load_program(folder / f"{program}.pte")
     _programs.append(loaded)  # a Method does not keep its Program alive
     return loaded.load_method("forward")
 
 
-def per_call_us(folder: Path, calls: int, repeat: int) -> dict[str, float]:
+def per_call_us(folder: Path, calls: int, repeat: int, clock=time.perf_counter) -> dict[str, float]:
     import executorch_tensorrt  # noqa: F401 - registers the backend
 
     methods = {v: load(folder, v) for v in VARIANTS}
@@ -92,10 +87,10 @@ def per_call_us(folder: Path, calls: int, repeat: int) -> dict[str, float]:
             m.execute(x)
     for _ in range(repeat):
         for v, m in methods.items():  # interleaved: load drifts hit all variants alike
-            began = time.perf_counter()
+            began = clock()
             for _ in range(calls):
                 m.execute(x)
-            samples[v].append((time.perf_counter() - began) / calls * 1e6)
+            samples[v].append((clock() - began) / calls * 1e6)
     return {v: statistics.median(s) for v, s in samples.items()}
 
 
@@ -116,6 +111,10 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--thread-calls", type=int, default=300, help="calls per thread")
     parser.add_argument("--per-call-only", action="store_true", help="skip the thread tables")
+    parser.add_argument("--thread-time", action="store_true",
+                        help="per call: the calling thread's CPU time (time.thread_time), not "
+                             "wall time: on a loaded machine it leaves out the time other jobs "
+                             "hold the core (and any work onnxruntime's pool threads do)")
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     options = parser.parse_args()
@@ -123,7 +122,8 @@ def main() -> int:
         run_threads_child(options.variant, Path(options.folder), options.thread_calls)
     folder = Path(tempfile.mkdtemp(prefix="bench_dispatch_"))
     export_all(folder)
-    us = per_call_us(folder, options.calls, options.repeat)
+    us = per_call_us(folder, options.calls, options.repeat,
+                     time.thread_time if options.thread_time else time.perf_counter)
     xnn = us["XNNPACK"]
     print("| variant | per call (us) | vs XNNPACK |\n| --- | --- | --- |")
     for v, t in us.items():

@@ -352,21 +352,6 @@ typedef struct etrt_native_plan {
    * them in. ---- */
   const struct etrt_arg_bounds* bounds; /* num_args entries, or NULL */
   void* (*ort_get_tensor_element_type)(const void* info, int32_t* element_type);
-  /* ---- Appended (issue 23, part 3): one OrtIoBinding per plan. Read only
-   * when struct_size covers them; all five non-NULL to be used (else the
-   * adapter calls ort_run). For an any_address plan without state, bounds,
-   * ping-pong pair or outputs onnxruntime allocates, the adapter creates one
-   * binding over `session` when it adopts the plan (ort_create_io_binding),
-   * binds each argument's OrtValue by name when the argument's address
-   * changes (ort_bind_input / ort_bind_output), runs with
-   * ort_run_with_binding(session, run_options, binding), and releases the
-   * binding when it forgets the plan (before the session goes). A binding it
-   * cannot create leaves the plan on ort_run. ---- */
-  void* (*ort_create_io_binding)(void* session, void** binding);
-  void (*ort_release_io_binding)(void* binding);
-  void* (*ort_bind_input)(void* binding, const char* name, const void* value);
-  void* (*ort_bind_output)(void* binding, const char* name, const void* value);
-  void* (*ort_run_with_binding)(void* session, const void* run_options, const void* binding);
 } etrt_native_plan;
 
 

@@ -15,7 +15,6 @@ for the rest of the process when it must withdraw it at interpreter exit.
 from __future__ import annotations
 
 import ctypes
-import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -25,9 +24,6 @@ from .arguments import NUMPY_TO_SCALAR_TYPE
 __all__ = ["ArgBounds", "OrtRunPlan", "binding_bounds", "make_signature", "signature_key"]
 
 _INT32_MAX = 2**31 - 1
-# "0": plans run with onnxruntime's Run instead of RunWithBinding over one
-# OrtIoBinding (tools/bench/dispatch.py compares the two in one run).
-IO_BINDING_ENV = "EXECUTORCH_TENSORRT_ORT_IO_BINDING"
 
 # Withdrawn plans that a delegate may still point to (only at interpreter
 # exit, when executors close outside the adapter's destroy): kept readable.
@@ -199,13 +195,6 @@ class OrtRunPlan:
             p.ort_create_tensor = _address(api.CreateTensorWithDataAsOrtValue)
             p.ort_memory_info = api.cpu_memory.value
             p.element_types = ctypes.cast(self._element_types, ctypes.POINTER(ctypes.c_int32))
-            if os.environ.get(IO_BINDING_ENV, "1") != "0":  # "0": Run, for the benchmark
-                # The adapter runs with one OrtIoBinding where the plan allows it.
-                p.ort_create_io_binding = _address(api.CreateIoBinding)
-                p.ort_release_io_binding = _address(api.ReleaseIoBinding)
-                p.ort_bind_input = _address(api.BindInput)
-                p.ort_bind_output = _address(api.BindOutput)
-                p.ort_run_with_binding = _address(api.RunWithBinding)
         if bounds is not None:
             self._bounds = (abi.EtrtArgBounds * num_args)()
             self._bound_arrays = []

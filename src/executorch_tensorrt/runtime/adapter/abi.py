@@ -305,12 +305,6 @@ class EtrtNativePlan(ctypes.Structure):
         # Appended (issue 19, part 2): dynamic shapes within bounds.
         ("bounds", ctypes.POINTER(EtrtArgBounds)),
         ("ort_get_tensor_element_type", ctypes.c_void_p),
-        # Appended (issue 23, part 3): one OrtIoBinding per plan (RunWithBinding).
-        ("ort_create_io_binding", ctypes.c_void_p),
-        ("ort_release_io_binding", ctypes.c_void_p),
-        ("ort_bind_input", ctypes.c_void_p),
-        ("ort_bind_output", ctypes.c_void_p),
-        ("ort_run_with_binding", ctypes.c_void_p),
     ]
 
 

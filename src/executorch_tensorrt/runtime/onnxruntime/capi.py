@@ -77,12 +77,6 @@ _SLOTS: dict[str, tuple[int, object, tuple]] = {
     # Weights from named data (ort_named_weights.py). AddSessionConfigEntry
     # since API 2, AddInitializer since 3, AddExternalInitializers since 12.
     "AddSessionConfigEntry": (130, _Status, (c_void_p, c_char_p, c_char_p)),
-    # One OrtIoBinding per native plan (native_plan.py): all since API 2.
-    "RunWithBinding": (133, _Status, (c_void_p, c_void_p, c_void_p)),
-    "CreateIoBinding": (134, _Status, (c_void_p, POINTER(c_void_p))),
-    "ReleaseIoBinding": (135, None, (c_void_p,)),
-    "BindInput": (136, _Status, (c_void_p, c_char_p, c_void_p)),
-    "BindOutput": (137, _Status, (c_void_p, c_char_p, c_void_p)),
     "AddInitializer": (150, _Status, (c_void_p, c_char_p, c_void_p)),
     "AddExternalInitializers": (210, _Status, (c_void_p, POINTER(c_char_p), POINTER(c_void_p),
                                                c_size_t)),
