@@ -1,6 +1,7 @@
 """Per-call dispatch cost of a 1-op program, and calls/s from 1 and 8 threads.
 
     .venv/bin/python tools/bench/dispatch.py [--calls 2000] [--repeat 7] [--thread-calls 300]
+                                             [--per-call-only] [--thread-time]
 
 The `add` example (x + 1 on a [2, 3] tensor) through Python `Method.execute`:
 our delegate with its native plan (the adapter runs onnxruntime's Run in C++,
@@ -75,7 +76,7 @@ def load(folder: Path, variant: str):
     return loaded.load_method("forward")
 
 
-def per_call_us(folder: Path, calls: int, repeat: int) -> dict[str, float]:
+def per_call_us(folder: Path, calls: int, repeat: int, clock=time.perf_counter) -> dict[str, float]:
     import executorch_tensorrt  # noqa: F401 - registers the backend
 
     methods = {v: load(folder, v) for v in VARIANTS}
@@ -86,10 +87,10 @@ def per_call_us(folder: Path, calls: int, repeat: int) -> dict[str, float]:
             m.execute(x)
     for _ in range(repeat):
         for v, m in methods.items():  # interleaved: load drifts hit all variants alike
-            began = time.perf_counter()
+            began = clock()
             for _ in range(calls):
                 m.execute(x)
-            samples[v].append((time.perf_counter() - began) / calls * 1e6)
+            samples[v].append((clock() - began) / calls * 1e6)
     return {v: statistics.median(s) for v, s in samples.items()}
 
 
@@ -109,6 +110,11 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed run")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--thread-calls", type=int, default=300, help="calls per thread")
+    parser.add_argument("--per-call-only", action="store_true", help="skip the thread tables")
+    parser.add_argument("--thread-time", action="store_true",
+                        help="per call: the calling thread's CPU time (time.thread_time), not "
+                             "wall time: on a loaded machine it leaves out the time other jobs "
+                             "hold the core (and any work onnxruntime's pool threads do)")
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     options = parser.parse_args()
@@ -116,11 +122,14 @@ def main() -> int:
         run_threads_child(options.variant, Path(options.folder), options.thread_calls)
     folder = Path(tempfile.mkdtemp(prefix="bench_dispatch_"))
     export_all(folder)
-    us = per_call_us(folder, options.calls, options.repeat)
+    us = per_call_us(folder, options.calls, options.repeat,
+                     time.thread_time if options.thread_time else time.perf_counter)
     xnn = us["XNNPACK"]
     print("| variant | per call (us) | vs XNNPACK |\n| --- | --- | --- |")
     for v, t in us.items():
         print(f"| {v} | {t:.2f} | {t / xnn:.2f}x |")
+    if options.per_call_only:
+        return 0
     print("\n| variant (calls/s) | " + " | ".join(n for n, _, _ in LAYOUTS) + " |")
     print("| --- |" + " --- |" * len(LAYOUTS))
     for v in VARIANTS:
