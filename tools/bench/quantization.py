@@ -146,15 +146,27 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(text: str) -> None:
+def write_doc(text: str, marks: tuple[str, str] = (BEGIN, END),
+              script: str = "tools/bench/quantization.py") -> None:
+    """Replaces the text between `marks` in docs/quantization.md (appends a
+    section named after `script` the first time)."""
+    begin, end = marks
     doc = DOC.read_text()
-    block = f"{BEGIN}\n{text}\n{END}"
-    if BEGIN in doc:
-        doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc,
+    block = f"{begin}\n{text}\n{end}"
+    if begin in doc:
+        doc = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, doc,
                      flags=re.S)
     else:
-        doc += f"\n## Measured: tools/bench/quantization.py\n\n{block}\n"
+        doc += f"\n## Measured: {script}\n\n{block}\n"
     DOC.write_text(doc)
+
+
+def warm_up(tmp: Path) -> None:
+    """Registries and TensorRT's first builder, not charged to the fp32 row."""
+    from executorch_tensorrt.aot.export import export_program
+
+    export_program(torch.nn.Linear(8, 4), (torch.randn(1, 8),), tmp / "warm.pte",
+                   progress=None, write_expected_file=False)
 
 
 def main() -> int:
@@ -169,10 +181,7 @@ def main() -> int:
     makers = {"mlp": mlp, "llama": llama}
     rows = []
     with tempfile.TemporaryDirectory(prefix="etrt-quant-bench-") as tmp:
-        # Warm-up (registries, TensorRT's first builder): not charged to the fp32 row.
-        from executorch_tensorrt.aot.export import export_program
-        export_program(torch.nn.Linear(8, 4), (torch.randn(1, 8),), Path(tmp) / "warm.pte",
-                       progress=None, write_expected_file=False)
+        warm_up(Path(tmp))
         for key in args.models.split(","):
             name, model, make_inputs = makers[key]()
             rows += measure(name, model, make_inputs, args.inputs, Path(tmp))

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
 import time
@@ -32,8 +31,9 @@ os.environ.setdefault("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
 
 import torch  # noqa: E402
 
+from quantization import warm_up, write_doc  # noqa: E402  (tools/bench/quantization.py)
+
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "quantization.md"
 BEGIN, END = "<!-- bench:quantization-pt2e:begin -->", "<!-- bench:quantization-pt2e:end -->"
 SCHEMES = ("fp32", "int8_weight_only", "fp8_w8a8", "int8_w8a8")
 FP8_TARGETS = ("SM89", "SM120")
@@ -168,17 +168,6 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(text: str) -> None:
-    doc = DOC.read_text()
-    block = f"{BEGIN}\n{text}\n{END}"
-    if BEGIN in doc:
-        doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc,
-                     flags=re.S)
-    else:
-        doc += f"\n## Measured: tools/bench/quantization_pt2e.py\n\n{block}\n"
-    DOC.write_text(doc)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--inputs", type=int, default=1000)
@@ -188,14 +177,11 @@ def main() -> int:
     import executorch_tensorrt  # noqa: F401 - registers the backend
     import tensorrt_rtx
 
-    from executorch_tensorrt.aot.export import export_program
 
     makers = {"cnn": cnn, "vit": vit}
     rows = []
     with tempfile.TemporaryDirectory(prefix="etrt-pt2e-bench-") as tmp:
-        # Warm-up (registries, TensorRT's first builder): not charged to the fp32 row.
-        export_program(torch.nn.Linear(8, 4), (torch.randn(1, 8),), Path(tmp) / "warm.pte",
-                       progress=None, write_expected_file=False)
+        warm_up(Path(tmp))
         for key in args.models.split(","):
             name, model, shape = makers[key]()
             rows += measure(name, model, shape, args.inputs, Path(tmp))
@@ -205,7 +191,7 @@ def main() -> int:
             f"on 32 random inputs, {args.inputs} random inputs per model.\n\n" + table(rows))
     print(text)
     if not args.no_write:
-        write_doc(text)
+        write_doc(text, (BEGIN, END), "tools/bench/quantization_pt2e.py")
     return 0
 
 
