@@ -133,7 +133,7 @@ def test_int8_w8a8_for_standard_tensorrt(w8a8, tmp_path, monkeypatch):
     """Stand-in (labelled): standard TensorRT is not installable here, so the
     capability check is told the flavour is standard TensorRT; TensorRT-RTX's
     parser and builder and the onnxruntime fallback run the W8A8 graph."""
-    monkeypatch.setattr(export_module, "_flavor", lambda: "tensorrt")
+    monkeypatch.setattr(export_module, "target_flavor", lambda: "tensorrt")
     result = export_program(w8a8, (_x(),), tmp_path / "w8a8.pte", progress=None,
                             external_weights=True)
     graph, weights = _graph_and_weights(result)

@@ -103,11 +103,13 @@ def measure(name, fp32, shape, n_inputs, tmp: Path) -> list[dict]:
     inputs = [(torch.randn(shape, generator=g),) for _ in range(max(1, n_inputs // shape[0]))]
     weights = sum(p.numel() * 4 for p in fp32.parameters())
     rows = []
-    real_flavor = export_module._flavor
+    real_flavor = export_module.target_flavor
     for scheme in SCHEMES:
         model = fp32 if scheme == "fp32" else converted(fp32, scheme, shape, g)
         options = {"compute_capabilities": FP8_TARGETS} if scheme == "fp8_w8a8" else {}
-        export_module._flavor = (lambda: "tensorrt") if scheme == "int8_w8a8" else real_flavor
+        # W8A8 needs standard TensorRT: a labelled flavour stand-in (the table says so)
+        export_module.target_flavor = ((lambda: "tensorrt") if scheme == "int8_w8a8"
+                                       else real_flavor)
         try:
             stem = tmp / f"{len(rows)}-{scheme}"
             t0 = time.perf_counter()
@@ -118,11 +120,11 @@ def measure(name, fp32, shape, n_inputs, tmp: Path) -> list[dict]:
             inline = tmp / f"{len(rows)}-{scheme}-inline.pte"
             export_module.export_program(model, inputs[0], inline, inline_weights=True,
                                          progress=None, write_expected_file=False, **options)
-            reference = (export_module.lower_qdq(model, export_module._flavor(),
+            reference = (export_module.lower_qdq(model, export_module.target_flavor(),
                                                  options.get("compute_capabilities"), False)[0]
                          if scheme != "fp32" else fp32)
         finally:
-            export_module._flavor = real_flavor
+            export_module.target_flavor = real_flavor
         artifact = stem.with_suffix(".pte").stat().st_size + sum(
             p.stat().st_size for p in result.data_paths)
         engine = sum(len(read_blob(b).engine) for b in tensorrt_blobs(inline))

@@ -87,10 +87,13 @@ def _quantization_lines(model, options: dict, allow_unquantized: bool) -> dict[s
     plan = quantization_plan(model)
     if plan is None:
         return {}
-    return check_plan(plan, _flavor(), options.get("compute_capabilities"), allow_unquantized)
+    return check_plan(plan, target_flavor(), options.get("compute_capabilities"),
+                      allow_unquantized)
 
 
-def _flavor() -> str:
+def target_flavor() -> str:
+    """The TensorRT flavour this export targets (the installed one): what the
+    quantization checks hold each scheme against."""
     from ..tensorrt.flavor import load_tensorrt
 
     return load_tensorrt().flavor
@@ -179,7 +182,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         traced = lower_torchao(model) if has_torchao_weights(model) else model
         quantized_layers = _quantization_lines(model, options, allow_unquantized)
         if is_qdq_graph(model):  # a convert_pt2e graph: checked, and what runs is the reference
-            traced, quantized_layers = lower_qdq(model, _flavor(),
+            traced, quantized_layers = lower_qdq(model, target_flavor(),
                                                  options.get("compute_capabilities"),
                                                  allow_unquantized)
         programs = {"forward": torch.export.export(traced, inputs, dynamic_shapes=dynamic_shapes)}
