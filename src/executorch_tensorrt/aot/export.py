@@ -8,7 +8,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
@@ -131,6 +131,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    dynamic_shapes=None, partitioners: Sequence = (), exclude_ops=(),
                    require_backends: Iterable[str] = (), write_expected_file: bool = True,
                    reference_inputs: Sequence[Any] | None = None,
+                   reference_model: Callable[..., Any] | None = None,
                    device_resident: bool = False, allow_no_tensorrt: bool = False,
                    progress: Progress | None = stderr_progress,
                    etrecord_path: str | Path | None = None, external_weights: bool = False,
@@ -140,7 +141,9 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     """export() returning timings, backends and the partition reports too.
 
     `model` may also be a dict of method name -> ExportedProgram (several
-    methods in one program, each partitioned on its own; example_inputs None).
+    methods in one program, each partitioned on its own; example_inputs None);
+    `reference_model` with `reference_inputs` is then the eager `forward` the
+    reference and the run check compare with.
     `etrecord_path`: also write ExecuTorch's ETRecord there, which Inspector
     needs to map profiling events to nodes (docs/profiling.md).
     `external_weights=True`: the weights go to `<stem>.ptd` beside the .pte.
@@ -171,7 +174,10 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             if not isinstance(ep, torch.export.ExportedProgram):
                 raise TypeError(f"method {name!r}: expected an ExportedProgram, got "
                                 f"{type(ep).__name__}")
-        reference = None
+        # The eager `forward` when the caller has one (llm.export: the model with
+        # a fresh cache), else the reference comes from the programs themselves.
+        reference = ((reference_model, tuple(reference_inputs))
+                     if reference_model is not None and reference_inputs is not None else None)
         quantized_layers: dict[str, str] = {}  # ExportedPrograms: no quantize() plan
     else:
         inputs = _as_inputs(example_inputs)

@@ -99,11 +99,17 @@ def hf_static_cache_wrapper(model, max_cache_len: int, batch_size: int = 1):
                                                  max_cache_len=max_cache_len)
 
 
+def hf_example_inputs(max_seq: int, batch_size: int = 1) -> tuple:
+    """(input_ids, cache_position) export_hf traces with: a few tokens, inside
+    the sequence Dim's range."""
+    example = min(3, max_seq)
+    return torch.tensor([list(range(1, example + 1))] * batch_size), torch.arange(example)
+
+
 def export_hf(wrapper, max_seq: int = 16, batch_size: int = 1) -> torch.export.ExportedProgram:
     """`batch_size`: the wrapper's (its static cache's rows)."""
     seq = torch.export.Dim("seq", min=1, max=max_seq)
-    example = min(3, max_seq)  # inside the Dim's range
-    return wrapper.export(input_ids=torch.tensor([list(range(1, example + 1))] * batch_size),
-                          cache_position=torch.arange(example),
+    input_ids, cache_position = hf_example_inputs(max_seq, batch_size)
+    return wrapper.export(input_ids=input_ids, cache_position=cache_position,
                           dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
                           strict=True)

@@ -27,7 +27,7 @@ import torch
 from ..aot.export import ExportResult, export_program
 from ..aot.partition.report import format_report
 from ..errors import ExportError
-from ..examples.llm import export_hf, hf_static_cache_wrapper
+from ..examples.llm import export_hf, hf_example_inputs, hf_static_cache_wrapper
 from ..tensorrt.engine_builder import Progress, stderr_progress
 from .metadata import LLMMetadata
 
@@ -161,7 +161,11 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     except Exception as e:  # noqa: BLE001 - any tracing failure, with its model named
         raise ExportError(f"torch.export of {type(model).__name__} with transformers' static "
                           f"cache failed: {type(e).__name__}: {e}") from e
+    # The run check's reference: the eager decoder with a fresh cache of its
+    # own, on the inputs the export traced with.
     result = export_program({"forward": program}, None, output, progress=progress,
+                            reference_model=eager_decoder(model, max_context_len, batch_size),
+                            reference_inputs=hf_example_inputs(max_seq_len, batch_size),
                             external_weights=bool(external_weights),
                             constant_methods=meta.constant_methods(),
                             write_expected_file=False, **options)
