@@ -179,7 +179,6 @@ def main() -> int:
     import executorch_tensorrt  # noqa: F401 - registers the backend
     import tensorrt_rtx
 
-
     makers = {"cnn": cnn, "vit": vit}
     rows = []
     with tempfile.TemporaryDirectory(prefix="etrt-pt2e-bench-") as tmp:

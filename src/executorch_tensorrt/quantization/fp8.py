@@ -20,7 +20,7 @@ import onnx_ir as ir
 import onnxscript
 import torch
 
-from .ops import _LIB, PLACEHOLDER_DOMAIN, TRANSLATIONS
+from .ops import _LIB, PLACEHOLDER_DOMAIN, TRANSLATIONS, finish_placeholders, replace_placeholder
 
 FP8_MAX = 448.0  # largest finite e4m3fn value
 FP8 = torch.float8_e4m3fn
@@ -105,12 +105,8 @@ def lower_fp8_nodes(model: ir.Model) -> None:
         model.graph.register_initializer(zero)
         op_type = "QuantizeLinear" if node.op_type == "QuantizeFp8" else "DequantizeLinear"
         replacement = ir.node(op_type, [node.inputs[0], scale, zero], name=node.name)
-        replacement.outputs[0].name = node.outputs[0].name
         replacement.outputs[0].dtype = node.outputs[0].dtype
         replacement.outputs[0].shape = node.outputs[0].shape
-        ir.convenience.replace_nodes_and_values(model.graph, node, [node], [replacement],
-                                                node.outputs, replacement.outputs)
+        replace_placeholder(model, node, replacement)
     # float8 Q/DQ need opset 19; 21 like the int4 path, so both can meet in one model.
-    model.opset_imports[""] = max(model.opset_imports.get("", 21), 21)
-    model.opset_imports.pop(PLACEHOLDER_DOMAIN, None)
-    model.ir_version = max(model.ir_version or 10, 10)
+    finish_placeholders(model)

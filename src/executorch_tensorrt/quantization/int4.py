@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from .errors import QuantizationError
-from .ops import DEQUANTIZE_INT4, PLACEHOLDER_DOMAIN, PLACEHOLDER_OP
+from .ops import (DEQUANTIZE_INT4, PLACEHOLDER_DOMAIN, PLACEHOLDER_OP, finish_placeholders,
+                  replace_placeholder)
 
 GROUP_SIZES = (32, 64, 128)
 INT4_MAX = 7  # symmetric: [-7, 7] used, -8 never produced
@@ -103,10 +104,6 @@ def lower_int4_nodes(model: ir.Model) -> None:
         group = node.attributes["group_size"].as_int()
         replacement = ir.node("DequantizeLinear", [packed_value, scale_value],
                               attributes={"axis": 1, "block_size": group}, name=node.name)
-        replacement.outputs[0].name = node.outputs[0].name
-        ir.convenience.replace_nodes_and_values(model.graph, node, [node], [replacement],
-                                                node.outputs, replacement.outputs)
+        replace_placeholder(model, node, replacement)
     # Block DequantizeLinear and INT4 tensors need opset 21 (IR version 10).
-    model.opset_imports[""] = max(model.opset_imports.get("", 21), 21)
-    model.opset_imports.pop(PLACEHOLDER_DOMAIN, None)
-    model.ir_version = max(model.ir_version or 10, 10)
+    finish_placeholders(model)

@@ -103,3 +103,22 @@ def register_quant_ops(registry) -> None:
     for target, function in TRANSLATIONS.items():
         if not registry.is_registered(target):
             registry.register_op(target, function, is_complex=False)
+
+
+def replace_placeholder(model, node, replacement) -> None:
+    """Puts `replacement` (a standard ONNX node, onnx_ir) where the placeholder
+    `node` was, its output keeping the placeholder's name."""
+    import onnx_ir as ir
+
+    replacement.outputs[0].name = node.outputs[0].name
+    ir.convenience.replace_nodes_and_values(model.graph, node, [node], [replacement],
+                                            node.outputs, replacement.outputs)
+
+
+def finish_placeholders(model) -> None:
+    """Once every placeholder is replaced: opset 21 and IR version 10 (block
+    and float8 Q/DQ, INT4 tensors; the int4 and fp8 paths can meet in one
+    model), and no placeholder domain left."""
+    model.opset_imports[""] = max(model.opset_imports.get("", 21), 21)
+    model.opset_imports.pop(PLACEHOLDER_DOMAIN, None)
+    model.ir_version = max(model.ir_version or 10, 10)
