@@ -305,6 +305,8 @@ def plan_overhead(calls: int, adapter_dir: Path, raw_lib: Path) -> dict:
     from executorch_tensorrt.runtime.adapter import abi
     from executorch_tensorrt.runtime.arguments import split_bindings
     from executorch_tensorrt.runtime.tensorrt.executor import BoundContext, TensorRTExecutor
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+    from gpu_timing import best_us_per_call  # the loop stand_in_engine.py's raw peers use
 
     ctypes.CDLL(str(adapter_dir / "executorch/lib/libexecutorch.so"), mode=os.RTLD_GLOBAL)
     lib = ctypes.CDLL(str(adapter_dir / "executorch_tensorrt/lib/libexecutorch_backend_tensorrt.so"))
@@ -331,15 +333,7 @@ def plan_overhead(calls: int, adapter_dir: Path, raw_lib: Path) -> dict:
         io = "device" if where == "cuda" else "host"
 
         def timed(step, n) -> float:
-            step(n // 10)
-            torch.cuda.synchronize()
-            best = float("inf")
-            for _ in range(5):
-                t = time.perf_counter()
-                step(n)
-                torch.cuda.synchronize()
-                best = min(best, (time.perf_counter() - t) / n * 1e6)
-            return round(best, 2)
+            return round(best_us_per_call(step, n), 2)
 
         def adapter_plan(n):
             assert lib.etrt_cuda_graph_plan_replay(plan, args, 3, n) == n
@@ -356,7 +350,39 @@ def plan_overhead(calls: int, adapter_dir: Path, raw_lib: Path) -> dict:
                "Python BoundContext, graphs": timed(python, calls // 10)}
         report[f"1 kernel, {io} I/O"] = row
         print(f"1 kernel, {io} I/O", row, flush=True)
+    report["decode step, 1 in-place KV cache"] = decode_plan_row(lib, raw, calls, timed)
     return report
+
+
+def decode_plan_row(lib, raw, calls: int, timed) -> dict:
+    """A stateful partition's plan (issue 23): one decode step over an in-place
+    KV cache (the labelled DecodeContext of test_tensorrt_plan_state_gpu.py,
+    3 tiny kernels, x and out in CUDA memory, the int64 position on the host:
+    the adapter checks it, stages it and synchronizes), at a fixed position."""
+    import ctypes
+
+    root = Path(__file__).resolve().parents[2] / "tests" / "runtime"
+    sys.path[:0] = [str(root / "tensorrt"), str(root)]
+    from test_tensorrt_plan_state_gpu import D, DecodeArgs, decode_executor
+
+    ex, a = decode_executor(sleep_cycles=0), DecodeArgs("cuda")
+    a.set(torch.ones(D), 3)
+    for _ in range(3):
+        ex.execute(a.args)
+    plan = ctypes.pointer(ex.native_plan())
+
+    def python(n):
+        for _ in range(n):
+            ex.execute(a.args)
+
+    row = {"adapter plan (C++)": timed(lambda n: lib.etrt_cuda_graph_plan_replay(
+               plan, a.args, 3, n) == n or sys.exit("the decode plan stopped"), calls),
+           "raw cuGraphLaunch (C), no copy or synchronize":
+               timed(lambda n: raw.raw_graph_launch(ex.bound.graph.exec, ex.bound.stream.handle, n),
+                     calls),
+           "Python BoundContext, graphs": timed(python, calls // 10)}
+    print("decode step, 1 in-place KV cache", row, flush=True)
+    return row
 
 
 def main(argv: list[str]) -> int:
