@@ -38,7 +38,8 @@ pytestmark = pytest.mark.skipif(
 
 class DecodeContext:
     """FAKE IExecutionContext (labelled), one token per call: the cache's row
-    pos <- x (in place), out = the sum of the cache's rows. Its views are made
+    pos <- x (in place, or into the other buffer of a ping-pong state), out =
+    the sum of the cache's rows. Its views are made
     outside captures (the first call with new bindings is never captured) and
     no kernel allocates, so the enqueue can be captured into a graph."""
 
@@ -70,13 +71,14 @@ class DecodeContext:
 
     def execute_async_v3(self, stream: int) -> bool:
         assert self.shapes["x"][0] == 1, "the decode stand-in takes one token per call"
-        assert self.addresses["state_in.k"] == self.addresses["state_out.k"], "in place only"
         x, pos = self._view("x", (1, D), "<f4"), self._view("pos", (1,), "<i8")
-        cache = self._view("state_in.k", (L, D), "<f4")
+        cache = self._view("state_out.k", (L, D), "<f4")
         out = self._view("out", (D,), "<f4")
         with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
             if self.sleep_cycles:  # a missing stream order shows up as a stale read
                 torch.cuda._sleep(self.sleep_cycles)
+            if self.addresses["state_in.k"] != self.addresses["state_out.k"]:  # ping-pong
+                cache.copy_(self._view("state_in.k", (L, D), "<f4"))
             cache.index_copy_(0, pos, x)
             torch.sum(cache, 0, out=out)
         return True
