@@ -97,6 +97,11 @@ int32_t cuda_failed(const Driver& d, CUresult r, const char* what) {
               what, name != nullptr ? name : "unknown", r);
 }
 
+/* The appended fields (issue 23, stateful partitions) are there. */
+bool has_states(const etrt_cuda_graph_plan& g) {
+  return g.struct_size >= offsetof(etrt_cuda_graph_plan, state_epoch_at_plan) + sizeof(uint64_t);
+}
+
 /* Each staging copy names a distinct argument and a buffer. */
 bool staged_fits(const std::vector<etrt_staged_copy>& copies, uint64_t num_args,
                  std::vector<bool>& seen) {
@@ -118,7 +123,7 @@ bool CudaGraphPlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
     return false;
   }
   const etrt_cuda_graph_plan* g = plan->cuda_graph;
-  if (g == nullptr || g->struct_size < sizeof(etrt_cuda_graph_plan) || g->context == 0 ||
+  if (g == nullptr || g->struct_size < offsetof(etrt_cuda_graph_plan, states) || g->context == 0 ||
       g->graph_exec == 0 || g->stream == 0 || g->ready_event == 0 || g->done_event == 0 ||
       (g->num_staged_inputs > 0 && g->staged_inputs == nullptr) ||
       (g->num_staged_outputs > 0 && g->staged_outputs == nullptr) ||
@@ -156,6 +161,10 @@ bool CudaGraphPlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
         return false;
       }
     }
+    if (!adopt_state(*plan, *g, num_args)) {
+      clear();
+      return false;
+    }
   } catch (const std::bad_alloc&) {
     clear();
     return false;
@@ -165,23 +174,68 @@ bool CudaGraphPlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
   return true;
 }
 
+/* A stateful partition's part: each position check reads a staged host
+ * input (the int64 positions the graph's staging copy also takes), and each
+ * named state buffer is there. */
+bool CudaGraphPlan::adopt_state(const etrt_native_plan& plan, const etrt_cuda_graph_plan& g,
+                                uint64_t num_args) {
+  for (uint64_t c = 0; c < plan.num_position_checks; ++c) {
+    if (plan.position_checks == nullptr) {
+      return false;
+    }
+    bool staged_input = false;
+    for (const etrt_staged_copy& in : in_) {
+      staged_input = staged_input || in.arg_index == plan.position_checks[c].arg_index;
+    }
+    if (!staged_input) {
+      return false;
+    }
+  }
+  if (!positions_.adopt(plan.position_checks, plan.num_position_checks, signature_, num_args,
+                        false)) {
+    return false;
+  }
+  if (!has_states(g)) {
+    return true;
+  }
+  if (g.num_states > 0 && g.states == nullptr) {
+    return false;
+  }
+  for (uint64_t k = 0; k < g.num_states; ++k) {
+    if (g.states[k].device == 0) {
+      return false;
+    }
+  }
+  state_epoch_ = g.state_epoch;
+  state_epoch_at_plan_ = g.state_epoch_at_plan;
+  return true;
+}
+
 void CudaGraphPlan::clear() {
   plan_ = nullptr;
   graph_ = nullptr;
   signature_.clear();
   in_.clear();
   out_.clear();
+  positions_.clear();
+  state_epoch_ = nullptr;
+  state_epoch_at_plan_ = 0;
 }
 
 bool CudaGraphPlan::matches(const etrt_arg* args, uint64_t num_args) const {
   if (plan_ == nullptr || plan_->withdrawn != 0 ||
-      (graph_->epoch != nullptr && *graph_->epoch != graph_->epoch_at_plan)) {
+      (graph_->epoch != nullptr && *graph_->epoch != graph_->epoch_at_plan) ||
+      (state_epoch_ != nullptr && *state_epoch_ != state_epoch_at_plan_)) {
     return false;
   }
   return signature_.matches(args, num_args);
 }
 
 int32_t CudaGraphPlan::run(const etrt_arg* args) const {
+  // The cache positions, before anything is copied or launched (the executor's words).
+  if (const int32_t refused = positions_.check(args); refused != 0) {
+    return refused;
+  }
   const Driver& d = driver();
   if (!d.error.empty()) {
     return fail(Error::NotSupported,
@@ -246,7 +300,8 @@ extern "C" int32_t etrt_cuda_graph_plan_matches(const etrt_native_plan* plan,
   if (!adopted.adopt(plan, num_args)) {
     etrt::fail(executorch::runtime::Error::InvalidArgument,
                "the CUDA-graph plan is refused (another kind, another argument count, a NULL "
-               "handle, or a staging copy that does not fit its argument)");
+               "handle, a staging copy that does not fit its argument, or a position check "
+               "on anything but a staged int64 host input)");
     return -1;
   }
   return adopted.matches(args, num_args) ? 1 : 0;

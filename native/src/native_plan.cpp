@@ -23,7 +23,6 @@ namespace {
 
 // The plan's fields before the appended ones (issue 13): the smallest plan accepted.
 constexpr size_t kBasePlanSize = offsetof(etrt_native_plan, num_state_values);
-constexpr int32_t kScalarTypeLong = 4; // ExecuTorch ScalarType::Long (int64)
 constexpr size_t kMaxOutputRank = 16;  // ExecuTorch's kTensorDimensionLimit
 
 bool has_appended(const etrt_native_plan& plan) {
@@ -42,15 +41,6 @@ const etrt_arg_bounds* bounds_of(const etrt_native_plan& plan) {
 }
 
 uint64_t empty_buffer = 0; // onnxruntime refuses a NULL buffer even for an empty tensor
-
-/* Python's repr of the first (up to) 8 positions, as the executor quotes them. */
-std::string first_positions(const int64_t* positions, int64_t count) {
-  std::string text = "[";
-  for (int64_t i = 0; i < count && i < 8; ++i) {
-    text += (i ? ", " : "") + std::to_string(positions[i]);
-  }
-  return text + "]";
-}
 
 } // namespace
 
@@ -156,23 +146,9 @@ bool NativePlan::adopt_appended(const etrt_native_plan& plan) {
   if (plan.num_position_checks > 0 && (plan.position_checks == nullptr || bounded_)) {
     return false;
   }
-  for (uint64_t c = 0; c < plan.num_position_checks; ++c) {
-    const etrt_position_check& check = plan.position_checks[c];
-    if (check.struct_size < sizeof(etrt_position_check) || check.arg_index >= num_user_inputs_ ||
-        check.capacity < 0 || check.what == nullptr) {
-      return false;
-    }
-    // The positions are read before every run: int64 host memory whose size
-    // the signature pins (a call with another shape or address never runs here).
-    const PlanSignature::Arg& a = signature_.arg(check.arg_index);
-    const int64_t count = a.ndim > 0 ? signature_.sizes(check.arg_index)[0] : 1;
-    if (a.dtype != kScalarTypeLong || a.device_type != ETRT_DEVICE_CPU || count < 0 ||
-        (count > 0 && a.data == nullptr && !any_address_) ||
-        static_cast<uint64_t>(count) > a.nbytes / sizeof(int64_t)) {
-      return false;
-    }
-    checks_.push_back(PositionCheck{check.arg_index, count, check.capacity, check.in_place != 0,
-                                    check.what});
+  if (!positions_.adopt(plan.position_checks, plan.num_position_checks, signature_,
+                        num_user_inputs_, any_address_)) {
+    return false;
   }
   return true;
 }
@@ -196,7 +172,7 @@ void NativePlan::clear() {
   any_address_ = false;
   plan_ = nullptr;
   num_user_inputs_ = 0;
-  checks_.clear();
+  positions_.clear();
   index_checks_.clear();
   copy_out_.clear();
   signature_.clear();
@@ -273,11 +249,8 @@ int32_t NativePlan::run(etrt_arg* args) {
   if (const int32_t refused = index_checks_.check(args); refused != 0) {
     return refused;
   }
-  if (!checks_.empty()) {
-    const int32_t refused = check_positions(args);
-    if (refused != 0) {
-      return refused;
-    }
+  if (const int32_t refused = positions_.check(args); refused != 0) {
+    return refused;
   }
   if (any_address_) {
     const int32_t unbound = bind(args);
@@ -317,41 +290,6 @@ int32_t NativePlan::run(etrt_arg* args) {
     return failed;
   }
   return copy_out_.empty() ? 0 : copy_out(args, outputs);
-}
-
-/* The executor's checks (runtime/state.py check_positions), with its words:
- * the call fails the same way whichever side runs it. */
-int32_t NativePlan::check_positions(const etrt_arg* args) const {
-  for (const PositionCheck& c : checks_) {
-    const auto* positions = static_cast<const int64_t*>(args[c.arg].data);
-    const char* what = c.what.c_str();
-    if (c.count > c.capacity) {
-      return fail(Error::InvalidArgument,
-                  "TensorRTBackend execute: a sequence of %lld tokens is longer than the cache: "
-                  "%s; split the prompt or export with a larger cache",
-                  static_cast<long long>(c.count), what);
-    }
-    for (int64_t i = 0; i < c.count; ++i) {
-      const int64_t position = positions[i];
-      if (position < 0 || position >= c.capacity) {
-        return fail(Error::InvalidArgument,
-                    "TensorRTBackend execute: cache position %lld (index %lld of the positions "
-                    "input) is outside the cache: %s, valid positions are 0..%lld; reset the "
-                    "state (executorch_tensorrt.reset_state) or shorten the sequence",
-                    static_cast<long long>(position), static_cast<long long>(i), what,
-                    static_cast<long long>(c.capacity - 1));
-      }
-      // positions[0] is inside the cache here, so the sum cannot overflow.
-      if (c.in_place && position != positions[0] + i) {
-        return fail(Error::InvalidArgument,
-                    "TensorRTBackend execute: cache positions must be contiguous (the cache is "
-                    "updated in place from position %lld), got %s for %s",
-                    static_cast<long long>(positions[0]),
-                    first_positions(positions, c.count).c_str(), what);
-      }
-    }
-  }
-  return 0;
 }
 
 } // namespace etrt

@@ -9,6 +9,7 @@
 
 #include "input_checks.h"
 #include "plan_signature.h"
+#include "position_checks.h"
 
 #include <cstdint>
 #include <string>
@@ -40,15 +41,7 @@ class NativePlan {
   int32_t run(etrt_arg* args);
 
  private:
-  struct PositionCheck {
-    uint64_t arg; // delegate input holding the int64 positions
-    int64_t count; // how many (its first dimension, 1 for a 0-dim tensor)
-    int64_t capacity;
-    bool in_place;
-    std::string what;
-  };
   bool adopt_appended(const etrt_native_plan& plan);
-  int32_t check_positions(const etrt_arg* args) const;
   int32_t bind(const etrt_arg* args); // any_address plans: OrtValues over this call's memory
   int32_t copy_out(etrt_arg* args, void** outputs) const; // native_plan_outputs.cpp
   int32_t copy_one(void* value, etrt_arg& arg, uint64_t output) const;
@@ -57,7 +50,7 @@ class NativePlan {
   const etrt_native_plan* plan_ = nullptr;
   uint64_t num_user_inputs_ = 0; // delegate inputs (the plan's inputs less its state)
   PlanSignature signature_;
-  std::vector<PositionCheck> checks_;
+  PositionChecks positions_; // KV-cache write positions (position_checks.h)
   IndexChecks index_checks_; // integer inputs' values (input_checks.h)
   std::vector<uint64_t> copy_out_; // delegate outputs onnxruntime allocates (NULL entries)
   // any_address plans (issue 19): the adapter's own value arrays and the

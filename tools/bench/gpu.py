@@ -292,73 +292,6 @@ def overhead(calls: int) -> dict:
     return report
 
 
-def plan_overhead(calls: int, adapter_dir: Path, raw_lib: Path) -> dict:
-    """1 kernel (the labelled KernelsContext), per call back to back: the
-    adapter's CUDA-graph plan (etrt_cuda_graph_plan_replay: signature check,
-    events, staging copies, cuGraphLaunch, in C++), against the same graph
-    exec launched from C (raw_graph_launch.c) and the Python BoundContext,
-    in one run. ExecuTorch's Method::execute around the adapter is not in it
-    (not installed on the GPU machine)."""
-    import ctypes
-    import os
-
-    from executorch_tensorrt.runtime.adapter import abi
-    from executorch_tensorrt.runtime.arguments import split_bindings
-    from executorch_tensorrt.runtime.tensorrt.executor import BoundContext, TensorRTExecutor
-
-    ctypes.CDLL(str(adapter_dir / "executorch/lib/libexecutorch.so"), mode=os.RTLD_GLOBAL)
-    lib = ctypes.CDLL(str(adapter_dir / "executorch_tensorrt/lib/libexecutorch_backend_tensorrt.so"))
-    lib.etrt_cuda_graph_plan_replay.restype = ctypes.c_int64
-    lib.etrt_cuda_graph_plan_replay.argtypes = [
-        ctypes.POINTER(abi.EtrtNativePlan), ctypes.POINTER(abi.EtrtArg), ctypes.c_uint64,
-        ctypes.c_uint64]
-    raw = ctypes.CDLL(str(raw_lib))
-    raw.raw_graph_launch.restype = ctypes.c_int64
-    raw.raw_graph_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
-    meta = {"io_bindings": [{"name": n, "dtype": "float32", "shape": [2, 3], "is_input": n != "out"}
-                            for n in ("x", "y", "out")]}
-    inputs, outputs = split_bindings(meta)
-    report: dict = {"calls": calls}
-    for where in ("cuda", "cpu"):
-        ex = TensorRTExecutor.over_bound_context(  # its engine: the stand-in below
-            BoundContext(KernelsContext(1), inputs, outputs, 0, graphs=True))
-        keep: list = []
-        tensors = [torch.zeros(2, 3, device=where) for _ in range(3)]
-        args = (abi.EtrtArg * 3)(*(_arg(t, k < 2, keep) for k, t in enumerate(tensors)))
-        for _ in range(3):
-            ex.execute(args)
-        plan = ctypes.pointer(ex.native_plan())
-        io = "device" if where == "cuda" else "host"
-
-        def timed(step, n) -> float:
-            step(n // 10)
-            torch.cuda.synchronize()
-            best = float("inf")
-            for _ in range(5):
-                t = time.perf_counter()
-                step(n)
-                torch.cuda.synchronize()
-                best = min(best, (time.perf_counter() - t) / n * 1e6)
-            return round(best, 2)
-
-        def adapter_plan(n):
-            assert lib.etrt_cuda_graph_plan_replay(plan, args, 3, n) == n
-
-        def raw_launch(n):
-            assert raw.raw_graph_launch(ex.bound.graph.exec, ex.bound.stream.handle, n) == n
-
-        def python(n):
-            for _ in range(n):
-                ex.execute(args)
-
-        row = {"adapter plan (C++)": timed(adapter_plan, calls),
-               "raw cuGraphLaunch (C)": timed(raw_launch, calls),
-               "Python BoundContext, graphs": timed(python, calls // 10)}
-        report[f"1 kernel, {io} I/O"] = row
-        print(f"1 kernel, {io} I/O", row, flush=True)
-    return report
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -382,6 +315,7 @@ def main(argv: list[str]) -> int:
         prepare(args.folder)
         return 0
     if args.command == "plan":
+        from gpu_plan import plan_overhead  # beside this file
         report = plan_overhead(args.calls, args.adapter_dir, args.raw_lib)
     elif args.command == "overhead":
         report = overhead(args.calls)

@@ -9,7 +9,8 @@ ADAPTER=$(realpath "$1"); OUT=$(realpath -m "$2"); mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 EXECUTORCH_TENSORRT_SKIP_REGISTRATION=1 ETRT_ADAPTER_DIR=$ADAPTER
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
 gcc -O2 -shared -fPIC -o /tmp/raw_graph_launch.so tools/gpu/raw_graph_launch.c -ldl || exit 1
-T="tests/runtime/tensorrt/test_tensorrt_plan_gpu.py tests/runtime/tensorrt/test_tensorrt_graphs_gpu.py
+T="tests/runtime/tensorrt/test_tensorrt_plan_gpu.py tests/runtime/tensorrt/test_tensorrt_plan_state_gpu.py
+   tests/runtime/tensorrt/test_tensorrt_graphs_gpu.py
    tests/runtime/tensorrt/test_tensorrt_context_gpu.py tests/runtime/tensorrt/test_tensorrt_executor_gpu.py"
 PYTHONPATH=$PWD/src:$PWD/tests/runtime:$PWD/tests python3 -m pytest -q -p no:cacheprovider $T 2>&1 |
   tee "$OUT/tests.log"

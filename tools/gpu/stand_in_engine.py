@@ -24,7 +24,6 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-import time
 
 import numpy as np
 import torch
@@ -35,6 +34,7 @@ from executorch_tensorrt.runtime.cuda.device import chosen_device
 from executorch_tensorrt.runtime.executor import native_plans_enabled
 from executorch_tensorrt.runtime.tensorrt.context import BoundContext
 from executorch_tensorrt.runtime.tensorrt.executor import TensorRTExecutor
+from gpu_timing import best_us_per_call  # this folder (on PYTHONPATH with the stand-in)
 
 RAW_ENV = "ETRT_RAW_LAUNCH_LIB"
 RAW_CALLS = 20000
@@ -76,19 +76,6 @@ class AddContext:
         return torch.as_tensor(Raw(), device="cuda")
 
 
-def _timed(step, calls: int) -> float:
-    """Best of 5 runs of `calls` back-to-back steps, synchronized after each run (us/call)."""
-    step(calls // 10)
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):
-        t = time.perf_counter()
-        step(calls)
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t) / calls * 1e6)
-    return best
-
-
 def raw_peers(executor: TensorRTExecutor, host: bool) -> None:
     """The peers of the plan, on its graph exec and stream, from C."""
     lib = ctypes.CDLL(os.environ[RAW_ENV])
@@ -96,7 +83,7 @@ def raw_peers(executor: TensorRTExecutor, host: bool) -> None:
     lib.raw_graph_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
     bound = executor.bound
     exec_, stream = bound.graph.exec, bound.stream.handle
-    launch_us = _timed(lambda n: lib.raw_graph_launch(exec_, stream, n), RAW_CALLS)
+    launch_us = best_us_per_call(lambda n: lib.raw_graph_launch(exec_, stream, n), RAW_CALLS)
     lines = [f"raw cuGraphLaunch (C): {launch_us:.2f} us/call"]
     if host:  # pageable host buffers and device buffers of the call's sizes
         shape = bound.context.shape
@@ -108,7 +95,7 @@ def raw_peers(executor: TensorRTExecutor, host: bool) -> None:
                 hout.ctypes.data, dout.data_ptr())
         for launch, what in ((0, "copies alone (2 HtoD, 1 DtoH, sync)"),
                              (1, "copies + cuGraphLaunch + sync (C)")):
-            us = _timed(lambda n: lib.raw_host_io(exec_, stream, *ptrs, hx.nbytes, n, launch),
+            us = best_us_per_call(lambda n: lib.raw_host_io(exec_, stream, *ptrs, hx.nbytes, n, launch),
                         RAW_CALLS)
             lines.append(f"raw {what}: {us:.2f} us/call")
     for line in lines:

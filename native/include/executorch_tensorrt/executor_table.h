@@ -123,7 +123,11 @@ typedef struct etrt_init_args {
  * no plan is read while execute or destroy runs. An executor that must stop
  * honouring a plan outside execute/destroy (interpreter exit) sets
  * `withdrawn` to non-zero, keeps the plan's memory readable, and releases the
- * rest; the adapter reads `withdrawn` before every run. */
+ * rest; the adapter reads `withdrawn` before every run. Epochs (a CUDA-graph
+ * plan's `epoch` and `state_epoch`) are the other way a plan stops outside
+ * execute/destroy: once one moves on, the adapter sends every call to the
+ * executor's execute until it hands out a new plan (the old one stays
+ * readable until that execute, as above). */
 
 /* Kinds of plan. */
 enum etrt_plan_kind {
@@ -170,6 +174,22 @@ typedef struct etrt_cuda_graph_plan {
   const volatile uint64_t* epoch;         /* may be NULL */
   uint64_t epoch_at_plan;
   uint64_t* launches;     /* the adapter adds 1 per run (tests, tools); may be NULL */
+  /* ---- Appended (issue 23, stateful partitions). Read only when
+   * struct_size covers them; a shorter plan has no state. ----
+   * The partition's own state (KV caches updated in place: the graph reads
+   * and writes them at fixed addresses), executor-owned CUDA memory: each
+   * entry's arg_index is the state's index, `device` its buffer, `nbytes`
+   * its size (named so that a reader can tell what the plan keeps alive;
+   * the adapter copies nothing). The cache positions are checked with the
+   * plan's position_checks (etrt_native_plan) before anything is copied or
+   * launched. A reset of the state moves *state_epoch on: the adapter runs
+   * the plan only while *state_epoch == state_epoch_at_plan (when
+   * state_epoch is not NULL), so the first call after a reset goes to the
+   * executor, which re-plans. */
+  const etrt_staged_copy* states;         /* num_states entries */
+  uint64_t num_states;
+  const volatile uint64_t* state_epoch;   /* may be NULL */
+  uint64_t state_epoch_at_plan;
 } etrt_cuda_graph_plan;
 
 /* One argument as the plan was bound for it. Plans cover calls whose
@@ -310,7 +330,12 @@ typedef struct etrt_native_plan {
   uint64_t* swaps;
   /* ---- Appended (issue 23): ETRT_PLAN_CUDA_GRAPH reads only the fields
    * before num_state_values (struct_size, kind, withdrawn, num_args,
-   * signature) and this one; the ORT fields stay NULL. ---- */
+   * signature), position_checks / num_position_checks (a stateful
+   * partition's cache positions: int64 host inputs, checked before every
+   * run as above; num_state_values stays 0, the states are named in
+   * etrt_cuda_graph_plan) and this one; the other ORT fields stay NULL.
+   * Lifetime as above: the position checks' `what` strings and the state
+   * buffers belong to the executor and stay valid as long as the plan. ---- */
   const etrt_cuda_graph_plan* cuda_graph;
   /* ---- Appended (issue 19): plans for any address. Read only when
    * struct_size covers them. any_address non-zero: a call matches on every

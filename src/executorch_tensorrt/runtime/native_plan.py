@@ -21,7 +21,8 @@ from typing import Sequence
 from .adapter import abi
 from .arguments import NUMPY_TO_SCALAR_TYPE
 
-__all__ = ["ArgBounds", "OrtRunPlan", "binding_bounds", "make_signature", "signature_key"]
+__all__ = ["ArgBounds", "OrtRunPlan", "binding_bounds", "make_signature", "position_check_array",
+           "signature_key"]
 
 _INT32_MAX = 2**31 - 1
 
@@ -65,6 +66,17 @@ def make_signature(args: Sequence[abi.EtrtArg], num_args: int) -> tuple:
         sig.sizes = ctypes.cast(sizes, ctypes.POINTER(ctypes.c_int32))
         sig.dim_order = ctypes.cast(order, ctypes.POINTER(ctypes.c_uint8))
     return signature, shapes
+
+
+def position_check_array(checks: Sequence[tuple[int, int, bool, str]]) -> tuple:
+    """The etrt_position_check array of ExecutorState.position_checks(), and
+    the encoded descriptions it points to (keep both alive as long as the plan)."""
+    array = (abi.EtrtPositionCheck * len(checks))()
+    whats = [what.encode() for _, _, _, what in checks]
+    for c, (arg_index, capacity, in_place, _), what in zip(array, checks, whats):
+        c.struct_size = ctypes.sizeof(abi.EtrtPositionCheck)
+        c.arg_index, c.capacity, c.in_place, c.what = arg_index, capacity, int(in_place), what
+    return array, whats
 
 
 def retire(plan) -> None:
@@ -144,11 +156,7 @@ class OrtRunPlan:
             num_state = len(inputs) - len(bound.inputs)
             checks = session.state.position_checks()
             swaps = session.state.plan_swaps
-        self._checks = (abi.EtrtPositionCheck * len(checks))()
-        self._whats = [what.encode() for _, _, _, what in checks]
-        for c, (arg_index, capacity, in_place, _), what in zip(self._checks, checks, self._whats):
-            c.struct_size = ctypes.sizeof(abi.EtrtPositionCheck)
-            c.arg_index, c.capacity, c.in_place, c.what = arg_index, capacity, int(in_place), what
+        self._checks, self._whats = position_check_array(checks)
         self._index_checks = (abi.EtrtIndexCheck * len(index_checks))()
         self._index_words = [(r.what().encode(), r.advice().encode()) for r in index_checks]
         for c, r, (what, advice) in zip(self._index_checks, index_checks, self._index_words):

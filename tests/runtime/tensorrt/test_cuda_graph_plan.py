@@ -48,7 +48,7 @@ def make_args(host_input: np.ndarray | None, keep: list):
 
 class Bound:
     """What CudaGraphPlan reads of a BoundContext: the device, the engine's stream, the scratch."""
-    device, stream, scratch = 0, type("S", (), {"handle": 0x5000})(), None
+    device, stream, scratch, state = 0, type("S", (), {"handle": 0x5000})(), None, None
 
 
 def plan_for(args, staged_inputs=()):

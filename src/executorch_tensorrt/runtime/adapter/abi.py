@@ -233,6 +233,11 @@ class EtrtCudaGraphPlan(ctypes.Structure):
         ("epoch", ctypes.POINTER(ctypes.c_uint64)),
         ("epoch_at_plan", ctypes.c_uint64),
         ("launches", ctypes.POINTER(ctypes.c_uint64)),
+        # appended (issue 23): stateful partitions
+        ("states", ctypes.POINTER(EtrtStagedCopy)),
+        ("num_states", ctypes.c_uint64),
+        ("state_epoch", ctypes.POINTER(ctypes.c_uint64)),
+        ("state_epoch_at_plan", ctypes.c_uint64),
     ]
 
 

@@ -152,9 +152,10 @@ class BoundContext:
         self.staging: dict[str, DeviceBuffer] = {}  # device buffers for host arguments
         self.layer_timings = None  # set when per-layer timings were asked for
         # Delegate-owned state (device_state.py) and TR02 aliases (output -> input), set
-        # by the executor. State binds its own tensors on every call (functional
-        # states alternate two buffers), so contexts with state or aliases run
-        # plain enqueues, not graphs.
+        # by the executor. State binds its own tensors on every call: in-place
+        # caches at fixed addresses (graphs replay them), functional states
+        # alternating two buffers (plain enqueues); aliases copy after the
+        # engine (plain enqueues).
         self.state: DeviceState | None = None
         self.aliases: dict[int, int] = {}  # output index -> input index
         # What eager would refuse (../input_checks.py), set by the executor:
@@ -352,8 +353,8 @@ class BoundContext:
             self._set_address(k, address)
         t1 = profiling.now() if recorder else 0
         replayed = False
-        if (self.graph is not None and self.layer_timings is None and self.state is None
-                and not self.aliases):
+        if (self.graph is not None and self.layer_timings is None
+                and (self.state is None or self.state.fixed_addresses) and not self.aliases):
             replayed = self.graph.launch(self.context, self.stream, self.generation)
         else:  # per-layer times need TensorRT's own enqueue
             enqueue(self.context, self.stream)

@@ -8,11 +8,20 @@ caller's stream. The adapter then runs identical calls itself
 (native/src/cuda_graph_plan.cpp): no Python on the steady-state GPU path.
 
 A plan is made only when the call can be replayed exactly: a graph replay (no
-state, no aliases, no per-layer profiling: those run plain enqueues), every
-argument a tensor, and the caller's stream the legacy default stream (the
-only one an ExecuTorch C++ caller has; with torch in the process, its
-current stream at the call). The shared scratch area is the one thing another
-delegate can replace outside this one's execute: the plan carries its epoch.
+ping-pong state, no aliases, no per-layer profiling: those run plain
+enqueues), every argument a tensor, and the caller's stream the legacy
+default stream (the only one an ExecuTorch C++ caller has; with torch in the
+process, its current stream at the call). The shared scratch area is the one
+thing another delegate can replace outside this one's execute: the plan
+carries its epoch.
+
+Stateful partitions (KV caches updated in place, at fixed addresses): the
+plan names the state's CUDA buffers and carries the executor's position
+checks, which the adapter runs on the int64 host positions before every
+launch (a refused call runs and writes nothing, in the executor's words);
+positions in CUDA memory keep the call in Python (reading them needs a
+synchronous copy the executor makes itself). A reset of the state moves its
+epoch on, so the next call goes to the executor and re-plans.
 
 GPU-only: ran on the H200 with a labelled stand-in for TensorRT's execution
 context (tests/runtime/tensorrt/test_tensorrt_plan_gpu.py).
@@ -24,7 +33,7 @@ import dataclasses
 from typing import Sequence
 
 from ..adapter import abi
-from ..native_plan import make_signature, retire
+from ..native_plan import make_signature, position_check_array, retire
 
 __all__ = ["GraphCall", "CudaGraphPlan"]
 
@@ -73,21 +82,34 @@ class CudaGraphPlan:
             g.epoch = ctypes.pointer(scratch.epoch)
             g.epoch_at_plan = scratch.epoch.value
         g.launches = ctypes.pointer(launches)
-        self._keep = (bound, scratch, launches)  # what the handles belong to
+        state = bound.state
+        self._checks, self._whats = position_check_array(
+            state.position_checks() if state is not None else [])
+        self._states = _copies([(k, b.address, b.nbytes)
+                                for k, b in enumerate(state.buffers if state is not None else ())])
+        g.states = ctypes.cast(self._states, ctypes.POINTER(abi.EtrtStagedCopy))
+        g.num_states = len(self._states)
+        if state is not None:
+            g.state_epoch = ctypes.pointer(state.epoch)
+            g.state_epoch_at_plan = state.epoch.value
+        self._keep = (bound, scratch, launches, state)  # what the handles belong to
         p = self.struct = abi.EtrtNativePlan()
         p.struct_size = ctypes.sizeof(p)
         p.kind = abi.ETRT_PLAN_CUDA_GRAPH
         p.num_args = num_args
         p.signature = ctypes.cast(self._signature, ctypes.POINTER(abi.EtrtArgSignature))
         p.cuda_graph = ctypes.pointer(g)
+        p.position_checks = ctypes.cast(self._checks, ctypes.POINTER(abi.EtrtPositionCheck))
+        p.num_position_checks = len(self._checks)
 
     def live(self, bound) -> bool:
         """Still names what `bound` holds: the same graph exec and generation,
         and (with a shared scratch area) the area it was captured over."""
-        graph = bound.graph
+        graph, state = bound.graph, bound.state
         return (graph is not None and graph.exec == self.call.graph_exec
                 and graph.generation == self.call.generation
-                and (bound.scratch is None or bound.scratch.epoch.value == self.graph.epoch_at_plan))
+                and (bound.scratch is None or bound.scratch.epoch.value == self.graph.epoch_at_plan)
+                and (state is None or state.epoch.value == self.graph.state_epoch_at_plan))
 
     def withdraw(self) -> None:
         """Tells the adapter not to run this plan again; keeps its memory readable."""

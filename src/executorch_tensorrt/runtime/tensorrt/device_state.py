@@ -6,6 +6,8 @@ runs on an H200); only the TensorRT executor uses it.
 """
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 from ...errors import InvalidProgramError
@@ -32,6 +34,9 @@ class DeviceState(ExecutorState):
                        for s, b in zip(self.spares, initial)]
         for buf, host in zip(self.buffers, initial):
             _upload(buf, host)
+        # Moved on by every reset: a native plan made before it is not run
+        # again (cuda_graph_plan.py; the adapter reads it).
+        self.epoch = ctypes.c_uint64(0)
         names = {engine.get_tensor_name(i) for i in range(engine.num_io_tensors)}
         for spec in specs:
             for name in (spec.onnx_input, spec.onnx_output):
@@ -46,8 +51,16 @@ class DeviceState(ExecutorState):
                     f"{spec.onnx_output!r} aliases {aliased(spec.onnx_output)!r}, not "
                     f"{spec.onnx_input!r}; re-export the program")
 
+    @property
+    def fixed_addresses(self) -> bool:
+        """Every state updated in place: the engine reads and writes each at one
+        address on every call, so a captured graph stays valid across calls
+        (ping-pong states alternate two and run plain enqueues)."""
+        return all(spare is None for spare in self.spares)
+
     def reset(self) -> None:
         with self._lock:
+            self.epoch.value += 1  # before the new values: no plan runs over them
             make_current(self.device)
             check(driver().cuCtxSynchronize(), "waiting for the calls that use the state")
             for spec, buf in zip(self.specs, self.buffers):

@@ -201,8 +201,9 @@ class TensorRTExecutor(Executor):
 
     def native_plan(self) -> abi.EtrtNativePlan | None:
         """The CUDA-graph plan for the call just made, when it ran as a graph
-        replay for the legacy default stream (cuda_graph_plan.py says when);
-        reused while the same bindings and graph stay."""
+        replay for the legacy default stream (cuda_graph_plan.py says when,
+        stateful partitions included); reused while the same bindings, graph
+        and state stay."""
         call = self.bound.last_graph_call if self.bound is not None else None
         if (call is None or self._last_call is None or not self.publish_plans
                 or call.caller_stream != 0):
@@ -210,6 +211,10 @@ class TensorRTExecutor(Executor):
         args, n = self._last_call
         if any(args[k].kind != abi.ETRT_ARG_TENSOR for k in range(n)):
             return None
+        state = self.bound.state
+        if state is not None and any(args[k].device_type != abi.ETRT_DEVICE_CPU
+                                     for k, _, _, _ in state.position_checks()):
+            return None  # the adapter reads positions in host memory only
         key = signature_key(args, n)
         plan = self._plan
         if plan is None or plan.key != key or plan.call != call or not plan.live(self.bound):
