@@ -15,7 +15,8 @@ from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
 from ..quantization.qdq_graph import check_qdq_delegated, is_qdq_graph, lower_qdq
-from ..quantization.quantize import check_plan, quantization_plan
+from ..quantization.plan import quantization_plan
+from ..quantization.quantize import check_plan
 from ..quantization.torchao_weights import has_torchao_weights, lower_torchao
 from ..program.references import reference_source, write_export_reference
 from ..program.info import describe_program
@@ -186,7 +187,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         # torchao's weight subclasses cannot be exported as they are: explicit
         # dequantize ops over int8 buffers instead (quantization/).
         traced = lower_torchao(model) if has_torchao_weights(model) else model
-        quantized_layers = _quantization_lines(model, options, allow_unquantized)
+        quantized_layers = _quantization_lines(traced, options, allow_unquantized)
         if is_qdq_graph(model):  # a convert_pt2e graph: checked, and what runs is the reference
             traced, quantized_layers = lower_qdq(model, target_flavor(),
                                                  options.get("compute_capabilities"),

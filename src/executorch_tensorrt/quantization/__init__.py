@@ -9,7 +9,8 @@ from .capability import IMPLEMENTED, SCHEMES, refusal
 from .errors import QuantizationError
 from .pt2e import PT2E_SCHEMES, TensorRTQuantizer
 from .qdq_graph import is_qdq_graph, lower_qdq
-from .quantize import QuantizationPlan, quantization_plan, quantize
+from .plan import QuantizationPlan, quantization_plan
+from .quantize import quantize
 from .torchao_weights import has_torchao_weights, lower_torchao
 
 __all__ = ["IMPLEMENTED", "PT2E_SCHEMES", "SCHEMES", "QuantizationError", "QuantizationPlan",
