@@ -15,7 +15,9 @@ from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
 from ..quantization.qdq_graph import check_qdq_delegated, is_qdq_graph, lower_qdq
-from ..quantization.quantize import check_plan, quantization_plan
+from ..quantization.modelopt_models import has_modelopt_quantizers, lower_modelopt
+from ..quantization.plan import quantization_plan
+from ..quantization.quantize import check_plan
 from ..quantization.torchao_weights import has_torchao_weights, lower_torchao
 from ..program.references import reference_source, write_export_reference
 from ..program.info import describe_program
@@ -185,14 +187,19 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             progress("torch.export...")
         # torchao's weight subclasses cannot be exported as they are: explicit
         # dequantize ops over int8 buffers instead (quantization/).
-        traced = lower_torchao(model) if has_torchao_weights(model) else model
-        quantized_layers = _quantization_lines(model, options, allow_unquantized)
+        # ModelOpt's fake quantizers likewise become our Q/DQ ops.
+        traced = (lower_torchao(model) if has_torchao_weights(model) else
+                  lower_modelopt(model) if has_modelopt_quantizers(model) else model)
+        quantized_layers = _quantization_lines(traced, options, allow_unquantized)
         if is_qdq_graph(model):  # a convert_pt2e graph: checked, and what runs is the reference
             traced, quantized_layers = lower_qdq(model, target_flavor(),
                                                  options.get("compute_capabilities"),
                                                  allow_unquantized)
         programs = {"forward": torch.export.export(traced, inputs, dynamic_shapes=dynamic_shapes)}
-        reference = (traced if is_qdq_graph(model) else model, inputs)
+        # Q/DQ graphs (PT2E, ModelOpt): the reference is what TensorRT's Q/DQ
+        # compute; ModelOpt's own rounding of x * (127 / amax) can differ by a step.
+        reference = (traced if is_qdq_graph(model) or has_modelopt_quantizers(model) else model,
+                     inputs)
     seconds["torch_export"] = time.perf_counter() - t0
     if external_weights:
         if options.get("inline_weights"):

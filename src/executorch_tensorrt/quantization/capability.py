@@ -29,6 +29,8 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("int8_weight_only", "symmetric int8 weights per output channel, float activations"),
     Scheme("int4_weight_only", "symmetric int4 weights per group of input features, packed two "
                                "per byte, float activations"),
+    Scheme("fp8_weight_only", "FP8 (e4m3) weights per tensor or per output channel, float "
+                              "activations", min_capability=89),
     Scheme("int8_w8a8", "symmetric int8 weights and activations", flavors=("tensorrt",),
            why_not_rtx="TensorRT-RTX has no INT8 activation quantization (INT8 is weight-only "
                        "there); use int8_weight_only, or standard TensorRT"),

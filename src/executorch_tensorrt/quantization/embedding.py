@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from .errors import QuantizationError
 from .int4 import quantize_int4
 from .ops import DEQUANTIZE_INT4, DEQUANTIZE_WEIGHT
-from .quantize import QuantizationPlan, _with_plan, quantization_plan, quantize_int8
+from .plan import QuantizationPlan, quantization_plan, with_plan
+from .quantize import quantize_int8
 
 
 class QuantizedEmbedding(torch.nn.Module):
@@ -95,4 +96,4 @@ def quantize_embeddings(model: torch.nn.Module, scheme: str,
     for parent, child_name, module in replacements:  # after every table was quantized
         setattr(parent, child_name, module)
     plan = quantization_plan(model) or QuantizationPlan(scheme)
-    return _with_plan(result, dataclasses.replace(plan, layers={**plan.layers, **lines}))
+    return with_plan(result, dataclasses.replace(plan, layers={**plan.layers, **lines}))

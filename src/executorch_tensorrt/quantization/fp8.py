@@ -20,6 +20,7 @@ import onnx_ir as ir
 import onnxscript
 import torch
 
+from .errors import QuantizationError
 from .ops import _LIB, PLACEHOLDER_DOMAIN, TRANSLATIONS, finish_placeholders, replace_placeholder
 
 FP8_MAX = 448.0  # largest finite e4m3fn value
@@ -49,7 +50,25 @@ def _dequantize_fp8_fake(q: torch.Tensor, scale: float) -> torch.Tensor:
     return torch.empty(q.shape, dtype=torch.float32, device=q.device)
 
 
+_LIB.define("dequantize_fp8_weight(Tensor q, Tensor scale, int axis) -> Tensor")
+
+
+@torch.library.impl(_LIB, "dequantize_fp8_weight", "CompositeExplicitAutograd")
+def _dequantize_fp8_weight(q: torch.Tensor, scale: torch.Tensor, axis: int) -> torch.Tensor:
+    if scale.dim() == 0:  # per tensor
+        return q.to(torch.float32) * scale
+    shape = [1] * q.dim()
+    shape[axis] = q.shape[axis]
+    return q.to(torch.float32) * scale.reshape(shape)
+
+
+@torch.library.register_fake("etrt_quant::dequantize_fp8_weight")
+def _dequantize_fp8_weight_fake(q: torch.Tensor, scale: torch.Tensor, axis: int) -> torch.Tensor:
+    return torch.empty(q.shape, dtype=torch.float32, device=q.device)
+
+
 QUANTIZE_FP8 = torch.ops.etrt_quant.quantize_fp8.default
+DEQUANTIZE_FP8_WEIGHT = torch.ops.etrt_quant.dequantize_fp8_weight.default
 DEQUANTIZE_FP8 = torch.ops.etrt_quant.dequantize_fp8.default
 
 _PLACEHOLDER = onnxscript.values.Opset(domain=PLACEHOLDER_DOMAIN, version=1)
@@ -63,6 +82,12 @@ _Q_SCHEMA = onnx.defs.OpSchema("QuantizeFp8", PLACEHOLDER_DOMAIN, 1,
 _DQ_SCHEMA = onnx.defs.OpSchema("DequantizeFp8", PLACEHOLDER_DOMAIN, 1,
                                 inputs=[_P("q", "tensor(float8e4m3fn)")],
                                 outputs=[_P("y", "tensor(float)")], attributes=[_SCALE_ATTR])
+_WEIGHT_SCHEMA = onnx.defs.OpSchema(
+    "DequantizeFp8Weight", PLACEHOLDER_DOMAIN, 1,
+    inputs=[_P("q", "tensor(float8e4m3fn)"), _P("scale", "tensor(float)")],
+    outputs=[_P("y", "tensor(float)")],
+    attributes=[onnx.defs.OpSchema.Attribute("axis", onnx.defs.OpSchema.AttrType.INT, "")])
+_WEIGHT_OP = onnxscript.values.Op(_PLACEHOLDER, "DequantizeFp8Weight", _WEIGHT_SCHEMA)
 _Q_OP = onnxscript.values.Op(_PLACEHOLDER, "QuantizeFp8", _Q_SCHEMA)
 _DQ_OP = onnxscript.values.Op(_PLACEHOLDER, "DequantizeFp8", _DQ_SCHEMA)
 
@@ -75,7 +100,13 @@ def _onnx_dequantize_fp8(q, scale: float):
     return _DQ_OP(q, scale=scale)
 
 
+def _onnx_dequantize_fp8_weight(q, scale, axis: int):
+    return _WEIGHT_OP(q, scale, axis=axis)
+
+
 FP8_TRANSLATIONS = {
+    DEQUANTIZE_FP8_WEIGHT: onnxscript.TracedOnnxFunction(_PLACEHOLDER,
+                                                         _onnx_dequantize_fp8_weight),
     QUANTIZE_FP8: onnxscript.TracedOnnxFunction(_PLACEHOLDER, _onnx_quantize_fp8),
     DEQUANTIZE_FP8: onnxscript.TracedOnnxFunction(_PLACEHOLDER, _onnx_dequantize_fp8),
 }
@@ -87,10 +118,13 @@ def lower_fp8_nodes(model: ir.Model) -> None:
     QuantizeLinear(x, scale, zero_point float8 0) / DequantizeLinear(q, scale,
     zero_point float8 0): scale a float32 scalar initializer."""
     nodes = [n for n in model.graph if n.domain == PLACEHOLDER_DOMAIN
-             and n.op_type in ("QuantizeFp8", "DequantizeFp8")]
+             and n.op_type in ("QuantizeFp8", "DequantizeFp8", "DequantizeFp8Weight")]
     if not nodes:
         return
     for node in nodes:
+        if node.op_type == "DequantizeFp8Weight":
+            _lower_weight_node(model, node)
+            continue
         scale_value = node.attributes["scale"].as_float()
         scale = ir.Value(name=f"{node.name}_scale", type=ir.TensorType(ir.DataType.FLOAT),
                          shape=ir.Shape([]),
@@ -110,3 +144,44 @@ def lower_fp8_nodes(model: ir.Model) -> None:
         replace_placeholder(model, node, replacement)
     # float8 Q/DQ need opset 19; 21 like the int4 path, so both can meet in one model.
     finish_placeholders(model)
+
+
+def _lower_weight_node(model: ir.Model, node) -> None:
+    """DequantizeFp8Weight(q, scale) -> DequantizeLinear(q, scale, axis): a
+    0-d scale is per tensor, [out] per output channel; zero point float8 0."""
+    q, scale = node.inputs[0], node.inputs[1]
+    if q is None or q.name not in model.graph.initializers or scale is None \
+            or scale.const_value is None:
+        raise QuantizationError(
+            f"an fp8 weight or its scale reached the ONNX model as a computed value "
+            f"({node.name}), not a constant; TensorRT needs both as initializers")
+    axis = node.attributes["axis"].as_int()
+    # An explicit float8 zero point of the scale's shape: without one,
+    # onnxruntime's fused FP8 Q/DQ kernels gave wrong results (max error 0.45).
+    dims = list(scale.shape) if scale.shape is not None else []
+    zero = ir.Value(name=f"{node.name}_zero", type=ir.TensorType(ir.DataType.FLOAT8E4M3FN),
+                    shape=ir.Shape(dims),
+                    const_value=ir.tensor(np.zeros(dims, dtype=np.uint8),
+                                          dtype=ir.DataType.FLOAT8E4M3FN,
+                                          name=f"{node.name}_zero"))
+    model.graph.register_initializer(zero)
+    replacement = ir.node("DequantizeLinear", [q, scale, zero], attributes={"axis": axis},
+                          name=node.name)
+    replacement.outputs[0].dtype = node.outputs[0].dtype
+    replacement.outputs[0].shape = node.outputs[0].shape
+    replace_placeholder(model, node, replacement)
+
+
+class Fp8WeightLinear(torch.nn.Module):
+    """y = x @ dequantize_fp8_weight(q, scale).T + bias: q e4m3 [out, in], scale
+    0-d (per tensor) or [out] (per output channel), float activations."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.register_buffer("qweight_fp8", q)
+        self.register_buffer("weight_scale", scale)
+        self.bias = bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = DEQUANTIZE_FP8_WEIGHT(self.qweight_fp8, self.weight_scale, 0)
+        return torch.nn.functional.linear(x, weight.to(x.dtype), self.bias)

@@ -12,31 +12,13 @@ TensorRT flavour and writes into the partition report (capability.py).
 """
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field
-
 import torch
 
 from .capability import IMPLEMENTED, Scheme, refusal, scheme_named
 from .errors import QuantizationError
 from .int4 import GROUP_SIZES, Int4Linear, quantize_int4
+from .plan import QuantizationPlan, shared_copy, with_plan
 from .torchao_weights import DequantizedLinear
-
-_PLAN_ATTR = "_etrt_quantization_plan"
-
-
-@dataclass(frozen=True)
-class QuantizationPlan:
-    """What quantize() did: the scheme and, per Linear (by qualified name),
-    how it runs ("int4 weight-only, group 64") or why it was left float."""
-    scheme: str
-    layers: dict[str, str] = field(default_factory=dict)
-    unquantized: dict[str, str] = field(default_factory=dict)  # layer -> why float
-
-
-def quantization_plan(model: torch.nn.Module) -> QuantizationPlan | None:
-    return getattr(model, _PLAN_ATTR, None)
-
 
 def check_plan(plan: QuantizationPlan, flavor: str, capabilities: tuple[str, ...] | None,
                allow_unquantized: bool) -> dict[str, str]:
@@ -45,12 +27,12 @@ def check_plan(plan: QuantizationPlan, flavor: str, capabilities: tuple[str, ...
     layer -> how it runs or "not quantized: <why>"."""
     why = refusal(plan.scheme, flavor, capabilities)
     if why is not None and plan.layers:
-        if not allow_unquantized:
-            raise QuantizationError(
-                f"{why}. Nothing was exported; pass allow_unquantized=True (CLI: "
-                "--allow-unquantized) to export these layers unquantized")
-        raise QuantizationError(f"{why}; the layers are already quantized, so they cannot run "
-                                "unquantized: quantize the float model with another scheme")
+        # The weights are already quantized: running them float is not ours to
+        # choose, so allow_unquantized does not apply (the remedy is in `why`).
+        raise QuantizationError(
+            f"{why}; or quantize the float model with a scheme these targets run. Nothing was "
+            f"exported (layers {sorted(plan.layers)[:3]} are already quantized, so "
+            "allow_unquantized cannot run them float)")
     lines = dict(plan.layers)
     for layer, reason in plan.unquantized.items():
         reason = f"{why}; {reason}" if why else reason
@@ -107,7 +89,7 @@ def quantize(model: torch.nn.Module, example_inputs=None, scheme: str = "int8_we
                f"executorch_tensorrt.quantization yet (implemented: {sorted(IMPLEMENTED)})")
         if not allow_unquantized:
             raise QuantizationError(why + "; pass allow_unquantized=True to export it float")
-        return _with_plan(_shared_copy(model),
+        return with_plan(shared_copy(model),
                           QuantizationPlan(chosen.name, {}, {n: why for _, _, n, _ in linears}))
     if calibration is not None:
         raise QuantizationError(f"scheme {chosen.name!r} is weight-only and takes no "
@@ -115,7 +97,7 @@ def quantize(model: torch.nn.Module, example_inputs=None, scheme: str = "int8_we
     if chosen.name == "int4_weight_only" and group_size not in GROUP_SIZES:
         raise QuantizationError(f"int4 group size {group_size} is not one of "
                                 f"{list(GROUP_SIZES)}")
-    result = _shared_copy(model)
+    result = shared_copy(model)
     layers: dict[str, str] = {}
     replacements = []
     for parent, child_name, full, linear in _linears(result):
@@ -130,15 +112,4 @@ def quantize(model: torch.nn.Module, example_inputs=None, scheme: str = "int8_we
             layers[full] = "int8 weight-only (per channel)"
     for parent, child_name, module in replacements:  # after every check passed
         setattr(parent, child_name, module)
-    return _with_plan(result, QuantizationPlan(chosen.name, layers))
-
-
-def _shared_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """A structural copy whose tensors are the model's own (no weight copied)."""
-    shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
-    return copy.deepcopy(model, memo=shared)
-
-
-def _with_plan(model: torch.nn.Module, plan: QuantizationPlan) -> torch.nn.Module:
-    object.__setattr__(model, _PLAN_ATTR, plan)
-    return model
+    return with_plan(result, QuantizationPlan(chosen.name, layers))

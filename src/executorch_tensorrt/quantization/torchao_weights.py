@@ -1,22 +1,39 @@
 """torchao-quantized linears -> explicit dequantize ops over plain buffers.
 
-`quantize_(model, Int8WeightOnlyConfig())` leaves tensor subclasses as weights;
-torch.export of those gives graphs whose constants the ONNX exporter cannot
-read. `lower_torchao(model)` returns a structural copy of the model (its
-tensors shared, not copied) in which each such linear holds its int8 data and
-scales as buffers and dequantizes them with ops.DEQUANTIZE_WEIGHT. Only what
-TensorRT can run is accepted: symmetric (all-zero zero points) per-channel
-int8; anything else raises QuantizationError naming the layer and why.
+`quantize_(model, config)` leaves tensor subclasses as weights; torch.export
+of those gives graphs whose constants the ONNX exporter cannot read ("invalid
+python storage"). `lower_torchao(model)` returns a structural copy of the model
+(its tensors shared, not copied) in which each such linear holds its quantized
+data and scales as buffers and dequantizes them with our ops, the same modules
+quantize() builds, and records a QuantizationPlan that export checks against
+the TensorRT flavour and targets. Taken (symmetric only, zero points all 0):
+
+| torchao weight (config)                                  | becomes                         |
+| Int8Tensor (Int8WeightOnlyConfig)                         | int8 per channel (DequantizedLinear) |
+| IntxUnpackedToInt8Tensor int8 per axis (IntxWeightOnly)   | int8 per channel                |
+| IntxUnpackedToInt8Tensor int4 per group (IntxWeightOnly)  | int4 per group (Int4Linear)     |
+| Float8Tensor e4m3 per tensor / per row (Float8WeightOnly) | fp8 weight-only (Fp8WeightLinear) |
+
+Anything else (dynamic activation quantization, other dtypes, block shapes,
+other subclasses) raises QuantizationError naming the layer, why, and what to
+use instead.
 """
 from __future__ import annotations
-
-import copy
 
 import torch
 import torch.nn.functional as F
 
 from .errors import QuantizationError
+from .fp8 import FP8, Fp8WeightLinear
+from .int4 import GROUP_SIZES, Int4Linear, pack_int4
 from .ops import DEQUANTIZE_WEIGHT
+
+_SUPPORTED = ("Int8Tensor (Int8WeightOnlyConfig), IntxUnpackedToInt8Tensor int8/int4 "
+              "(IntxWeightOnlyConfig), Float8Tensor (Float8WeightOnlyConfig)")
+_DYNAMIC = ("torchao dynamic activation quantization computes activation scales at run time; "
+            "TensorRT's Q/DQ need constant scales. Use the weight-only config "
+            "(Int8WeightOnlyConfig / Float8WeightOnlyConfig), or calibrate static activation "
+            "scales with TensorRTQuantizer (PT2E)")
 
 
 class DequantizedLinear(torch.nn.Module):
@@ -38,30 +55,89 @@ def _torchao_kind(weight) -> str | None:
     return name if module.startswith("torchao") else None
 
 
-def _int8_linear(name: str, linear: torch.nn.Linear) -> DequantizedLinear:
-    w = linear.weight
-    q, scale, zero = w.qdata, w.scale, getattr(w, "zero_point", None)
-    block = list(getattr(w, "block_size", [1, q.shape[1]]))
-    if getattr(w, "act_quant_kwargs", None) is not None:
+def _check_symmetric(name: str, zero) -> None:
+    if zero is not None and bool(torch.any(zero != 0)):
         raise QuantizationError(
-            f"layer {name!r}: torchao dynamic activation quantization is not supported yet; "
-            "use Int8WeightOnlyConfig (weight-only) for TensorRT")
+            f"layer {name!r}: asymmetric weights (non-zero zero points); TensorRT only "
+            "supports symmetric quantization. Quantize with a symmetric mapping "
+            "(MappingType.SYMMETRIC).")
+
+
+def _per_channel_int8(name: str, q, scale, zero, block, bias) -> DequantizedLinear:
     if q.dtype != torch.int8 or q.dim() != 2:
         raise QuantizationError(f"layer {name!r}: expected a 2-D int8 weight, got {q.dtype} "
                                 f"{tuple(q.shape)}")
-    if block != [1, q.shape[1]]:
+    if list(block) != [1, q.shape[1]]:
         raise QuantizationError(
-            f"layer {name!r}: int8 block size {block} is not per-channel ([1, {q.shape[1]}]); "
-            "TensorRT-RTX takes int8 weights per output channel only")
-    if zero is not None and bool(torch.any(zero != 0)):
-        raise QuantizationError(
-            f"layer {name!r}: asymmetric int8 weights (non-zero zero points); TensorRT only "
-            "supports symmetric quantization. Quantize with a symmetric mapping.")
+            f"layer {name!r}: int8 block size {list(block)} is not per-channel "
+            f"([1, {q.shape[1]}]); TensorRT-RTX takes int8 weights per output channel only")
+    _check_symmetric(name, zero)
     if scale.numel() != q.shape[0]:
         raise QuantizationError(f"layer {name!r}: {scale.numel()} scales for {q.shape[0]} "
                                 "output channels")
-    return DequantizedLinear(q.detach(), scale.detach().reshape(-1).to(torch.float32),
-                             linear.bias)
+    return DequantizedLinear(q.detach(), scale.detach().reshape(-1).to(torch.float32), bias)
+
+
+def _int8_linear(name: str, linear: torch.nn.Linear) -> tuple[torch.nn.Module, str]:
+    w = linear.weight
+    if getattr(w, "act_quant_kwargs", None) is not None:
+        raise QuantizationError(f"layer {name!r}: {_DYNAMIC}")
+    module = _per_channel_int8(name, w.qdata, w.scale, getattr(w, "zero_point", None),
+                               getattr(w, "block_size", [1, w.qdata.shape[1]]), linear.bias)
+    return module, "int8 weight-only (per channel)"
+
+
+def _intx_linear(name: str, linear: torch.nn.Linear) -> tuple[torch.nn.Module, str]:
+    w = linear.weight
+    if getattr(w, "activation_quantization", None) is not None:
+        raise QuantizationError(f"layer {name!r}: {_DYNAMIC}")
+    q, scale, zero, block = w.qdata, w.scale, w.zero_point, list(w.block_size)
+    if w.target_dtype == torch.int8:
+        return (_per_channel_int8(name, q, scale, zero, block, linear.bias),
+                "int8 weight-only (per channel)")
+    if w.target_dtype != torch.int4:
+        raise QuantizationError(
+            f"layer {name!r}: torchao {w.target_dtype} weights; TensorRT's integer weights are "
+            "int8 and int4 only (use weight_dtype=torch.int4 or torch.int8)")
+    out_features, in_features = q.shape
+    group = block[1]
+    if block[0] != 1 or group not in GROUP_SIZES or in_features % group:
+        raise QuantizationError(
+            f"layer {name!r}: int4 block size {block} is not per group of "
+            f"{'/'.join(map(str, GROUP_SIZES))} input features dividing {in_features}; use "
+            "granularity=PerGroup(32 | 64 | 128)")
+    _check_symmetric(name, zero)
+    if int(q.min()) < -8 or int(q.max()) > 7:
+        raise QuantizationError(f"layer {name!r}: int4 values outside [-8, 7]")
+    scale = scale.detach().to(torch.float32).reshape(out_features, in_features // group)
+    module = Int4Linear(pack_int4(q.detach()).contiguous(), scale.contiguous(), group,
+                        linear.bias)
+    return module, f"int4 weight-only (group {group})"
+
+
+def _fp8_linear(name: str, linear: torch.nn.Linear) -> tuple[torch.nn.Module, str]:
+    w = linear.weight
+    if getattr(w, "act_quant_kwargs", None) is not None:
+        raise QuantizationError(f"layer {name!r}: {_DYNAMIC}")
+    q, scale = w.qdata, w.scale
+    if q.dtype != FP8:
+        raise QuantizationError(f"layer {name!r}: fp8 weights of {q.dtype}; TensorRT's FP8 is "
+                                "e4m3 (weight_dtype=torch.float8_e4m3fn)")
+    out_features = q.shape[0]
+    if scale.numel() == 1:
+        return (Fp8WeightLinear(q.detach(), scale.detach().reshape(()).to(torch.float32),
+                                linear.bias), "fp8 weight-only (per tensor)")
+    if tuple(scale.shape) != (out_features, 1):
+        raise QuantizationError(
+            f"layer {name!r}: fp8 scales of shape {tuple(scale.shape)} (per group); TensorRT "
+            "takes fp8 weights per tensor or per output channel: use granularity=PerRow() or "
+            "PerTensor()")
+    return (Fp8WeightLinear(q.detach(), scale.detach().reshape(-1).to(torch.float32),
+                            linear.bias), "fp8 weight-only (per channel)")
+
+
+_LOWERINGS = {"Int8Tensor": _int8_linear, "IntxUnpackedToInt8Tensor": _intx_linear,
+              "Float8Tensor": _fp8_linear}
 
 
 def has_torchao_weights(model: torch.nn.Module) -> bool:
@@ -69,9 +145,12 @@ def has_torchao_weights(model: torch.nn.Module) -> bool:
 
 
 def lower_torchao(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of `model` sharing its tensors, with torchao linears replaced."""
-    shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
-    lowered = copy.deepcopy(model, memo=shared)
+    """A copy of `model` sharing its tensors, with torchao linears replaced and
+    a QuantizationPlan recorded (quantize.quantization_plan)."""
+    from .plan import QuantizationPlan, shared_copy, with_plan
+
+    lowered = shared_copy(model)
+    layers: dict[str, str] = {}
     for name, module in list(lowered.named_modules()):
         for child_name, child in list(module.named_children()):
             full = f"{name}.{child_name}" if name else child_name
@@ -81,9 +160,18 @@ def lower_torchao(model: torch.nn.Module) -> torch.nn.Module:
             if not isinstance(child, torch.nn.Linear):
                 raise QuantizationError(f"layer {full!r}: torchao weights on a "
                                         f"{type(child).__name__}; only Linear is supported")
-            if kind != "Int8Tensor":
+            if kind not in _LOWERINGS:
                 raise QuantizationError(
-                    f"layer {full!r}: torchao {kind} weights are not supported yet (supported: "
-                    "Int8Tensor from Int8WeightOnlyConfig); nothing was exported")
-            setattr(module, child_name, _int8_linear(full, child))
-    return lowered
+                    f"layer {full!r}: torchao {kind} weights are not supported (supported: "
+                    f"{_SUPPORTED}; for int4 use IntxWeightOnlyConfig(weight_dtype=torch.int4, "
+                    "granularity=PerGroup(64)) or quantize(model, scheme='int4_weight_only')); "
+                    "nothing was exported")
+            replacement, how = _LOWERINGS[kind](full, child)
+            setattr(module, child_name, replacement)
+            layers[full] = how
+    # The plan's scheme is what export checks the flavour and targets against:
+    # fp8 needs SM89+, the integer weight-only schemes run everywhere.
+    kinds = {how.split(" ")[0] for how in layers.values()}
+    scheme = ("fp8_weight_only" if "fp8" in kinds else
+              "int4_weight_only" if kinds == {"int4"} else "int8_weight_only")
+    return with_plan(lowered, QuantizationPlan(scheme, layers))
