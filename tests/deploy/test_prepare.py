@@ -133,3 +133,38 @@ def test_a_full_engine_shipped_for_the_target_builds_nothing(exported, tmp_path)
     assert done.source == "blob" and not list(tmp_path.glob("*.engine"))
     json_form = blob.meta.to_json()
     assert json.loads(json.dumps(json_form))["build_seconds"] == blob.meta.build.build_seconds
+
+
+def test_prepare_builds_a_bert_whose_equal_weights_differ_in_type(tmp_path):
+    """transformers' BertModel (tiny config, random weights) exported without a
+    GPU: its float32 [512] intermediate bias of zeros and its int64 [1, 256]
+    token-type buffer of zeros have equal bytes, so named data stores them
+    once; TensorRT refused the one address used with two element counts
+    ("Weights of same values but of different counts") until the parser
+    gave the second its own copy (onnx_parser._distinct_addresses)."""
+    import torch
+    import transformers
+
+    import executorch_tensorrt
+
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=512, vocab_size=100,
+                                  max_position_embeddings=256)
+    inputs = (torch.randint(0, cfg.vocab_size, (1, 8), dtype=torch.int64),)
+    pte = executorch_tensorrt.export(transformers.BertModel(cfg).eval(), inputs,
+                                     tmp_path / "bert.pte", progress=None,
+                                     external_weights=True)
+    blob = only_blob(pte)
+    assert blob.engine_kind == "none"
+    named = program_named_data(read_pte(pte), pte.with_suffix(".ptd"))
+    weights = blob_weights(blob, named)
+    by_address: dict = {}
+    for w in weights:
+        by_address.setdefault(w.address, []).append(w.nbytes)
+    assert any(len(sizes) > 1 for sizes in by_address.values()), \
+        "the export no longer stores two initializers once: the test checks nothing"
+    (done,) = prepare(pte, pte.with_suffix(".ptd"), cache=tmp_path / "cache",
+                      capability=TARGET, progress=None)
+    assert done.source == "built" and done.build_seconds is not None
+    assert len(list((tmp_path / "cache").glob("*.engine"))) == 1

@@ -62,6 +62,9 @@ def collecting_logger(trt: TensorRT):
         def __init__(self):
             base.__init__(self)
             self.messages: list[str] = []
+            # Weight copies TensorRT reads during the parse and the build
+            # (onnx_parser._distinct_addresses): they live as long as this.
+            self.kept_buffers: list[bytearray] = []
 
         def log(self, severity, msg):
             if severity <= trt.module.ILogger.Severity.WARNING:

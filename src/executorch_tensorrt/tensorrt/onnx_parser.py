@@ -2,6 +2,7 @@
 the nodes it places in no supported subgraph (the partitioner's query)."""
 from __future__ import annotations
 
+import ctypes
 import functools
 from typing import Sequence
 
@@ -53,6 +54,7 @@ def parse_network(trt: TensorRT, onnx_bytes: bytes, initializers: Sequence[Initi
     gone (TensorRT reads it during the parse and the build)."""
     builder, network, parser, logger = _new_parser(trt)
     if initializers:
+        initializers, logger.kept_buffers = _distinct_addresses(onnx_bytes, initializers)
         if not parser.load_model_proto(onnx_bytes):
             message, nodes = parse_errors(parser)
             raise ParseFailure(f"TensorRT's ONNX parser rejected the model: {message}", nodes)
@@ -68,6 +70,37 @@ def parse_network(trt: TensorRT, onnx_bytes: bytes, initializers: Sequence[Initi
         message, nodes = parse_errors(parser)
         raise ParseFailure(f"TensorRT's ONNX parser rejected the model: {message}", nodes)
     return builder, network, parser, logger
+
+
+def _distinct_addresses(onnx_bytes: bytes, initializers: Sequence[Initializer]
+                        ) -> tuple[list[Initializer], list[bytearray]]:
+    """TensorRT identifies weights by address and refuses one address used
+    with two element counts ("Weights of same values but of different
+    counts"). Named data stores equal bytes once, so e.g. a float32 [1024]
+    bias of zeros and an int64 [1, 512] buffer of zeros (BERT's) arrive at
+    one address: such an initializer gets a private copy of its bytes, kept
+    alive with the parser. Equal type and count keep sharing the address."""
+    addresses = [address for _, address, _ in initializers]
+    if len(set(addresses)) == len(addresses):
+        return list(initializers), []
+    types = {i.name: (i.data_type, _count(i.dims))
+             for i in onnx.load_model_from_string(onnx_bytes).graph.initializer}
+    first_type: dict[int, tuple] = {}
+    out, kept = [], []
+    for name, address, nbytes in initializers:
+        if first_type.setdefault(address, types.get(name)) != types.get(name):
+            copy = bytearray(ctypes.string_at(address, nbytes))
+            kept.append(copy)
+            address = ctypes.addressof((ctypes.c_char * nbytes).from_buffer(copy))
+        out.append((name, address, nbytes))
+    return out, kept
+
+
+def _count(dims) -> int:
+    count = 1
+    for d in dims:
+        count *= int(d)
+    return count
 
 
 def unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> set[int]:
