@@ -207,3 +207,26 @@ def test_a_qdq_pair_split_across_partitions_is_refused(exported, tmp_path):
                        compute_capabilities=FP8_TARGETS,
                        exclude_ops={"etrt_quant.quantize_fp8.default"})
     assert not (tmp_path / "split.pte").exists()
+
+
+def test_fp8_relu_feeding_a_quantize_runs_as_written(tmp_path, monkeypatch):
+    """Linear-ReLU-Linear in FP8 W8A8: the ReLU's output goes straight into an
+    FP8 QuantizeLinear (zero point 0), which onnxruntime's ReluQuantRewrite
+    would drop (largest |diff| 0.589 before the fallback disabled it)."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                              torch.nn.Linear(128, 32)).eval()
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(3))
+    gm = prepare_pt2e(torch.export.export(mlp, (x,)).module(), TensorRTQuantizer("fp8_w8a8"))
+    for seed in range(4, 12):
+        gm(torch.randn(4, 64, generator=torch.Generator().manual_seed(seed)))
+    gm = convert_pt2e(gm)
+    monkeypatch.setenv("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
+    result = export_program(gm, (x,), tmp_path / "mlp.pte", progress=None,
+                            compute_capabilities=FP8_TARGETS)  # the run check runs it too
+    graph, _ = _graph_and_weights(result)
+    assert "Relu" in [n.op_type for n in graph.graph.node]
+    out = Runtime.get().load_program(result.path).load_method("forward").execute([x])[0]
+    reference, _ = export_module.lower_qdq(gm, "tensorrt_rtx", FP8_TARGETS, False)
+    with torch.no_grad():
+        assert float((out - reference(x)).abs().max()) <= 1e-5

@@ -226,13 +226,16 @@ class OrtSession:
         try:
             if configure is not None:
                 configure(api, options)
-            # onnxruntime 1.32's QDQ propagation moves an FP8 QuantizeLinear
-            # above a Relu (+ Reshape) and lets negative values through (max
-            # error 0.75 on a Conv-Relu-Linear FP8 model, docs/quantization.md);
-            # TensorRT sees the graph as written, so the fallback runs it so too.
+            # Two onnxruntime 1.32 rewrites are wrong for FP8 Q/DQ, and TensorRT
+            # sees the graph as written (docs/quantization.md): QDQ propagation
+            # moves an FP8 QuantizeLinear above a Relu (+ Reshape), and
+            # ReluQuantRewrite drops a Relu feeding a QuantizeLinear whose zero
+            # point is 0 (right for uint8, wrong for fp8, which has negatives).
+            # The list is ';'-separated.
             api.check(api.AddSessionConfigEntry(
                 options, b"optimization.disable_specified_optimizers",
-                b"QDQPropagationTransformer"), "AddSessionConfigEntry(disable QDQ propagation)")
+                b"QDQPropagationTransformer;ReluQuantRewrite"),
+                "AddSessionConfigEntry(disable QDQ propagation and ReluQuantRewrite)")
             if timings_prefix is not None:  # per-node times: a JSON file at end_profiling()
                 api.check(api.EnableProfiling(options, timings_prefix.encode()), "EnableProfiling")
             api.check(api.SetSessionLogSeverityLevel(options, _ORT_LOGGING_LEVEL_ERROR),
