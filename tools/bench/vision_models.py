@@ -164,7 +164,8 @@ def time_pair(name: str, trt: Path, xnn: Path, threads: int, calls: int,
                max_diff(ours.execute(args)[0], eager), max_diff(peer.execute(args)[0], eager))
 
 
-def table(rows: list[Row], calls: int, repeats: int, note: str) -> list[str]:
+def table(rows: list[Row], calls: int, repeats: int, note: str,
+          missing: list[str] = ()) -> list[str]:
     import torch
 
     load = os.getloadavg()
@@ -180,6 +181,8 @@ def table(rows: list[Row], calls: int, repeats: int, note: str) -> list[str]:
              ""]
     if note:
         lines += [note, ""]
+    if missing:
+        lines += ["Not measured: " + "; ".join(missing) + ".", ""]
     lines += ["| model | threads | ours (ms) | XNNPACK (ms) | ours / XNNPACK | "
               "max diff vs eager (ours / XNNPACK) |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -199,6 +202,20 @@ def write_section(lines: list[str], out: Path) -> None:
     out.write_text(head.rstrip() + "\n\n" + "\n".join(lines) + "\n" + tail)
 
 
+def _run_child(name: str, threads: int, folder: Path, args):
+    """The finished child, or why it gave no row (crashed, hung past the timeout)."""
+    command = [sys.executable, __file__, "--child", name, str(threads), "--folder", str(folder),
+               "--calls", str(args.calls), "--repeats", str(args.repeats)]
+    try:  # on timeout, subprocess kills the child
+        done = subprocess.run(command, stdout=subprocess.PIPE, text=True,
+                              timeout=args.child_timeout)
+    except subprocess.TimeoutExpired:
+        return f"killed after {args.child_timeout:.0f} s without a result"
+    if done.returncode != 0 or not done.stdout.strip():
+        return f"failed, exit {done.returncode}"
+    return done
+
+
 def main() -> int:
     import tempfile
 
@@ -210,6 +227,9 @@ def main() -> int:
     parser.add_argument("--folder", help="keep and reuse the exported programs here")
     parser.add_argument("--note", default="", help="a line printed above the table")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--child-timeout", type=float, default=900,
+                        help="seconds before a timing child is killed and its row reported "
+                             "missing (ExecuTorch's threadpool reset has hung here)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)  # model, threads
     args = parser.parse_args()
     if args.child:
@@ -221,23 +241,21 @@ def main() -> int:
         return 0
     folder = Path(args.folder or tempfile.mkdtemp(prefix="bench_vision_"))
     folder.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, missing = [], []
     for name in args.models:
         export_both(name, folder)
-        for threads in args.threads:  # one child each: a crash loses one row
-            done = subprocess.run(
-                [sys.executable, __file__, "--child", name, str(threads), "--folder",
-                 str(folder), "--calls", str(args.calls), "--repeats", str(args.repeats)],
-                stdout=subprocess.PIPE, text=True)
-            if done.returncode != 0 or not done.stdout.strip():
-                print(f"[vision] {name} @{threads}: child failed (exit {done.returncode})",
-                      file=sys.stderr, flush=True)
+        for threads in args.threads:  # one child each: a crash or hang loses one row
+            done = _run_child(name, threads, folder, args)
+            if isinstance(done, str):
+                missing.append(f"{name} at {threads} thread(s) ({done})")
+                print(f"[vision] {name} @{threads}: child {done}", file=sys.stderr,
+                      flush=True)
                 continue
             rows.append(Row(**json.loads(done.stdout.strip().splitlines()[-1])))
             r = rows[-1]
             print(f"[vision] {name} @{threads}: ours {r.ours_ms:.2f} ms, XNNPACK "
                   f"{r.xnnpack_ms:.2f} ms, {r.ratio:.2f}x", file=sys.stderr, flush=True)
-    lines = table(rows, args.calls, args.repeats, args.note)
+    lines = table(rows, args.calls, args.repeats, args.note, missing)
     print("\n".join(lines))
     if args.write:
         write_section(lines, ROOT / "docs" / "benchmarks.md")
