@@ -49,6 +49,12 @@ class LinearBatchNorm(nn.Module):  # LeViT's MLPLayerWithBN, then its Hardswish
         return nn.functional.hardswish(y)
 
 
+class CosineAttention(nn.Module):  # Swin V2: normalized q and k, x / norm.expand_as(x)
+    def forward(self, q, k):
+        return nn.functional.normalize(q, dim=-1) @ nn.functional.normalize(k, dim=-1) \
+            .transpose(-1, -2)
+
+
 def _edge(module, args):
     from executorch.exir import EdgeCompileConfig, to_edge
 
@@ -73,6 +79,8 @@ CASES = {
                                     {"HardSwish": 1, "MatMul": 1},
                                     {"BatchNormalization", "Clip", "Div"}),
     "masked_attention": (MaskedAttention, _masked_inputs, {"Softmax": 1, "Where": 1}, set()),
+    "cosine_attention": (CosineAttention, lambda: (torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)),
+                         {"Div": 2}, {"Expand"}),
 }
 
 
@@ -112,7 +120,7 @@ def test_a_caller_mask_keeps_the_safe_softmax_so_a_fully_masked_row_stays_zero()
     assert (got[..., 2, :] == 0).all()  # plain Softmax would give NaN here
 
 
-@pytest.mark.parametrize("case", ["attention", "linear_batch_norm_hardswish"])
+@pytest.mark.parametrize("case", ["attention", "linear_batch_norm_hardswish", "cosine_attention"])
 def test_tensorrt_parses_and_builds_the_vision_ops(case):
     from executorch_tensorrt.tensorrt.engine_builder import build_engine
     from executorch_tensorrt.tensorrt.flavor import load_tensorrt
