@@ -136,11 +136,11 @@ def export_both(name: str, folder: Path) -> tuple[Path, Path]:
 
 def time_pair(name: str, trt: Path, xnn: Path, threads: int, calls: int,
               repeats: int) -> Row:
-    """In a child process (main): ExecuTorch's threadpool reset below has
-    crashed (glibc's `__pthread_tpp_change_priority` assertion, SIGABRT;
-    SIGSEGV) or hung here intermittently (docs/benchmarks.md), so a crash
-    or a hang (--child-timeout) loses one row, after one retry; the eager
-    output comes from the parent's .npy."""
+    """In a child process (main): ExecuTorch's threadpool reset, when it came
+    after loading, crashed (glibc's `__pthread_tpp_change_priority` assertion,
+    SIGABRT; SIGSEGV) or hung here (docs/benchmarks.md), so a crash or a hang
+    (--child-timeout) loses one row, after one retry; the eager output comes
+    from the parent's .npy."""
     import numpy as np
     import torch
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
@@ -151,8 +151,11 @@ def time_pair(name: str, trt: Path, xnn: Path, threads: int, calls: int,
     inputs = build_inputs(name)
     eager = torch.from_numpy(np.load(trt.parent / f"{name}-eager.npy"))
     os.environ["EXECUTORCH_TENSORRT_ORT_THREADS"] = str(threads)  # read at load
+    # ExecuTorch's pool (XNNPACK's threads), resized before any method exists:
+    # XNNPACK's runtime keeps the pool it was loaded with, and resizing it
+    # after loading crashed (SIGABRT/SIGSEGV) most 1-thread children here.
+    _unsafe_reset_threadpool(threads)
     ours, peer = load_method(trt), load_method(xnn)
-    _unsafe_reset_threadpool(threads)  # ExecuTorch's pool, XNNPACK's threads
     args = list(inputs)
     samples: dict[str, list[float]] = {"ours": [], "xnnpack": []}
     for side, method in (("ours", ours), ("xnnpack", peer)):  # warm both
