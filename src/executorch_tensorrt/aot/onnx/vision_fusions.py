@@ -202,15 +202,16 @@ def fold_batch_norm(graph: ir.Graph, norm: ir.Node) -> bool:
     new_matmul.metadata_props.update(matmul.metadata_props)
     _like(new_matmul.outputs[0], product, f"{product.name}_bn_folded")
     graph.insert_before(matmul, new_matmul)
-    chain = [matmul, reshape, norm] if reshape is not None else [matmul, norm]
-    head = new_matmul.outputs[0]
-    if reshape is not None:  # the Add after the Reshape: its [N, C] is the bias's layout
-        new_reshape = ir.Node("", "Reshape", [head, reshape.inputs[1]], name=reshape.name)
-        new_reshape.metadata_props.update(reshape.metadata_props)
-        _like(new_reshape.outputs[0], y, f"{y.name}_bn_folded")
-        graph.insert_before(matmul, new_reshape)
-        head = new_reshape.outputs[0]
-    _replace(graph, chain, "Add", [head, bias])
+    if reshape is None:
+        _replace(graph, [matmul, norm], "Add", [new_matmul.outputs[0], bias])
+        return True
+    # The Add before the Reshape (the bias is per last axis either way): onnxruntime
+    # fuses MatMul + Add into one Gemm only when they are adjacent.
+    add = ir.Node("", "Add", [new_matmul.outputs[0], bias], name=f"{norm.name}_bias")
+    add.metadata_props.update(norm.metadata_props)
+    _like(add.outputs[0], product, f"{product.name}_bn_bias")
+    graph.insert_before(matmul, add)
+    _replace(graph, [matmul, reshape, norm], "Reshape", [add.outputs[0], reshape.inputs[1]])
     return True
 
 
