@@ -136,9 +136,11 @@ def export_both(name: str, folder: Path) -> tuple[Path, Path]:
 
 def time_pair(name: str, trt: Path, xnn: Path, threads: int, calls: int,
               repeats: int) -> Row:
-    """In a child process (main): ExecuTorch's threadpool reset below has
-    crashed or hung here intermittently (docs/benchmarks.md), so a crash
-    loses one row; the eager output comes from the parent's .npy."""
+    """In a child process (main): ExecuTorch's threadpool reset, when it came
+    after loading, crashed (glibc's `__pthread_tpp_change_priority` assertion,
+    SIGABRT; SIGSEGV) or hung here (docs/benchmarks.md), so a crash or a hang
+    (--child-timeout) loses one row, after one retry; the eager output comes
+    from the parent's .npy."""
     import numpy as np
     import torch
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
@@ -149,8 +151,11 @@ def time_pair(name: str, trt: Path, xnn: Path, threads: int, calls: int,
     inputs = build_inputs(name)
     eager = torch.from_numpy(np.load(trt.parent / f"{name}-eager.npy"))
     os.environ["EXECUTORCH_TENSORRT_ORT_THREADS"] = str(threads)  # read at load
+    # ExecuTorch's pool (XNNPACK's threads), resized before any method exists:
+    # XNNPACK's runtime keeps the pool it was loaded with, and resizing it
+    # after loading crashed (SIGABRT/SIGSEGV) most 1-thread children here.
+    _unsafe_reset_threadpool(threads)
     ours, peer = load_method(trt), load_method(xnn)
-    _unsafe_reset_threadpool(threads)  # ExecuTorch's pool, XNNPACK's threads
     args = list(inputs)
     samples: dict[str, list[float]] = {"ours": [], "xnnpack": []}
     for side, method in (("ours", ours), ("xnnpack", peer)):  # warm both
@@ -164,7 +169,8 @@ def time_pair(name: str, trt: Path, xnn: Path, threads: int, calls: int,
                max_diff(ours.execute(args)[0], eager), max_diff(peer.execute(args)[0], eager))
 
 
-def table(rows: list[Row], calls: int, repeats: int, note: str) -> list[str]:
+def table(rows: list[Row], calls: int, repeats: int, note: str,
+          missing: list[str] = ()) -> list[str]:
     import torch
 
     load = os.getloadavg()
@@ -180,6 +186,8 @@ def table(rows: list[Row], calls: int, repeats: int, note: str) -> list[str]:
              ""]
     if note:
         lines += [note, ""]
+    if missing:
+        lines += ["Not measured: " + "; ".join(missing) + ".", ""]
     lines += ["| model | threads | ours (ms) | XNNPACK (ms) | ours / XNNPACK | "
               "max diff vs eager (ours / XNNPACK) |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -199,6 +207,20 @@ def write_section(lines: list[str], out: Path) -> None:
     out.write_text(head.rstrip() + "\n\n" + "\n".join(lines) + "\n" + tail)
 
 
+def _run_child(name: str, threads: int, folder: Path, args):
+    """The finished child, or why it gave no row (crashed, hung past the timeout)."""
+    command = [sys.executable, __file__, "--child", name, str(threads), "--folder", str(folder),
+               "--calls", str(args.calls), "--repeats", str(args.repeats)]
+    try:  # on timeout, subprocess kills the child
+        done = subprocess.run(command, stdout=subprocess.PIPE, text=True,
+                              timeout=args.child_timeout)
+    except subprocess.TimeoutExpired:
+        return f"killed after {args.child_timeout:.0f} s without a result"
+    if done.returncode != 0 or not done.stdout.strip():
+        return f"failed, exit {done.returncode}"
+    return done
+
+
 def main() -> int:
     import tempfile
 
@@ -210,6 +232,9 @@ def main() -> int:
     parser.add_argument("--folder", help="keep and reuse the exported programs here")
     parser.add_argument("--note", default="", help="a line printed above the table")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--child-timeout", type=float, default=900,
+                        help="seconds before a timing child is killed and its row reported "
+                             "missing (ExecuTorch's threadpool reset has hung here)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)  # model, threads
     args = parser.parse_args()
     if args.child:
@@ -221,23 +246,25 @@ def main() -> int:
         return 0
     folder = Path(args.folder or tempfile.mkdtemp(prefix="bench_vision_"))
     folder.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, missing = [], []
     for name in args.models:
         export_both(name, folder)
-        for threads in args.threads:  # one child each: a crash loses one row
-            done = subprocess.run(
-                [sys.executable, __file__, "--child", name, str(threads), "--folder",
-                 str(folder), "--calls", str(args.calls), "--repeats", str(args.repeats)],
-                stdout=subprocess.PIPE, text=True)
-            if done.returncode != 0 or not done.stdout.strip():
-                print(f"[vision] {name} @{threads}: child failed (exit {done.returncode})",
+        for threads in args.threads:  # one child each: a crash or hang loses one row
+            done = _run_child(name, threads, folder, args)
+            if isinstance(done, str):  # the reset's crash is intermittent: one more try
+                print(f"[vision] {name} @{threads}: child {done}; retrying once",
                       file=sys.stderr, flush=True)
+                done = _run_child(name, threads, folder, args)
+            if isinstance(done, str):
+                missing.append(f"{name} at {threads} thread(s) ({done})")
+                print(f"[vision] {name} @{threads}: child {done}", file=sys.stderr,
+                      flush=True)
                 continue
             rows.append(Row(**json.loads(done.stdout.strip().splitlines()[-1])))
             r = rows[-1]
             print(f"[vision] {name} @{threads}: ours {r.ours_ms:.2f} ms, XNNPACK "
                   f"{r.xnnpack_ms:.2f} ms, {r.ratio:.2f}x", file=sys.stderr, flush=True)
-    lines = table(rows, args.calls, args.repeats, args.note)
+    lines = table(rows, args.calls, args.repeats, args.note, missing)
     print("\n".join(lines))
     if args.write:
         write_section(lines, ROOT / "docs" / "benchmarks.md")

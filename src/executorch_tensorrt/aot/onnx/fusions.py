@@ -9,7 +9,9 @@ dispatch for every one (under a microsecond each, yet most of a small LLM's
 decode step: docs/llm.md). Writing
 them as the standard ops (Gelu, opset 20; RMSNormalization and
 RotaryEmbedding, opset 23; MatMul on 4-D operands) helps both: TensorRT-RTX's
-parser and builder take all four (tests/aot/test_onnx_fusions.py).
+parser and builder take all four (tests/aot/test_onnx_fusions.py). Vision
+transformers' chains (the safe softmax, hardswish, Linear + BatchNorm) have
+their rules in vision_fusions.py.
 
 Every rule checks that the intermediate values it removes have no other
 reader and are not graph outputs, so a chain that is used elsewhere is left
@@ -31,7 +33,8 @@ _TOLERANCE = 1e-6
 
 
 # The opset where each folded op appeared; MatMul is there in every opset.
-_OPSET = {"Gelu": 20, "RMSNormalization": 23, "RotaryEmbedding": 23, "MatMul": 1}
+_OPSET = {"Gelu": 20, "RMSNormalization": 23, "RotaryEmbedding": 23, "MatMul": 1,
+          "Softmax": 13, "HardSwish": 14, "BatchNormalization folded": 1, "Expand dropped": 8}
 _STARTS = {"Gelu": "Erf", "RMSNormalization": "Pow", "RotaryEmbedding": "Neg"}
 _CONVERTER_FROM = 18  # the oldest opset onnxscript's IR converter moves
 
@@ -48,10 +51,17 @@ def fuse(model: ir.Model) -> dict[str, int]:
         from onnxscript import version_converter
 
         version_converter.convert_version(model, target, fallback=False)
+    # vision_fusions reuses this module's helpers, hence the import here
+    from .vision_fusions import (drop_broadcast_expand, fold_batch_norm, fuse_hardswish,
+                                 fuse_safe_softmax)
+
     counts = {}
     for name, rule in (("Gelu", _fuse_gelu), ("RMSNormalization", _fuse_rms_norm),
                        ("RotaryEmbedding", functools.partial(_fuse_rotary, halves={})),
-                       ("MatMul", _fuse_batched_matmul)):
+                       ("MatMul", _fuse_batched_matmul), ("Softmax", fuse_safe_softmax),
+                       ("HardSwish", fuse_hardswish),
+                       ("BatchNormalization folded", fold_batch_norm),
+                       ("Expand dropped", drop_broadcast_expand)):
         if _opset(model) >= _OPSET[name]:
             counts[name] = sum(rule(model.graph, node) for node in list(model.graph)
                                if node.graph is model.graph)
