@@ -1,7 +1,8 @@
 """fp16/bf16 ONNX -> fp32, for the onnxruntime fallback only.
 
 onnxruntime's CPU provider lacks fp16/bf16 kernels for common ops (Gemm,
-MatMul), so the fallback runs reduced-precision partitions in fp32: it shows
+MatMul; bf16 Mul), so the fallback runs reduced-precision partitions and bf16
+graphs in fp32, keeping the arguments' dtypes at the graph's edges: it shows
 what the program computes, not the engine's rounding. TensorRT runs the
 reduced-precision model as built.
 """
