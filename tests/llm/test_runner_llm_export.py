@@ -288,3 +288,33 @@ def test_a_batch_of_two_decodes_each_row_as_eager(llama_batch2, allow_fallback):
     assert got.rows == [_eager(model, PROMPT), _eager(model, "TensorRT,Hello!")]
     assert got.rows[0] != got.rows[1] and got.tokens == got.rows[0]
     assert got.logits[0].shape == (2, CONFIGS["llama"]["vocab_size"])
+
+
+@pytest.fixture(scope="module")
+def llama_bf16(tmp_path_factory):
+    out = tmp_path_factory.mktemp("llama_bf16") / "llama_bf16.pte"
+    result = llm.export(CONFIGS["llama"], max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
+                        dtype="bfloat16", output=out, progress=None)
+    return result.path, llm.causal_lm(CONFIGS["llama"]).to(torch.bfloat16)
+
+
+def test_a_bfloat16_program_runs_on_the_fallback_as_its_weights_in_fp32(llama_bf16,
+                                                                       allow_fallback):
+    """onnxruntime's CPU provider has no bf16 Mul: the fallback computes the bf16
+    graph in fp32 (the bf16 weights upcast once, fp32 caches), so its tokens are
+    eager's on the same bf16 weights computed in fp32, and its logits come back
+    bf16 as the program says; eager bf16 (bf16 activations) agrees on the first."""
+    pte, model = llama_bf16
+    blobs = tensorrt_blobs(pte.read_bytes())
+    assert "bfloat16" in {s.dtype for b in blobs for s in read_blob(b).meta.state or ()}
+    method, limits = _method_and_limits(pte)
+    prompt = encode(PROMPT)
+    got = greedy_decode(method, prompt, NEW, limits=limits)
+    fp32_compute = greedy_decode(llm.eager_decoder(llm.causal_lm(CONFIGS["llama"])
+                                                   .to(torch.bfloat16).float(), MAX_CONTEXT),
+                                 prompt, NEW)
+    assert got.tokens == fp32_compute.tokens
+    assert got.tokens[0] == greedy_decode(llm.eager_decoder(model, MAX_CONTEXT), prompt, 1).tokens[0]
+    method, _ = _method_and_limits(pte)
+    logits = method.execute([torch.tensor([prompt[:MAX_SEQ]]), torch.arange(MAX_SEQ)])[0]
+    assert logits.dtype == torch.bfloat16 and logits.shape == (1, MAX_SEQ, VOCAB)

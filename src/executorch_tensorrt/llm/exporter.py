@@ -26,12 +26,14 @@ import torch
 
 from ..aot.export import ExportResult, export_program
 from ..aot.partition.report import format_report
+from ..aot.run_check import tolerance_for
 from ..errors import ExportError
 from ..examples.llm import export_hf, hf_example_inputs, hf_static_cache_wrapper
 from ..tensorrt.engine_builder import Progress, stderr_progress
 from .metadata import LLMMetadata
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+PRECISIONS = {"float16": "fp16", "bfloat16": "bf16"}  # run_check.TOLERANCE's names
 QUANTIZE = ("int8_weight_only", "int4_weight_only")  # quantization.quantize()'s schemes
 
 
@@ -162,7 +164,9 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
         raise ExportError(f"torch.export of {type(model).__name__} with transformers' static "
                           f"cache failed: {type(e).__name__}: {e}") from e
     # The run check's reference: the eager decoder with a fresh cache of its
-    # own, on the inputs the export traced with.
+    # own, on the inputs the export traced with, compared within the dtype's
+    # rounding (the bf16 fallback computes in fp32: one bf16 ulp apart).
+    options.setdefault("run_check_tolerance", tolerance_for(PRECISIONS.get(dtype)))
     result = export_program({"forward": program}, None, output, progress=progress,
                             reference_model=eager_decoder(model, max_context_len, batch_size),
                             reference_inputs=hf_example_inputs(max_seq_len, batch_size),

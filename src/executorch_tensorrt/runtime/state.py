@@ -22,7 +22,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -68,6 +68,15 @@ def state_specs(blob: Blob, inputs: Sequence[Binding]) -> list[StateSpec]:
                                names.index(pos.input) if pos else None,
                                pos.axis if pos else None))
     return specs
+
+
+def fp32_state(spec: StateSpec) -> StateSpec:
+    """The state as an upcast (fp32-computing) fallback graph holds it: fp32
+    buffers, the initial value converted once (twice a bf16 cache's bytes)."""
+    if spec.dtype.name not in ("float16", "bfloat16"):
+        return spec
+    init = initial_value(spec).astype(np.float32).tobytes() if spec.init is not None else None
+    return replace(spec, dtype=np.dtype(np.float32), init=init)
 
 
 def initial_value(spec: StateSpec) -> np.ndarray:

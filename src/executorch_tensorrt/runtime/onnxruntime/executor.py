@@ -32,12 +32,12 @@ from ..executor import Executor, native_plans_enabled
 from ..input_checks import InputChecks
 from ..native_plan import OrtRunPlan, binding_args, binding_bounds, signature_key
 from ..onnx_safety import self_contained_onnx
-from .upcast import upcast_to_fp32
+from .upcast import has_bfloat16, upcast_to_fp32
 from ..named_data import NamedData, blob_weights
 from .capi import ELEMENT_TYPE_NAMES, OrtApi, OrtSession
 from .named_weights import OrtNamedWeights, layout_movable
 from .node_timings import OrtNodeTimings
-from ..state import ExecutorState, aliased_pairs, state_specs
+from ..state import ExecutorState, aliased_pairs, fp32_state, state_specs
 from .state import OrtStatefulSession, reflect_aliases
 
 
@@ -99,9 +99,14 @@ class OnnxRuntimeExecutor(Executor):
         self.inputs, self.outputs = split_bindings(blob.meta)
         # What eager would refuse (../input_checks.py): the gate and the plans check it.
         self.input_checks = InputChecks.from_metadata(blob.meta, [b.name for b in self.inputs])
-        upcast = blob.meta.build.precision_or_default != "fp32"
+        # Reduced-precision builds, and bf16 models (onnxruntime's CPU provider
+        # has no bf16 Mul): compute in fp32 (upcast.py), the weights upcast once
+        # (named_weights.py), the state kept in fp32, ExecuTorch's arguments in
+        # the dtypes the bindings say (a Cast at each reduced one).
+        upcast = blob.meta.build.precision_or_default != "fp32" or has_bfloat16(model)
         if upcast:
-            model = upcast_to_fp32(model)  # see onnx_upcast.py: the CPU lacks fp16 kernels
+            model = upcast_to_fp32(model, [_ORT_ELEMENT_TYPES.get(b.dtype) for b in self.inputs],
+                                   [_ORT_ELEMENT_TYPES.get(b.dtype) for b in self.outputs])
         # Weights stay in the named data (ort_named_weights.py); released in close().
         self.weights = OrtNamedWeights(
             OrtApi.get(), weights, upcast,
@@ -120,7 +125,10 @@ class OnnxRuntimeExecutor(Executor):
             raise
         self.api = self.session.api
         # Delegate-owned state (KV caches): extra model inputs/outputs (../state.py, ./state.py).
-        self.state = ExecutorState(state_specs(blob, self.inputs)) if blob.meta.state else None
+        specs = state_specs(blob, self.inputs) if blob.meta.state else None
+        if specs and upcast:
+            specs = [fp32_state(spec) for spec in specs]  # the upcast graph's state is fp32
+        self.state = ExecutorState(specs) if specs else None
         if self.state is not None:
             self.session = OrtStatefulSession(self.session, self.state, _ORT_ELEMENT_TYPES)
         if len(self.session.inputs) != len(self.inputs) or \

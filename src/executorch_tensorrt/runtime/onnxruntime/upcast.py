@@ -1,7 +1,8 @@
 """fp16/bf16 ONNX -> fp32, for the onnxruntime fallback only.
 
 onnxruntime's CPU provider lacks fp16/bf16 kernels for common ops (Gemm,
-MatMul), so the fallback runs reduced-precision partitions in fp32: it shows
+MatMul; bf16 Mul), so the fallback runs reduced-precision partitions and bf16
+graphs in fp32, keeping the arguments' dtypes at the graph's edges: it shows
 what the program computes, not the engine's rounding. TensorRT runs the
 reduced-precision model as built.
 """
@@ -47,7 +48,59 @@ def is_reduced_precision(model: onnx.ModelProto) -> bool:
         if n.op_type == "Cast" for a in n.attribute)
 
 
-def upcast_to_fp32(model_bytes: bytes) -> bytes:
+def has_bfloat16(model_bytes: bytes) -> bool:
+    """Whether a bf16 tensor appears anywhere: onnxruntime's CPU provider has
+    no bf16 Mul/MatMul, so such a graph computes in fp32 on the fallback."""
+    model = onnx.load_model_from_string(model_bytes)
+    values = list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info)
+    return any(t.data_type == TensorProto.BFLOAT16 for t in model.graph.initializer) or any(
+        v.type.tensor_type.elem_type == TensorProto.BFLOAT16 for v in values) or any(
+        a.name == "to" and a.i == TensorProto.BFLOAT16 for n in model.graph.node
+        if n.op_type == "Cast" for a in n.attribute)
+
+
+def _rename_uses(graph: onnx.GraphProto, old: str, new: str) -> None:
+    for node in graph.node:
+        node.input[:] = [new if name == old else name for name in node.input]
+
+
+def _keep_io_types(graph: onnx.GraphProto, inputs: list[int | None],
+                   outputs: list[int | None]) -> None:
+    """The first graph inputs/outputs take the element types the caller passes
+    (`None`: as upcast): a Cast to fp32 after each such input, from fp32
+    before each such output, so only the compute is fp32."""
+    initializers = {t.name for t in graph.initializer}
+    fed = [v for v in graph.input if v.name not in initializers]
+    casts = []
+    for v, want in zip(fed, inputs):
+        if want is None or want == v.type.tensor_type.elem_type:
+            continue
+        inner = v.name + "__fp32"
+        _rename_uses(graph, v.name, inner)
+        casts.append(onnx.helper.make_node("Cast", [v.name], [inner], to=v.type.tensor_type.elem_type))
+        v.type.tensor_type.elem_type = want
+    tail = []
+    for v, want in zip(graph.output, outputs):
+        if want is None or want == v.type.tensor_type.elem_type:
+            continue
+        inner = v.name + "__fp32"
+        for node in graph.node:
+            node.output[:] = [inner if name == v.name else name for name in node.output]
+        _rename_uses(graph, v.name, inner)
+        tail.append(onnx.helper.make_node("Cast", [inner], [v.name], to=want))
+        v.type.tensor_type.elem_type = want
+    nodes = casts + list(graph.node) + tail
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def upcast_to_fp32(model_bytes: bytes, inputs: list[int | None] | None = None,
+                   outputs: list[int | None] | None = None) -> bytes:
+    """The model computing in fp32. `inputs`/`outputs`: element types the first
+    graph inputs/outputs keep (what ExecuTorch passes there, e.g. bf16 logits);
+    the rest (the delegate's own state among them) become fp32."""
     model = onnx.load_model_from_string(model_bytes)
     _upcast_graph(model.graph)
+    if inputs or outputs:
+        _keep_io_types(model.graph, inputs or [], outputs or [])
     return model.SerializeToString()
