@@ -201,3 +201,34 @@ def test_the_layout_weights_pattern_passes_and_is_caught_without_its_fix(tmp_pat
                        external_weights=True)
     (m,) = info.value.check.methods
     assert not m.ran and "broadcast" in m.error, m.error
+
+
+def test_the_child_process_check_starts_early_and_catches_a_program_that_cannot_run(
+        tmp_path, monkeypatch):
+    """Above the in-process limit (here: every program) the check runs in a
+    child started before lowering (its imports overlap the export); it still
+    fails export on a damaged program with the backend's cause."""
+    from executorch_tensorrt.aot import export_check
+
+    monkeypatch.setattr(export_check, "IN_PROCESS_LIMIT", 0)
+    events = []
+    start = export_check.start_check_child
+    monkeypatch.setattr("executorch_tensorrt.aot.export.start_check_child",
+                        lambda: events.append("child started") or start())
+    pte = tmp_path / "damaged.pte"
+    damage = damage_blob_when_written(pte)
+
+    def progress(message):
+        events.append(message.split()[0])
+        damage(message)
+
+    with pytest.raises(RunCheckError) as info:
+        export_program(Small().eval(), (X,), pte, progress=progress)
+    (m,) = info.value.check.methods
+    assert not m.ran and m.method == "forward"
+    assert "TensorRTBackend" in m.error, m.error
+    assert events.index("child started") < events.index("wrote"), events
+    # The same program undamaged passes through the child.
+    result = export_program(Small().eval(), (X,), tmp_path / "good.pte", progress=None)
+    assert result.run_check.ok and result.run_check.methods[0].compared
+    assert events.count("child started") == 2

@@ -77,3 +77,25 @@ def test_table_replaces_its_section_only(tmp_path):
     text = doc.read_text()
     assert text.startswith("# head\n\nkept\n")
     assert text.count(backend_suite.TABLE_BEGIN) == 1 and "in 2 s" in text and "in 1 s" not in text
+
+
+def test_a_rerun_skips_the_cases_in_its_log_and_runs_only_its_shard(tmp_path):
+    """Resumable and sharded: test_neg's first case is already in the log, so
+    shard 1/2 runs its other cases (every second one) and appends them once;
+    the table covers the whole log."""
+    import re
+
+    log = tmp_path / "log.jsonl"
+    first = backend_suite.TestCaseResult("operators/test_neg.py::test_neg_dtype[tensorrt]",
+                                         "passed")
+    log.write_text(json.dumps(backend_suite.asdict(first)) + "\n")
+    proc = subprocess.run(
+        [sys.executable, str(TOOL), "test_neg.py", "--shard", "1/2", "--log", str(log),
+         "--workdir", str(tmp_path / "work")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = int(re.search(r"(\d+) cases to run \(shard 1/2, 1 already in the log\)",
+                        proc.stdout).group(1))
+    tests = [c.test for c in backend_suite.read_log(log)]
+    assert 1 <= ran and len(tests) == 1 + ran == len(set(tests)), tests
+    assert tests[0] == first.test and all(t.startswith("operators/test_neg.py::") for t in tests)
+    assert f"| {1 + ran} | {1 + ran} | 0 | 0 |" in proc.stdout  # cases, passed, failed, skipped

@@ -114,9 +114,25 @@ def _share(delegated: Counter, undelegated: Counter) -> str:
 class Collector:
     """pytest plugin: each test case's outcome and its subtests' records."""
 
-    def __init__(self, log: Path | None = None):
+    def __init__(self, log: Path | None = None, shard: tuple[int, int] = (1, 1)):
         self.cases: list[TestCaseResult] = []
         self.log = log  # one JSON line per case as it ends: a cut-short run keeps its cases
+        self.shard = shard
+        # A rerun with the same log skips the cases it already holds (resume).
+        self.done = {c.test for c in read_log(log)} if log and log.is_file() else set()
+
+    def pytest_collection_modifyitems(self, config, items):
+        """Keeps this shard's cases (every n-th in collection order, from the
+        i-th) that the log does not hold yet."""
+        index, count = self.shard
+        keep = [item for n, item in enumerate(items)
+                if n % count == index - 1 and item.nodeid not in self.done]
+        dropped = [item for item in items if item not in keep]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
+        print(f"backend suite: {len(keep)} cases to run (shard {index}/{count}, "
+              f"{len(self.done)} already in the log)", flush=True)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -157,7 +173,8 @@ def read_log(path: Path) -> list[TestCaseResult]:
 
 
 def run_suite(keyword: str | None, workdir: Path, log: Path | None = None,
-              files: list[str] = ()) -> tuple[list[TestCaseResult], int, float]:
+              files: list[str] = (), shard: tuple[int, int] = (1, 1),
+              ) -> tuple[list[TestCaseResult], int, float]:
     """Runs the suite's operator tests (those matching `keyword`, a pytest -k
     expression; from `files` of operators/ in that order, all by default) on
     the TensorRT flow in this process. Returns the cases, pytest's exit code
@@ -178,7 +195,7 @@ def run_suite(keyword: str | None, workdir: Path, log: Path | None = None,
     args += [str(SUITE_DIR / "operators" / f) for f in named] or [str(SUITE_DIR / "operators")]
     if keyword:
         args += ["-k", keyword]
-    collector = Collector(log)
+    collector = Collector(log, shard)
     t0 = time.perf_counter()
     code = pytest.main(args, plugins=[collector])
     return collector.cases, int(code), time.perf_counter() - t0
@@ -247,6 +264,13 @@ def write_table(doc: Path, text: str) -> None:
     doc.write_text(body)
 
 
+def _shard(text: str) -> tuple[int, int]:
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: expected I/N with 1 <= I <= N")
+    return int(index), int(count)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="*", help="operators/ test files to run, in this order "
@@ -256,13 +280,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", type=Path, help="write the summary table into this doc")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/backend-suite"))
     parser.add_argument("--log", type=Path, help="append each case here (JSON lines) as it ends")
+    parser.add_argument("--shard", type=_shard, default=(1, 1), metavar="I/N",
+                        help="run every N-th case from the I-th (e.g. 2/4); one process each")
     parser.add_argument("--from-log", type=Path, help="summarize this log instead of running")
     parser.add_argument("--seconds", type=float, default=0.0, help="with --from-log: run time")
     args = parser.parse_args(argv)
     if args.from_log:
         cases, code, seconds = read_log(args.from_log), 0, args.seconds
     else:
-        cases, code, seconds = run_suite(args.keyword, args.workdir, args.log, args.files)
+        cases, code, seconds = run_suite(args.keyword, args.workdir, args.log, args.files,
+                                         args.shard)
+        if args.log:  # the table covers every case in the log, earlier runs' too
+            cases = read_log(args.log)
     summary = summarize(cases)
     if args.json:
         args.json.write_text(json.dumps({"seconds": seconds, "pytest_exit": code,

@@ -85,6 +85,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--zoo", action="store_true")
+    ap.add_argument("--only", nargs="*", help="A/B only these models (names as printed)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     with tempfile.TemporaryDirectory(prefix="bench_run_check_") as folder:
@@ -107,6 +108,8 @@ def main() -> None:
         print("| model | export s without | with | ratio | check ok |")
         print("|---|---|---|---|---|")
         for name, build in models(False).items():
+            if args.only and name not in args.only:
+                continue
             export_once(build, folder, False)  # warm-up: first-use imports and caches
             times = {False: [], True: []}
             ok = True

@@ -26,7 +26,7 @@ from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
 from .memory_check import check_export_memory
 from .partition.partitioner import BACKEND_ID, TensorRTPartitioner
 from .partition.report import PartitionReport, format_report, write_report
-from .export_check import export_run_check
+from .export_check import checks_in_child, export_run_check, start_check_child, stop_check_child
 from .run_check import RunCheck, RunCheckError
 from .runtime_kernels import check_runtime_kernels
 
@@ -209,65 +209,72 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     real_weights = [{**ep.state_dict, **ep.constants} for ep in programs.values()]
     if check_memory:
         check_export_memory(real_weights, options.get("inline_weights", False), progress)
-    trt_partitioner = TensorRTPartitioner(exclude_ops=exclude_ops, progress=progress,
-                                          keep_whole=partitioners, **options)
-    trt_partitioner.real_weights = real_weights
-    if device_resident:
-        dr.place_on_device(trt_partitioner)
-    t1 = time.perf_counter()
-    if progress:
-        progress("partitioning and building TensorRT engines...")
-    with progress_to(progress), warnings.catch_warnings():
-        # torch's pytree deprecation, raised where torch.export deep-copies
-        # treespecs while ExecuTorch lowers: nothing a caller can act on.
-        warnings.filterwarnings("ignore", category=FutureWarning, message=r".*LeafSpec.*")
-        edge = to_edge_transform_and_lower(
-            programs, partitioner=[trt_partitioner, *partitioners],
-            # Non-core ATen ops (erfinv, ...) must get through to be reported below.
-            compile_config=EdgeCompileConfig(_check_ir_validity=False),
-            constant_methods=dict(constant_methods) if constant_methods else None,
-            generate_etrecord=etrecord_path is not None)
-        trt_partitioner.export_cache.clear()  # preprocess is done: what it left goes
-        check_qdq_delegated(edge)
+    # A program this big is checked in a child process: started now, its
+    # imports overlap the export (export_check.start_check_child).
+    child = (start_check_child() if run_check and not device_resident
+             and checks_in_child(_weight_bytes(real_weights)) else None)
+    try:
+        trt_partitioner = TensorRTPartitioner(exclude_ops=exclude_ops, progress=progress,
+                                              keep_whole=partitioners, **options)
+        trt_partitioner.real_weights = real_weights
         if device_resident:
-            dr.check_device_io(edge)
-        program = edge.to_executorch(*([dr.backend_config()] if device_resident else []))
-    seconds["lower"] = time.perf_counter() - t1
-    methods = describe_program(program.executorch_program)
-    check_runtime_kernels(methods)
-    if device_resident:
-        dr.check_program(program.buffer)
-    backends = {m.name: [d.backend for d in m.delegates] for m in methods}
-    reports = _method_reports(list(programs), trt_partitioner.reports)
-    for report in reports.values():
-        report.quantization = dict(quantized_layers)
-    _check_took_something(reports, allow_no_tensorrt)
-    _check_required(backends, require_backends)
-    _warn_splits(backends, reports)
-    if progress:
-        partial = {m: r for m, r in reports.items() if r.rejected and r.partitions}
-        if partial:
-            progress("TensorRT took part of the program:\n" + format_report(partial))
-    data_paths = _write_program(program, path, progress)
-    if etrecord_path is not None:
-        program.get_etrecord().save(str(etrecord_path))
-    written_report = write_report(path, reports) if reports else None
-    # -- reference (program/references.py): written after the program, never blocks it --
-    ref = reference_source(reference[0] if reference else programs,
-                           reference[1] if reference else None, reference_inputs)
-    exp = write_export_reference(path, ref if write_expected_file else None)
-    # -- end of reference --
-    checked = None
-    if run_check:
-        del program, edge  # export's copies go before the program is loaded to run
-        t2 = time.perf_counter()
-        # With no reference written, the check makes the eager outputs itself.
-        checked = export_run_check(path, data_paths, methods,
-                                   None if write_expected_file else ref, exp, device_resident,
-                                   run_check_tolerance, options.get("precision"))
-        seconds["run_check"] = time.perf_counter() - t2
+            dr.place_on_device(trt_partitioner)
+        t1 = time.perf_counter()
         if progress:
-            progress(checked.describe())
+            progress("partitioning and building TensorRT engines...")
+        with progress_to(progress), warnings.catch_warnings():
+            # torch's pytree deprecation, raised where torch.export deep-copies
+            # treespecs while ExecuTorch lowers: nothing a caller can act on.
+            warnings.filterwarnings("ignore", category=FutureWarning, message=r".*LeafSpec.*")
+            edge = to_edge_transform_and_lower(
+                programs, partitioner=[trt_partitioner, *partitioners],
+                # Non-core ATen ops (erfinv, ...) must get through to be reported below.
+                compile_config=EdgeCompileConfig(_check_ir_validity=False),
+                constant_methods=dict(constant_methods) if constant_methods else None,
+                generate_etrecord=etrecord_path is not None)
+            trt_partitioner.export_cache.clear()  # preprocess is done: what it left goes
+            check_qdq_delegated(edge)
+            if device_resident:
+                dr.check_device_io(edge)
+            program = edge.to_executorch(*([dr.backend_config()] if device_resident else []))
+        seconds["lower"] = time.perf_counter() - t1
+        methods = describe_program(program.executorch_program)
+        check_runtime_kernels(methods)
+        if device_resident:
+            dr.check_program(program.buffer)
+        backends = {m.name: [d.backend for d in m.delegates] for m in methods}
+        reports = _method_reports(list(programs), trt_partitioner.reports)
+        for report in reports.values():
+            report.quantization = dict(quantized_layers)
+        _check_took_something(reports, allow_no_tensorrt)
+        _check_required(backends, require_backends)
+        _warn_splits(backends, reports)
+        if progress:
+            partial = {m: r for m, r in reports.items() if r.rejected and r.partitions}
+            if partial:
+                progress("TensorRT took part of the program:\n" + format_report(partial))
+        data_paths = _write_program(program, path, progress)
+        if etrecord_path is not None:
+            program.get_etrecord().save(str(etrecord_path))
+        written_report = write_report(path, reports) if reports else None
+        # -- reference (program/references.py): written after the program, never blocks it --
+        ref = reference_source(reference[0] if reference else programs,
+                               reference[1] if reference else None, reference_inputs)
+        exp = write_export_reference(path, ref if write_expected_file else None)
+        # -- end of reference --
+        checked = None
+        if run_check:
+            del program, edge  # export's copies go before the program is loaded to run
+            t2 = time.perf_counter()
+            # With no reference written, the check makes the eager outputs itself.
+            checked = export_run_check(path, data_paths, methods,
+                                       None if write_expected_file else ref, exp, device_resident,
+                                       run_check_tolerance, options.get("precision"), child)
+            seconds["run_check"] = time.perf_counter() - t2
+            if progress:
+                progress(checked.describe())
+    finally:
+        stop_check_child(child)  # an export that failed before its check
     seconds["total"] = time.perf_counter() - t0
     result = ExportResult(path, exp, seconds, trt_partitioner, backends, reports,
                           written_report, data_paths, checked)
@@ -276,6 +283,11 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     if progress:
         progress(f"exported {path} in {seconds['total']:.1f} s")
     return result
+
+
+def _weight_bytes(real_weights: list[dict]) -> int:
+    return sum(t.numel() * t.element_size() for w in real_weights for t in w.values()
+               if isinstance(t, torch.Tensor))
 
 
 def _size(nbytes: int) -> str:

@@ -10,8 +10,13 @@ take the exporting process down (it becomes the check's failure). Below the
 limit the interpreter's start (seconds) would cost more than the check.
 
     python -m executorch_tensorrt.aot.export_check ARGS_JSON
+    python -m executorch_tensorrt.aot.export_check -   (ARGS_JSON on standard input)
 
-prints the RunCheck as JSON on its last line of standard output.
+prints the RunCheck as JSON on its last line of standard output. The child's
+imports (torch, ExecuTorch, onnxruntime: seconds) cost more than the check
+itself, so export starts it with `-` as soon as it knows the weights are
+big (start_check_child) and hands it the arguments when the program is
+written: the imports overlap the export instead of following it.
 """
 from __future__ import annotations
 
@@ -33,6 +38,11 @@ IN_PROCESS_LIMIT = 32 * 1024 * 1024  # .pte + .ptd bytes run in the exporting pr
 STDERR_SHOWN = 2000
 
 
+def checks_in_child(nbytes: int) -> bool:
+    """Whether a program of `nbytes` (.pte + .ptd) is checked in a child process."""
+    return nbytes > IN_PROCESS_LIMIT
+
+
 def to_json(check: RunCheck) -> str:
     return json.dumps(dataclasses.asdict(check))
 
@@ -44,22 +54,40 @@ def from_json(text: str) -> RunCheck:
     return RunCheck(methods, data["skipped"])
 
 
+def start_check_child() -> subprocess.Popen:
+    """A check child that imports what it needs now and waits for its
+    arguments on standard input (check_in_child); stop_check_child when
+    export does not use it."""
+    return subprocess.Popen([sys.executable, "-m", __name__, "-"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def stop_check_child(child: subprocess.Popen | None) -> None:
+    if child is not None and child.poll() is None:
+        child.kill()
+        child.communicate()
+
+
 def check_in_child(path: Path, data_path: Path | None, reference: tuple[Path, str] | None,
-                   tolerance: float, int_range: tuple[int, int]) -> RunCheck:
+                   tolerance: float, int_range: tuple[int, int],
+                   child: subprocess.Popen | None = None) -> RunCheck:
     args = {"path": str(path), "data": str(data_path) if data_path else None,
             "reference": [str(reference[0]), reference[1]] if reference else None,
             "tolerance": tolerance, "int_range": list(int_range)}
-    run = subprocess.run([sys.executable, "-m", __name__, json.dumps(args)],
-                         capture_output=True, text=True)
-    lines = run.stdout.strip().splitlines()
-    if run.returncode == 0 and lines:
+    child = child if child is not None else start_check_child()
+    try:
+        stdout, stderr = child.communicate(json.dumps(args) + "\n")
+    except BrokenPipeError:  # it died before reading its arguments
+        stdout, stderr = child.communicate()
+    lines = stdout.strip().splitlines()
+    if child.returncode == 0 and lines:
         return from_json(lines[-1])
-    how = (f"was killed by signal {-run.returncode}" if run.returncode < 0
-           else f"exited with status {run.returncode}")
+    how = (f"was killed by signal {-child.returncode}" if child.returncode < 0
+           else f"exited with status {child.returncode}")
     return RunCheck((MethodRunCheck(
         "*", False, "the check's child process",
         f"the child process running the program {how}: "
-        f"{run.stderr.strip()[-STDERR_SHOWN:] or 'no output'}"),))
+        f"{stderr.strip()[-STDERR_SHOWN:] or 'no output'}"),))
 
 
 def _eager_file(folder: str, eager) -> tuple[Path, str] | None:
@@ -82,12 +110,23 @@ def _eager_file(folder: str, eager) -> tuple[Path, str] | None:
 
 def export_run_check(path: Path, data_paths: Sequence[Path], methods: Sequence[MethodInfo],
                      eager, expected_file: Path | None, device_resident: bool,
-                     tolerance: float | None, precision: str | None) -> RunCheck:
+                     tolerance: float | None, precision: str | None,
+                     child: subprocess.Popen | None = None) -> RunCheck:
     """export()'s check of the program it wrote (export.py raises RunCheckError
     when the result is not ok). `forward` runs on the written reference's
     inputs, else on `eager`'s; the other methods on generated inputs. A
     program above IN_PROCESS_LIMIT bytes runs in a child process
-    (check_in_child), so that export's own peak memory stays bounded."""
+    (check_in_child; `child`: one start_check_child started earlier), so that
+    export's own peak memory stays bounded. An unused `child` is stopped."""
+    try:
+        return _export_run_check(path, data_paths, methods, eager, expected_file,
+                                 device_resident, tolerance, precision, child)
+    finally:
+        stop_check_child(child)
+
+
+def _export_run_check(path, data_paths, methods, eager, expected_file, device_resident,
+                      tolerance, precision, child) -> RunCheck:
     if device_resident:
         return RunCheck(skipped="a device-resident program: executorch's Python runtime gives "
                                 "methods host tensors; run it with the C++ runner "
@@ -99,13 +138,22 @@ def export_run_check(path: Path, data_paths: Sequence[Path], methods: Sequence[M
     with tempfile.TemporaryDirectory(prefix="etrt_run_check_") as folder:
         reference = ((tensors_path(path), "example inputs") if expected_file is not None
                      else _eager_file(folder, eager))
-        if size > IN_PROCESS_LIMIT:
-            return check_in_child(path, data, reference, tol, int_range)
+        if checks_in_child(size):
+            return check_in_child(path, data, reference, tol, int_range, child)
         cases = {"forward": stored_case(*reference)} if reference is not None else {}
         return check_program(path, data, cases, tol, int_range)
 
 
 def main(argv: list[str]) -> None:
+    if argv[0] == "-":  # started early: import what the check runs with, then wait
+        import executorch.runtime  # noqa: F401
+        import torch  # noqa: F401
+
+        from .. import runtime  # noqa: F401
+        line = sys.stdin.readline()
+        if not line.strip():
+            return  # export did not need this child
+        argv = [line]
     args = json.loads(argv[0])
     reference = args["reference"]
     cases = {"forward": stored_case(Path(reference[0]), reference[1])} if reference else {}
