@@ -3,7 +3,8 @@ exported with the partitioner (every node must be on TensorRT: the check build
 is a real TensorRT-RTX engine build), run through ExecuTorch's runtime with the
 onnxruntime fallback, and compared with eager. Cases the backend suite does
 not have: repeated indices under index_put(accumulate=True), which must add
-up, and 2-D adaptive max pooling's indices at sizes that do not divide."""
+up, 2-D adaptive max pooling's indices at sizes that do not divide, and the
+mean of an integer tensor as float (the suite's one failure before)."""
 from __future__ import annotations
 
 import pytest
@@ -14,16 +15,20 @@ import executorch_tensorrt
 
 
 class ExtraOps(torch.nn.Module):
-    def forward(self, image, x, rows, values, volume):
+    def forward(self, image, x, rows, values, volume, counts):
         pooled, where = F.adaptive_max_pool2d(image, (3, 2), return_indices=True)
         return (pooled, where,
                 torch.index_put(x, (rows,), values, accumulate=True),
                 torch.argmax(x), torch.amin(x), x.mean(dim=None),
-                F.adaptive_avg_pool3d(volume, (2, 3, 2)))
+                F.adaptive_avg_pool3d(volume, (2, 3, 2)),
+                # an integer input averaged as float: converted first, not truncated
+                counts.mean(dim=None, dtype=torch.float32),
+                counts.mean(dim=1, dtype=torch.float32))
 
 
 INPUTS = (torch.randn(2, 3, 7, 6), torch.randn(5, 4),
-          torch.tensor([0, 2, 0, -1, 2, 0]), torch.randn(6, 4), torch.randn(1, 2, 5, 7, 4))
+          torch.tensor([0, 2, 0, -1, 2, 0]), torch.randn(6, 4), torch.randn(1, 2, 5, 7, 4),
+          torch.randint(0, 10, (5, 10), generator=torch.Generator().manual_seed(0)))
 
 
 @pytest.fixture(scope="module")

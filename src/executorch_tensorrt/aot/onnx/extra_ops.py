@@ -90,11 +90,15 @@ def _argmin(self, dim: Optional[int] = None, keepdim: bool = False) -> INT64:
     return _arg_reduce(op.ArgMin, self, dim, keepdim)
 
 
-def _reduce(onnx_op, self, dim: Sequence[int] | None, keepdim: bool):
+def _reduce(onnx_op, self, dim: Sequence[int] | None, keepdim: bool, cast_to: int | None = None):
     """A reduction over `dim`; none or empty reduces every dimension (ONNX's
     reductions without an axes input). torchlib reshapes a missing `dim`, which
-    makes an invalid Reshape (mean) or fails to export (amax/amin)."""
-    if len(self.shape) == 0:
+    makes an invalid Reshape (mean) or fails to export (amax/amin). `cast_to`:
+    the input is converted to that ONNX dtype first."""
+    rank = len(self.shape)
+    if cast_to is not None:
+        self = op.Cast(self, to=cast_to)
+    if rank == 0:
         return self
     if not dim:
         return onnx_op(self, keepdims=int(keepdim))
@@ -111,10 +115,17 @@ def _amin(self, dim: Sequence[int] = (), keepdim: bool = False):
     return _reduce(op.ReduceMin, self, dim, keepdim)
 
 
+_DOUBLE = 11  # onnx.TensorProto.DOUBLE, as the exporter passes `dtype`
+
+
 def _mean_dim(self, dim: Optional[Sequence[int]] = None, keepdim: bool = False, dtype: int = -1):
     """mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None)"""
-    result = _reduce(op.ReduceMean, self, dim, keepdim)
-    return result if dtype in (-1, None) else op.Cast(result, to=dtype)
+    if dtype in (-1, None):
+        return _reduce(op.ReduceMean, self, dim, keepdim)
+    if dtype == _DOUBLE:  # TensorRT has no float64 arithmetic: reduce, then widen
+        return op.Cast(_reduce(op.ReduceMean, self, dim, keepdim), to=dtype)
+    # PyTorch converts before it averages: an integer input's mean is not truncated.
+    return _reduce(op.ReduceMean, self, dim, keepdim, cast_to=dtype)
 
 
 def _adaptive_avg_pool3d(self, output_size: Sequence[int]):

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-_TOLERANCE = 1e-6
+from .graph_match import ints, known, near, only_reader, other_input, replace, scalar
+from .vision_fusions import (drop_broadcast_expand, fold_batch_norm, fuse_hardswish,
+                             fuse_safe_softmax)
 
 
 # The opset where each folded op appeared; MatMul is there in every opset.
@@ -51,9 +52,6 @@ def fuse(model: ir.Model) -> dict[str, int]:
         from onnxscript import version_converter
 
         version_converter.convert_version(model, target, fallback=False)
-    # vision_fusions reuses this module's helpers, hence the import here
-    from .vision_fusions import (drop_broadcast_expand, fold_batch_norm, fuse_hardswish,
-                                 fuse_safe_softmax)
 
     counts = {}
     for name, rule in (("Gelu", _fuse_gelu), ("RMSNormalization", _fuse_rms_norm),
@@ -74,76 +72,14 @@ def _opset(model: ir.Model) -> int:
     return model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
 
 
-# -- helpers ------------------------------------------------------------------
-def _scalar(value: ir.Value | None) -> float | None:
-    """The value of a one-element constant (initializer or Constant node)."""
-    if value is None:
-        return None
-    tensor = value.const_value
-    if tensor is None and value.producer() is not None and value.producer().op_type == "Constant":
-        attr = value.producer().attributes.get("value")
-        tensor = attr.value if attr is not None else None
-    if tensor is None or math.prod(tensor.shape) != 1:  # never reads a weight's data
-        return None
-    return float(np.asarray(tensor.numpy()).reshape(-1)[0])
-
-
-def _ints(value: ir.Value | None) -> list[int] | None:
-    tensor = value.const_value if value is not None else None
-    return None if tensor is None else [int(v) for v in np.asarray(tensor.numpy()).reshape(-1)]
-
-
-def _only_reader(value: ir.Value) -> ir.Node | None:
-    """The one node reading `value`, when it has exactly one and is no graph output."""
-    readers = value.uses()
-    if len(readers) != 1 or value.is_graph_output():
-        return None
-    return readers[0].node
-
-
-def _other_input(node: ir.Node, value: ir.Value) -> ir.Value | None:
-    """The second operand of a binary node, given the first."""
-    a, b = node.inputs
-    return b if a is value else a if b is value else None
-
-
-def _known(shape: ir.Shape | None, rank: int) -> bool:
-    """A shape of `rank` whose every dimension is a number or a named symbol:
-    two unknown dimensions compare equal in onnx_ir, yet may differ."""
-    return shape is not None and len(shape) == rank and all(
-        isinstance(d, int) or d.value is not None for d in shape)
-
-
-def _near(x: float | None, want: float) -> bool:
-    return x is not None and abs(x - want) <= _TOLERANCE * max(1.0, abs(want))
-
-
-def _replace(graph: ir.Graph, chain: Sequence[ir.Node], op_type: str,
-             inputs: Sequence[ir.Value], attributes: Sequence[ir.Attr] = (),
-             origin: ir.Node | None = None) -> ir.Node:
-    """Puts one node computing `chain[-1]`'s output where the chain was; it
-    takes the name and metadata of `origin` (default: the chain's last node)."""
-    last = chain[-1]
-    origin = origin or last
-    old = last.outputs[0]
-    node = ir.Node("", op_type, inputs, attributes, name=origin.name)
-    new = node.outputs[0]
-    new.name, new.shape, new.type = old.name, old.shape, old.type
-    node.metadata_props.update(origin.metadata_props)
-    graph.insert_before(last, node)
-    old.replace_all_uses_with(new, replace_graph_outputs=True)
-    graph.remove(list(reversed(chain)), safe=True)
-    return node
-
-
 def _follow(value: ir.Value, op_type: str,
             other: Callable[[ir.Value | None], bool]) -> ir.Node | None:
     """The only reader of `value` when it is a binary `op_type` whose other
     operand passes `other`."""
-    node = _only_reader(value)
+    node = only_reader(value)
     if node is None or node.op_type != op_type or len(node.inputs) != 2:
         return None
-    return node if other(_other_input(node, value)) else None
+    return node if other(other_input(node, value)) else None
 
 
 # -- GELU: x * 0.5 * (1 + erf(x / sqrt(2))) -> Gelu ---------------------------
@@ -154,21 +90,21 @@ def _fuse_gelu(graph: ir.Graph, erf: ir.Node) -> bool:
     if scale is None or scale.op_type not in ("Div", "Mul") or len(scale.inputs) != 2:
         return False
     x, c = scale.inputs
-    if not (_near(_scalar(c), math.sqrt(2.0)) if scale.op_type == "Div"
-            else _near(_scalar(c), 1 / math.sqrt(2.0))):
+    if not (near(scalar(c), math.sqrt(2.0)) if scale.op_type == "Div"
+            else near(scalar(c), 1 / math.sqrt(2.0))):
         return False
-    if _only_reader(scale.outputs[0]) is not erf:
+    if only_reader(scale.outputs[0]) is not erf:
         return False
-    add = _follow(erf.outputs[0], "Add", lambda v: _near(_scalar(v), 1.0))
+    add = _follow(erf.outputs[0], "Add", lambda v: near(scalar(v), 1.0))
     if add is None:
         return False
-    half = lambda v: _near(_scalar(v), 0.5)  # noqa: E731
+    half = lambda v: near(scalar(v), 0.5)  # noqa: E731
     by_x = lambda v: v is x  # noqa: E731
     chain = [scale, erf, add]
-    first = _only_reader(add.outputs[0])
+    first = only_reader(add.outputs[0])
     if first is None or first.op_type != "Mul" or len(first.inputs) != 2:
         return False
-    operand = _other_input(first, add.outputs[0])
+    operand = other_input(first, add.outputs[0])
     if half(operand) or by_x(operand):  # (1 + erf) * 0.5 * x, or (1 + erf) * x * 0.5
         second = _follow(first.outputs[0], "Mul", by_x if half(operand) else half)
         if second is None:
@@ -176,36 +112,36 @@ def _fuse_gelu(graph: ir.Graph, erf: ir.Node) -> bool:
         chain += [first, second]
     else:  # (x * 0.5) * (1 + erf)
         pre = operand.producer() if operand is not None else None
-        if (pre is None or pre.op_type != "Mul" or _only_reader(operand) is not first
-                or not (x in pre.inputs and half(_other_input(pre, x)))):
+        if (pre is None or pre.op_type != "Mul" or only_reader(operand) is not first
+                or not (x in pre.inputs and half(other_input(pre, x)))):
             return False
         chain = [pre, *chain, first]
-    _replace(graph, chain, "Gelu", [x], [ir.AttrString("approximate", "none")])
+    replace(graph, chain, "Gelu", [x], [ir.AttrString("approximate", "none")])
     return True
 
 
 # -- RMS norm: w * (x * 1/sqrt(mean(x^2) + eps)) -> RMSNormalization ----------
 def _fuse_rms_norm(graph: ir.Graph, pow_: ir.Node) -> bool:
-    if pow_.op_type != "Pow" or not _near(_scalar(pow_.inputs[1]), 2.0):
+    if pow_.op_type != "Pow" or not near(scalar(pow_.inputs[1]), 2.0):
         return False
     x = pow_.inputs[0]
     if x.shape is None or x.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16,
                                           ir.DataType.BFLOAT16):
         return False
-    mean = _only_reader(pow_.outputs[0])
+    mean = only_reader(pow_.outputs[0])
     if (mean is None or mean.op_type != "ReduceMean" or len(mean.inputs) != 2
-            or _ints(mean.inputs[1]) not in ([-1], [len(x.shape) - 1])
+            or ints(mean.inputs[1]) not in ([-1], [len(x.shape) - 1])
             or mean.attributes.get_int("keepdims", 1) != 1):
         return False
-    add = _only_reader(mean.outputs[0])
-    epsilon = _scalar(_other_input(add, mean.outputs[0])) if add is not None \
+    add = only_reader(mean.outputs[0])
+    epsilon = scalar(other_input(add, mean.outputs[0])) if add is not None \
         and add.op_type == "Add" else None
     if epsilon is None:
         return False
-    sqrt = _only_reader(add.outputs[0])
+    sqrt = only_reader(add.outputs[0])
     if sqrt is None or sqrt.op_type != "Sqrt":
         return False
-    inverse = _only_reader(sqrt.outputs[0])
+    inverse = only_reader(sqrt.outputs[0])
     if inverse is None:
         return False
     if inverse.op_type == "Reciprocal":  # x * (1 / sqrt)
@@ -225,8 +161,8 @@ def _fuse_rms_norm(graph: ir.Graph, pow_: ir.Node) -> bool:
                     and list(w.shape) == [last_dim])
     if weigh is None:  # the op needs a scale; without one the chain stays
         return False
-    weight = _other_input(weigh, normalize.outputs[0])
-    _replace(graph, [*chain, weigh], "RMSNormalization", [x, weight],
+    weight = other_input(weigh, normalize.outputs[0])
+    replace(graph, [*chain, weigh], "RMSNormalization", [x, weight],
              [ir.AttrInt64("axis", -1), ir.AttrFloat32("epsilon", epsilon),
               ir.AttrInt64("stash_type", int(ir.DataType.FLOAT))])
     return True
@@ -241,38 +177,38 @@ def _fuse_rotary(graph: ir.Graph, neg: ir.Node, halves: dict) -> bool:
     if neg.op_type != "Neg":
         return False
     high = neg.inputs[0].producer()
-    cat = _only_reader(neg.outputs[0])
+    cat = only_reader(neg.outputs[0])
     if high is None or cat is None or cat.op_type != "Concat" or len(cat.inputs) != 2 \
-            or cat.inputs[0] is not neg.outputs[0] or _only_reader(high.outputs[0]) is not neg:
+            or cat.inputs[0] is not neg.outputs[0] or only_reader(high.outputs[0]) is not neg:
         return False
     low = cat.inputs[1].producer()
     x = high.inputs[0] if high.op_type == "Slice" else None
-    if (x is None or not _known(x.shape, 4) or not isinstance(x.shape[3], int)
+    if (x is None or not known(x.shape, 4) or not isinstance(x.shape[3], int)
             or x.shape[3] % 2 or cat.attributes.get_int("axis", 0) not in (-1, 3)):
         return False
     half = x.shape[3] // 2
-    if not (_is_slice(low, x, 0, half) and _only_reader(low.outputs[0]) is cat
+    if not (_is_slice(low, x, 0, half) and only_reader(low.outputs[0]) is cat
             and _is_slice(high, x, half, x.shape[3])):
         return False
     by_sin = _follow(cat.outputs[0], "Mul", lambda v: _table(v, "Sin") is not None)
-    add = _only_reader(by_sin.outputs[0]) if by_sin is not None else None
+    add = only_reader(by_sin.outputs[0]) if by_sin is not None else None
     if add is None or add.op_type != "Add":
         return False
-    by_cos = _other_input(add, by_sin.outputs[0]).producer()
+    by_cos = other_input(add, by_sin.outputs[0]).producer()
     if (by_cos is None or by_cos.op_type != "Mul" or x not in by_cos.inputs
-            or _only_reader(by_cos.outputs[0]) is not add):
+            or only_reader(by_cos.outputs[0]) is not add):
         return False
-    cos = _table(_other_input(by_cos, x), "Cos")
-    sin = _table(_other_input(by_sin, cat.outputs[0]), "Sin")
+    cos = _table(other_input(by_cos, x), "Cos")
+    sin = _table(other_input(by_sin, cat.outputs[0]), "Sin")
     if cos is None or sin is None:
         return False
     frequencies = cos.inputs[0].producer().inputs[0]
     # RotaryEmbedding reads [B, S, D/2] tables as they are: no broadcasting.
-    if (frequencies is not sin.inputs[0].producer().inputs[0] or not _known(frequencies.shape, 3)
+    if (frequencies is not sin.inputs[0].producer().inputs[0] or not known(frequencies.shape, 3)
             or list(frequencies.shape) != [x.shape[0], x.shape[2], half]):
         return False
     tables = [_half_table(graph, node, halves) for node in (cos, sin)]
-    _replace(graph, [low, high, neg, cat, by_sin, by_cos, add], "RotaryEmbedding",
+    replace(graph, [low, high, neg, cat, by_sin, by_cos, add], "RotaryEmbedding",
              [x, *tables], [ir.AttrInt64("interleaved", 0)])
     return True
 
@@ -281,9 +217,9 @@ def _is_slice(node: ir.Node | None, x: ir.Value, start: int, end: int) -> bool:
     """`node` is Slice(x)[..., start:end] on the last of 4 axes, step 1."""
     if node is None or node.op_type != "Slice" or node.inputs[0] is not x:
         return False
-    starts, ends = _ints(node.inputs[1]), _ints(node.inputs[2])
-    axes = _ints(node.inputs[3]) if len(node.inputs) > 3 else None
-    steps = _ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None \
+    starts, ends = ints(node.inputs[1]), ints(node.inputs[2])
+    axes = ints(node.inputs[3]) if len(node.inputs) > 3 else None
+    steps = ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None \
         else [1]
     return (starts == [start] and ends is not None and len(ends) == 1
             and (ends[0] == end or (end == x.shape[3] and ends[0] >= end))
@@ -293,7 +229,7 @@ def _is_slice(node: ir.Node | None, x: ir.Value, start: int, end: int) -> bool:
 def _table(value: ir.Value | None, op_type: str) -> ir.Node | None:
     """The Cos/Sin node behind Unsqueeze(op_type(Concat(f, f, axis=-1)), [1])."""
     unsqueeze = value.producer() if value is not None else None
-    if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or _ints(unsqueeze.inputs[1]) != [1]:
+    if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or ints(unsqueeze.inputs[1]) != [1]:
         return None
     node = unsqueeze.inputs[0].producer()
     if node is None or node.op_type != op_type:
@@ -323,25 +259,25 @@ def _half_table(graph: ir.Graph, node: ir.Node, halves: dict) -> ir.Value:
 def _fuse_batched_matmul(graph: ir.Graph, matmul: ir.Node) -> bool:
     if matmul.op_type != "MatMul":
         return False
-    unflatten = _only_reader(matmul.outputs[0])
+    unflatten = only_reader(matmul.outputs[0])
     out = unflatten.outputs[0] if unflatten is not None and unflatten.op_type == "Reshape" \
         else None
-    if out is None or not _known(out.shape, 4) or not _known(matmul.outputs[0].shape, 3):
+    if out is None or not known(out.shape, 4) or not known(matmul.outputs[0].shape, 3):
         return False
     batch = list(out.shape[:2])
     operands, chain = [], []
     for flat in matmul.inputs:
         reshape = flat.producer()
-        if (reshape is None or reshape.op_type != "Reshape" or _only_reader(flat) is not matmul
-                or not _known(flat.shape, 3)):
+        if (reshape is None or reshape.op_type != "Reshape" or only_reader(flat) is not matmul
+                or not known(flat.shape, 3)):
             return False
         source = reshape.inputs[0]
-        if (not _known(source.shape, 4) or list(source.shape[:2]) != batch
+        if (not known(source.shape, 4) or list(source.shape[:2]) != batch
                 or list(source.shape[2:]) != list(flat.shape[1:])):
             return False
         operands.append(source)
         chain.append(reshape)
     if list(out.shape[2:]) != list(matmul.outputs[0].shape[1:]):
         return False
-    _replace(graph, [*chain, matmul, unflatten], "MatMul", operands, origin=matmul)
+    replace(graph, [*chain, matmul, unflatten], "MatMul", operands, origin=matmul)
     return True

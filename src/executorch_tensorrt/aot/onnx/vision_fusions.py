@@ -21,7 +21,7 @@ building but onnxruntime does not:
 
 Each rule keeps to fusions.py's contract (removed values have no other
 reader and are no graph output; the new node takes the chain's last node's
-metadata). The helpers are fusions.py's, which imports this module lazily.
+metadata). The helpers are graph_match.py's.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import math
 import numpy as np
 import onnx_ir as ir
 
-from .fusions import _near, _only_reader, _other_input, _replace, _scalar
+from .graph_match import near, only_reader, other_input, replace, scalar
 
 # A constant read to check its values is at most this many elements (masks and
 # biases of attention scores; never a large weight).
@@ -86,7 +86,7 @@ def fuse_safe_softmax(graph: ir.Graph, where: ir.Node) -> bool:
     condition, zeros, probabilities = where.inputs
     softmax = probabilities.producer()
     if (softmax is None or softmax.op_type != "Softmax"
-            or _only_reader(probabilities) is not where):
+            or only_reader(probabilities) is not where):
         return False
     zero = _constant(zeros)
     if zero is None or zero.size == 0 or np.any(zero != 0):
@@ -96,7 +96,7 @@ def fuse_safe_softmax(graph: ir.Graph, where: ir.Node) -> bool:
     chain = _masked_rows(condition, where, x, axis)
     if chain is None or not _finite(x):
         return False
-    _replace(graph, [softmax, *chain, where], "Softmax", [_without_zero_add(graph, x)],
+    replace(graph, [softmax, *chain, where], "Softmax", [_without_zero_add(graph, x)],
              [ir.AttrInt64("axis", axis)])
     return True
 
@@ -108,7 +108,7 @@ def _masked_rows(condition: ir.Value, where: ir.Node, x: ir.Value,
     chain, value, reader = [], condition, where
     for op_type in ("Not", "Cast", "ReduceMax", "Cast", "Not", "Equal"):
         node = value.producer()
-        if node is None or node.op_type != op_type or _only_reader(value) is not reader:
+        if node is None or node.op_type != op_type or only_reader(value) is not reader:
             return None
         chain.append(node)
         value, reader = node.inputs[0], node
@@ -121,7 +121,7 @@ def _masked_rows(condition: ir.Value, where: ir.Node, x: ir.Value,
             or int(axes.reshape(-1)[0]) % rank != axis % rank
             or reduce_max.attributes.get_int("keepdims", 1) != 1):
         return None
-    if _other_input(equal, x) is None or _scalar(_other_input(equal, x)) != -math.inf:
+    if other_input(equal, x) is None or scalar(other_input(equal, x)) != -math.inf:
         return None
     return list(reversed(chain))
 
@@ -149,22 +149,22 @@ def fuse_hardswish(graph: ir.Graph, clip: ir.Node) -> bool:
     shifted, low, high = clip.inputs
     add = shifted.producer()
     if (add is None or add.op_type != "Add" or len(add.inputs) != 2
-            or not (_near(_scalar(low), 0.0) and _near(_scalar(high), 6.0))
-            or _only_reader(shifted) is not clip):
+            or not (near(scalar(low), 0.0) and near(scalar(high), 6.0))
+            or only_reader(shifted) is not clip):
         return False
-    x = next((v for v in add.inputs if _near(_scalar(_other_input(add, v)), 3.0)), None)
-    gate = _only_reader(clip.outputs[0])
-    if x is None or gate is None or gate.op_type != "Mul" or _other_input(gate, clip.outputs[0]) \
+    x = next((v for v in add.inputs if near(scalar(other_input(add, v)), 3.0)), None)
+    gate = only_reader(clip.outputs[0])
+    if x is None or gate is None or gate.op_type != "Mul" or other_input(gate, clip.outputs[0]) \
             is not x:
         return False
-    scale = _only_reader(gate.outputs[0])
+    scale = only_reader(gate.outputs[0])
     if scale is None or not (
             (scale.op_type == "Div" and scale.inputs[0] is gate.outputs[0]
-             and _near(_scalar(scale.inputs[1]), 6.0))
-            or (scale.op_type == "Mul" and _near(_scalar(_other_input(scale, gate.outputs[0])),
+             and near(scalar(scale.inputs[1]), 6.0))
+            or (scale.op_type == "Mul" and near(scalar(other_input(scale, gate.outputs[0])),
                                                   1 / 6))):
         return False
-    _replace(graph, [add, clip, gate, scale], "HardSwish", [x])
+    replace(graph, [add, clip, gate, scale], "HardSwish", [x])
     return True
 
 
@@ -181,8 +181,8 @@ def fold_batch_norm(graph: ir.Graph, norm: ir.Node) -> bool:
         else None
     product = reshape.inputs[0] if reshape is not None else y
     matmul = product.producer()
-    if (matmul is None or matmul.op_type != "MatMul" or _only_reader(product) is not
-            (reshape or norm) or (reshape is not None and _only_reader(y) is not norm)):
+    if (matmul is None or matmul.op_type != "MatMul" or only_reader(product) is not
+            (reshape or norm) or (reshape is not None and only_reader(y) is not norm)):
         return False
     weight = matmul.inputs[1]
     w = weight.const_value
@@ -203,7 +203,7 @@ def fold_batch_norm(graph: ir.Graph, norm: ir.Node) -> bool:
     _like(new_matmul.outputs[0], product, f"{product.name}_bn_folded")
     graph.insert_before(matmul, new_matmul)
     if reshape is None:
-        _replace(graph, [matmul, norm], "Add", [new_matmul.outputs[0], bias])
+        replace(graph, [matmul, norm], "Add", [new_matmul.outputs[0], bias])
         return True
     # The Add before the Reshape (the bias is per last axis either way): onnxruntime
     # fuses MatMul + Add into one Gemm only when they are adjacent.
@@ -211,7 +211,7 @@ def fold_batch_norm(graph: ir.Graph, norm: ir.Node) -> bool:
     add.metadata_props.update(norm.metadata_props)
     _like(add.outputs[0], product, f"{product.name}_bn_bias")
     graph.insert_before(matmul, add)
-    _replace(graph, [matmul, reshape, norm], "Reshape", [add.outputs[0], reshape.inputs[1]])
+    replace(graph, [matmul, reshape, norm], "Reshape", [add.outputs[0], reshape.inputs[1]])
     return True
 
 
@@ -237,7 +237,7 @@ def drop_broadcast_expand(graph: ir.Graph, binary: ir.Node) -> bool:
         return False
     for side, expanded in enumerate(binary.inputs):
         expand = expanded.producer() if expanded is not None else None
-        if expand is None or expand.op_type != "Expand" or _only_reader(expanded) is not binary:
+        if expand is None or expand.op_type != "Expand" or only_reader(expanded) is not binary:
             continue
         source, other, out = expand.inputs[0], binary.inputs[1 - side], binary.outputs[0]
         shapes = [v.shape for v in (source, other, expanded, out)]
