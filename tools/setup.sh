@@ -22,4 +22,12 @@ echo "setup: installing pinned dependencies into .venv ($(tr '\n' ' ' <build/pin
 echo "setup: building the native adapter and installing executorch-tensorrt"
 "$PY" -m pip install -q --no-build-isolation --force-reinstall --no-deps .
 "$PY" -m pip check >/dev/null || { "$PY" -m pip check; exit 1; }
+# optimum-executorch beside the venv, without its dependencies (pins.toml [optimum] says why).
+"$PY" - >build/optimum-requirements.txt <<'PYEOF'
+import tomllib
+pins = tomllib.load(open("pins.toml", "rb"))["optimum"]
+print("\n".join(f"{name}=={version}" for name, version in pins.items()))
+PYEOF
+echo "setup: installing $(tr '\n' ' ' <build/optimum-requirements.txt)into build/optimum-site (--no-deps)"
+"$PY" -m pip install -q --no-deps --upgrade --target build/optimum-site -r build/optimum-requirements.txt
 "$PY" -c "import executorch_tensorrt; print('setup: ok, TensorRTBackend registered')"

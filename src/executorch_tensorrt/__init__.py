@@ -2,7 +2,9 @@
 
 Importing this package loads the native adapter, which registers
 "TensorRTBackend" with the ExecuTorch runtime that `executorch.runtime` uses,
-and installs the Python executors. Set EXECUTORCH_TENSORRT_SKIP_REGISTRATION=1
+and installs the Python executors; it also makes optimum-executorch's
+`tensorrt` recipe appear when optimum's recipe registry is imported (without
+importing optimum: optimum_hook.py). Set EXECUTORCH_TENSORRT_SKIP_REGISTRATION=1
 to import without loading it (tooling that only reads metadata).
 AOT names (export, TensorRTPartitioner, ...) are imported on first use.
 """
@@ -18,6 +20,7 @@ for _name in ("torchao", "torch.utils._pytree"):
     if _logging.getLogger(_name).level == _logging.NOTSET:
         _logging.getLogger(_name).setLevel(_logging.ERROR)
 
+from . import optimum_hook as _optimum_hook  # noqa: E402
 from .runtime.adapter import loader  # noqa: E402
 
 __version__ = "0.1.0"
@@ -51,6 +54,7 @@ def _started_as_cli() -> bool:
 
 if not _started_as_cli():
     register()
+_optimum_hook.install()
 
 
 def last_error() -> str:

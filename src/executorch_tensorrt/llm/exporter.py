@@ -122,6 +122,7 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
            quantize: str | None = None, group_size: int = 128, batch_size: int = 1,
            external_weights: bool | None = None,
            output: str | Path, bos_id: int | None = None, eos_ids=None,
+           constant_methods: dict | None = None,
            progress: Progress | None = stderr_progress, **options) -> LLMExportResult:
     """Exports a transformers causal LM (or a config: random weights) for
     ExecuTorch's LLM runner and returns where it went and what it recorded.
@@ -138,7 +139,10 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     [batch_size, S] (one position per step for all rows; ExecuTorch's runner
     feeds [1, S], so it runs batch 1 programs only).
     `external_weights=True`: the weights go to `<output stem>.ptd` beside the
-    .pte. `bos_id`/`eos_ids`: default from the model's config. Other options go to export_program.
+    .pte. `bos_id`/`eos_ids`: default from the model's config.
+    `constant_methods`: more name -> value methods to write (e.g. optimum's
+    `get_n_layers`); the runner's own (LLMMetadata) win where both name one.
+    Other options go to export_program.
     """
     model = causal_lm(model)
     config = model.config.get_text_config()
@@ -171,7 +175,8 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
                             reference_model=eager_decoder(model, max_context_len, batch_size),
                             reference_inputs=hf_example_inputs(max_seq_len, batch_size),
                             external_weights=bool(external_weights),
-                            constant_methods=meta.constant_methods(),
+                            constant_methods={**(constant_methods or {}),
+                                              **meta.constant_methods()},
                             write_expected_file=False, **options)
     if progress and result.reports:
         progress("partition report:\n" + format_report(result.reports))
