@@ -4,6 +4,7 @@
 //   etrt_runner --model_path model.pte [--data model.ptd] [--method forward]
 //               [--inputs FILE] [--fill pattern|ones] [--outputs FILE]
 //   etrt_runner --model_path llm.pte [--data llm.ptd] --decode 32 --prompt 3,4,5,6[;7,8,...]
+//               (a program with a batch of B rows: B prompts joined by '|')
 //               (decode.h)
 //   etrt_runner --model_path model.pte --repeat N   (steady-state us/call, repeat.h)
 //
