@@ -236,6 +236,14 @@ class OrtSession:
                 options, b"optimization.disable_specified_optimizers",
                 b"QDQPropagationTransformer;ReluQuantRewrite"),
                 "AddSessionConfigEntry(disable QDQ propagation and ReluQuantRewrite)")
+            # onnxruntime fuses DequantizeLinear + MatMul over constant int8/int4
+            # weights (inline ONNX) into MatMulNBits, whose default accuracy
+            # level 4 also quantizes the activations to int8: a weight-only
+            # layer then computes something TensorRT does not (0.0024 off on a
+            # small ViT). Level 1 keeps float activations.
+            api.check(api.AddSessionConfigEntry(
+                options, b"session.qdq_matmulnbits_accuracy_level", b"1"),
+                "AddSessionConfigEntry(session.qdq_matmulnbits_accuracy_level)")
             if timings_prefix is not None:  # per-node times: a JSON file at end_profiling()
                 api.check(api.EnableProfiling(options, timings_prefix.encode()), "EnableProfiling")
             api.check(api.SetSessionLogSeverityLevel(options, _ORT_LOGGING_LEVEL_ERROR),
