@@ -78,3 +78,22 @@ def test_export_quantize_w8a8_with_a_calibration_file(tmp_path):
     assert r.returncode == 4, r.stderr
     assert "weak calibration" in r.stderr and "TensorRT-RTX has no INT8 activation" in r.stderr
     assert not (tmp_path / "w8a8.pte").exists()
+
+
+def test_bad_calibration_files_are_usage_errors(tmp_path):
+    import torch
+
+    from executorch_tensorrt.program import tensor_file as tf
+
+    (tmp_path / "qmodels.py").write_text(FACTORY)
+    uneven = tmp_path / "uneven.etensors"
+    tf.write_tensors(uneven, [tf.from_torch("input.0", torch.randn(3, 2, 64)),
+                              tf.from_torch("input.1", torch.randn(2, 2, 64))])
+    r = cli("export", "qmodels:make", str(tmp_path / "a.pte"), "--quantize", "fp8_w8a8",
+            "--calibration", str(uneven), cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "the same number N >= 1 of batches" in r.stderr
+    assert "[[3, 2, 64], [2, 2, 64]]" in r.stderr
+    r = cli("export", "qmodels:make", str(tmp_path / "b.pte"), "--calibration", str(uneven),
+            cwd=tmp_path)
+    assert r.returncode == 2 and "give --quantize too" in r.stderr, r.stderr
