@@ -16,7 +16,9 @@ only). `lower_qdq(gm, ...)` works on a copy of the graph module and:
   report line says why;
 - folds a weight's quantize node (convert_pt2e(fold_quantize=False)) into an
   int8 / fp8 constant, so the weight is stored quantized, once;
-- rewrites FP8 Q/DQ into fp8.py's ops (TensorRT's cast semantics).
+- rewrites FP8 Q/DQ into fp8.py's ops (TensorRT's cast semantics);
+- reports the Linear layers whose weight TensorRTQuantizer("int4_weight_only")
+  turned into etrt_quant.dequantize_int4 (pt2e_int4.py): both flavours run them.
 
 `check_qdq_delegated(edge)` refuses, after partitioning, a Q/DQ node that
 TensorRT did not take (e.g. a pair split across partitions), naming it.
