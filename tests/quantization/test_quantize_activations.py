@@ -44,6 +44,8 @@ def test_fp8_w8a8_in_one_call_exports_and_runs_like_the_eager_model(tmp_path, mo
     gm = quantize(fp32, (_x(1),), scheme="fp8_w8a8",
                   calibration=[(_x(seed),) for seed in range(2, 8)])
     assert all(torch.equal(v, fp32.state_dict()[k]) for k, v in before.items())  # untouched
+    with pytest.raises(QuantizationError, match="SM89 or newer, but the engine targets SM75"):
+        export_program(gm, (_x(1),), tmp_path / "fp8.pte", progress=None)  # RTX's defaults
     monkeypatch.setenv("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
     result = export_program(gm, (_x(1),), tmp_path / "fp8.pte", progress=None,
                             external_weights=True, compute_capabilities=FP8_TARGETS)
