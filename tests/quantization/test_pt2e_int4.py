@@ -81,6 +81,7 @@ def test_a_group_that_does_not_divide_a_layer_is_refused_naming_it():
     with pytest.raises(QuantizationError, match=r"layer '2': int4 group size 64 does not divide "
                                                 r"its 96 input features; choose a group size "
                                                 r"from \[32, 64, 128\] that divides them"):
-        _converted(model)
+        prepare_pt2e(torch.export.export(model, (_x(1),)).module(),  # before any convert
+                     TensorRTQuantizer("int4_weight_only", group_size=GROUP))
     with pytest.raises(QuantizationError, match="int4 group size 48 is not one of"):
         TensorRTQuantizer("int4_weight_only", group_size=48)
