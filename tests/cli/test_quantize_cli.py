@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+from executorch_tensorrt.aot.partition.report import read_report
 from executorch_tensorrt.blob import read_blob
 from helpers import FALLBACK, tensorrt_blobs
 
@@ -51,3 +52,48 @@ def test_export_quantize_refuses_uint4(tmp_path):
     assert r.returncode == 4, r.stderr
     assert "--quantize uint4" in r.stderr and "no uint4" in r.stderr
     assert not (tmp_path / "u.pte").exists()
+
+
+def test_export_quantize_w8a8_with_a_calibration_file(tmp_path):
+    """fp8_w8a8 calibrated from a tensor file (input.0 [N, 2, 64]: N batches)
+    exports and passes export's run check; int8_w8a8 on TensorRT-RTX is refused
+    (exit 4) naming why, before anything is written."""
+    import torch
+
+    from executorch_tensorrt.program import tensor_file as tf
+
+    (tmp_path / "qmodels.py").write_text(FACTORY)
+    calibration = tmp_path / "calib.etensors"
+    tf.write_tensors(calibration, [tf.from_torch("input.0", torch.randn(3, 2, 64))])
+    out = tmp_path / "fp8.pte"
+    r = cli("export", "qmodels:make", str(out), "--quantize", "fp8_w8a8", "--calibration",
+            str(calibration), "--compute-capability", "SM89", "--compute-capability", "SM120",
+            cwd=tmp_path, env=FALLBACK)
+    assert r.returncode == 0, r.stderr
+    assert "weak calibration" not in r.stderr
+    report = read_report(out)["methods"]["forward"]["quantization"]
+    assert report == {"0": "fp8 e4m3 W8A8 (per tensor)", "2": "fp8 e4m3 W8A8 (per tensor)"}
+    r = cli("export", "qmodels:make", str(tmp_path / "w8a8.pte"), "--quantize", "int8_w8a8",
+            cwd=tmp_path)
+    assert r.returncode == 4, r.stderr
+    assert "weak calibration" in r.stderr and "TensorRT-RTX has no INT8 activation" in r.stderr
+    assert not (tmp_path / "w8a8.pte").exists()
+
+
+def test_bad_calibration_files_are_usage_errors(tmp_path):
+    import torch
+
+    from executorch_tensorrt.program import tensor_file as tf
+
+    (tmp_path / "qmodels.py").write_text(FACTORY)
+    uneven = tmp_path / "uneven.etensors"
+    tf.write_tensors(uneven, [tf.from_torch("input.0", torch.randn(3, 2, 64)),
+                              tf.from_torch("input.1", torch.randn(2, 2, 64))])
+    r = cli("export", "qmodels:make", str(tmp_path / "a.pte"), "--quantize", "fp8_w8a8",
+            "--calibration", str(uneven), cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "the same number N >= 1 of batches" in r.stderr
+    assert "[[3, 2, 64], [2, 2, 64]]" in r.stderr
+    r = cli("export", "qmodels:make", str(tmp_path / "b.pte"), "--calibration", str(uneven),
+            cwd=tmp_path)
+    assert r.returncode == 2 and "give --quantize too" in r.stderr, r.stderr

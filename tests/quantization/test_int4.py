@@ -125,7 +125,8 @@ def test_int8_weight_only_through_quantize(tmp_path, monkeypatch):
     ({"scheme": "int2_weight_only"}, "no 2-bit"),
     ({"scheme": "int3_weight_only"}, "unknown quantization scheme"),
     ({"scheme": "int8_weight_only", "calibration": [(torch.zeros(1, 96),)]}, "no calibration"),
-    ({"scheme": "int8_w8a8"}, "not implemented"),
+    ({"scheme": "fp4_w4a4"}, "not implemented"),
+    ({"scheme": "int8_w8a8"}, "quantizes activations: pass example_inputs"),
 ])
 def test_bad_quantize_input_is_refused(kwargs, match):
     model = torch.nn.Sequential(torch.nn.Linear(96, 32))
@@ -153,16 +154,17 @@ def test_flavour_and_capability_refusals():
 
 def test_export_refuses_a_scheme_the_flavour_cannot_run(tmp_path):
     torch.manual_seed(0)
-    model = quantize(torch.nn.Sequential(torch.nn.Linear(32, 16)), scheme="int8_w8a8",
+    model = quantize(torch.nn.Sequential(torch.nn.Linear(32, 16)), scheme="fp4_w4a4",
                      allow_unquantized=True)
     x = torch.randn(2, 32)
-    with pytest.raises(QuantizationError, match="no INT8 activation.*allow_unquantized"):
+    with pytest.raises(QuantizationError, match="needs compute capability SM120.*"
+                                                "allow_unquantized"):
         export_program(model, (x,), tmp_path / "a.pte", progress=None)
     assert not (tmp_path / "a.pte").exists()
     result = export_program(model, (x,), tmp_path / "a.pte", progress=None,
                             allow_unquantized=True)
     (line,) = result.report.quantization.values()
-    assert line.startswith("not quantized: int8_w8a8 on tensorrt_rtx: TensorRT-RTX has no INT8")
+    assert line.startswith("not quantized: fp4_w4a4 needs compute capability SM120")
 
 
 # -- crafted quantized blobs ---------------------------------------------------

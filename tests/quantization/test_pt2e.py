@@ -192,7 +192,7 @@ def test_asymmetric_zero_points_are_refused_or_run_float(tmp_path):
 
 
 @pytest.mark.parametrize("scheme, match", [
-    ("int4_weight_only", "scheme='int4_weight_only'"), ("uint4", "no uint4"),
+    ("fp8_weight_only", "has no scheme 'fp8_weight_only'"), ("uint4", "no uint4"),
     ("fp4_w4a4", "has no scheme 'fp4_w4a4'"), ("int7", "unknown quantization scheme")])
 def test_quantizer_refuses_schemes_it_has_not(scheme, match):
     with pytest.raises(QuantizationError, match=match):

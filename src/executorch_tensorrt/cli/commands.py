@@ -113,6 +113,22 @@ def _export_options(args) -> dict:
     return options
 
 
+def _calibration_batches(path: str) -> list[tuple]:
+    """--calibration FILE: input.i [N, ...] -> N batches (input.0[b], input.1[b], ...)."""
+    from ..program import tensor_file as tf
+
+    try:
+        inputs = [tf.to_torch(t) for t in tf.select(tf.read_tensors(path), "input")]
+    except (OSError, tf.TensorFileError) as e:
+        raise Fail(EXIT_USAGE, f"--calibration {path}: {e}") from None
+    counts = {int(t.shape[0]) if t.dim() else 0 for t in inputs}
+    if not inputs or len(counts) != 1 or 0 in counts:
+        raise Fail(EXIT_USAGE, f"--calibration {path}: expected input.0, input.1, ... each with "
+                                "the same number N >= 1 of batches on its first dimension, got "
+                                f"shapes {[list(t.shape) for t in inputs]}")
+    return [tuple(t[b] for t in inputs) for b in range(counts.pop())]
+
+
 def _quantized(src, args):
     """The source with its model quantized (--quantize); a saved ExportedProgram
     has no modules left to quantize."""
@@ -122,9 +138,10 @@ def _quantized(src, args):
                                 "torch.export")
     from ..quantization import QuantizationError, quantize
 
+    calibration = _calibration_batches(args.calibration) if args.calibration else None
     try:
         model = quantize(src.model, src.inputs, scheme=args.quantize, group_size=args.group_size,
-                         allow_unquantized=args.allow_unquantized)
+                         calibration=calibration, allow_unquantized=args.allow_unquantized)
     except QuantizationError as e:
         raise Fail(EXIT_EXPORT, f"--quantize {args.quantize}: {e}") from None
     return dataclasses.replace(src, model=model,
@@ -142,6 +159,9 @@ def cmd_export(args) -> int:
         raise Fail(EXIT_USAGE, "give either a SOURCE (model.pt2, module:callable, "
                                 "file.py:callable) or --example NAME")
     dims = [parse_dynamic(d) for d in args.dynamic]
+    if args.calibration and not args.quantize:
+        raise Fail(EXIT_USAGE, "--calibration calibrates --quantize int8_w8a8 / fp8_w8a8; "
+                                "give --quantize too")
     options = _export_options(args)
     if args.etrecord:  # for `profile`: Inspector maps events to ATen ops with it
         options["etrecord_path"] = out.with_suffix(".etrecord")

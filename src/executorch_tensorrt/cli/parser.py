@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--etrecord", action="store_true",
                    help="also write OUTPUT's ETRecord (.etrecord), for `profile`")
     _quantize_options(p, "; needs a module source")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="int8_w8a8 / fp8_w8a8: a tensor file (.etensors) whose input.0, "
+                        "input.1, ... each hold N calibration batches stacked on a new first "
+                        "dimension (input.i[b] is batch b's i-th input); without it the example "
+                        "inputs calibrate (one batch: weak, with a warning)")
     p.add_argument("--allow-unquantized", action="store_true",
                    help="export layers float where the scheme cannot run on the TensorRT "
                         "flavour or target GPUs, instead of failing (the report says why)")
@@ -229,8 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _quantize_options(p, note: str = "") -> None:
     """--quantize and --group-size: the same for `export` and `llm-export`."""
     p.add_argument("--quantize", metavar="SCHEME",
-                   help="quantize the model's Linear weights first: int8_weight_only or "
-                        f"int4_weight_only (docs/quantization.md){note}")
+                   help="quantize the model first: int8_weight_only or int4_weight_only "
+                        "(Linear weights), or int8_w8a8 / fp8_w8a8 (Linear and Conv2d weights "
+                        f"and activations, calibrated) (docs/quantization.md){note}")
     p.add_argument("--group-size", type=int, default=128, metavar="N",
                    help="int4_weight_only: input features per scale, 32, 64 or 128 "
                         "(default 128; it must divide every Linear's input features)")

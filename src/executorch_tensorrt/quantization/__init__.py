@@ -2,9 +2,10 @@
 named data, dequantized by ONNX DequantizeLinear that TensorRT fuses into its
 GEMMs and onnxruntime's fallback runs (docs/quantization.md).
 
-`quantize(model, scheme="int8_weight_only" | "int4_weight_only")` is the one
-call; torchao quantize_ models (lower_torchao), ModelOpt mtq.quantize models
-(lower_modelopt) and PT2E graphs (TensorRTQuantizer -> prepare_pt2e /
+`quantize(model, example_inputs, scheme=..., calibration=...)` is the one call
+for every scheme (int8 / int4 weight-only, int8 / fp8 W8A8 through the PT2E
+quantizer); torchao quantize_ models (lower_torchao), ModelOpt mtq.quantize
+models (lower_modelopt) and PT2E graphs (TensorRTQuantizer -> prepare_pt2e /
 convert_pt2e: qdq_graph.py) are taken too."""
 from .capability import IMPLEMENTED, SCHEMES, refusal
 from .errors import QuantizationError

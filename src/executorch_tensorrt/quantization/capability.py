@@ -37,7 +37,7 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("fp8_w8a8", "FP8 (e4m3) weights and activations, per tensor", min_capability=89),
     Scheme("fp4_w4a4", "NVFP4 weights and activations, block scales", min_capability=120),
 )}
-IMPLEMENTED = frozenset({"int8_weight_only", "int4_weight_only"})
+IMPLEMENTED = frozenset({"int8_weight_only", "int4_weight_only", "int8_w8a8", "fp8_w8a8"})
 # Asked for by users, never runnable by TensorRT: say so, not "unknown".
 _NOT_IN_TENSORRT = {
     "uint4": "TensorRT's quantized types are signed and symmetric (zero point 0): there is no "

@@ -33,18 +33,23 @@ def pack_int4(q: torch.Tensor) -> torch.Tensor:
     return nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)
 
 
-def quantize_int4(weight: torch.Tensor, group_size: int, layer: str = "") -> tuple[torch.Tensor,
-                                                                                    torch.Tensor]:
-    """A float weight [out, in] -> (packed uint8 [out, in / 2], scale float32 [out, in / g])."""
+def check_group_size(layer: str, in_features: int, group_size: int) -> None:
+    """Refuses a group size not in GROUP_SIZES or one that does not divide the layer's input."""
     if group_size not in GROUP_SIZES:
         raise QuantizationError(f"layer {layer!r}: int4 group size {group_size} is not one of "
                                 f"{list(GROUP_SIZES)}")
-    out_features, in_features = weight.shape
     if in_features % group_size:
         raise QuantizationError(
             f"layer {layer!r}: int4 group size {group_size} does not divide its "
             f"{in_features} input features; choose a group size from {list(GROUP_SIZES)} "
             "that divides them, or leave this layer unquantized")
+
+
+def quantize_int4(weight: torch.Tensor, group_size: int, layer: str = "") -> tuple[torch.Tensor,
+                                                                                    torch.Tensor]:
+    """A float weight [out, in] -> (packed uint8 [out, in / 2], scale float32 [out, in / g])."""
+    out_features, in_features = weight.shape
+    check_group_size(layer, in_features, group_size)
     w = weight.detach().to(torch.float32).reshape(out_features, -1, group_size)
     amax = w.abs().amax(dim=-1, keepdim=True)
     # TensorRT's parser needs every scale positive: an all-zero group gets 1.

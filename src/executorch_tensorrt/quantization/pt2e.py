@@ -17,13 +17,19 @@ symmetric specs only (TensorRT takes zero points of 0 only):
   448). Compute capability 8.9 or newer.
 - "int8_weight_only": int8 weights per output channel, float activations
   (both flavours; TensorRT-RTX's INT8 path).
+- "int4_weight_only" (with `group_size`, 32, 64 or 128): symmetric int4
+  weights of Linear layers per group of input features, packed two per byte
+  (pt2e_int4.py: quantize()'s int4 path, block DequantizeLinear). Conv2d stays
+  float. A group size that does not divide a layer's input features is refused
+  at prepare_pt2e, the layer named.
 
-INT4 weight-only per group has no PT2E observer in torchao 0.18's pt2e
-module that convert_pt2e lowers to quantized_decomposed ops; it stays
-`quantize(model, scheme="int4_weight_only")` (quantize.py), and asking this
-quantizer for it says so. Bias stays float (TensorRT adds it in float).
+`quantize_pt2e(model, example_inputs, scheme, calibration)` runs the whole
+sequence for quantize() (quantize.py). Bias stays float (TensorRT adds it in
+float).
 """
 from __future__ import annotations
+
+import warnings
 
 import torch
 from torch.fx import GraphModule, Node
@@ -34,9 +40,11 @@ from torchao.quantization.pt2e.quantizer import (QuantizationAnnotation, Quantiz
 from .capability import scheme_named
 from .errors import QuantizationError
 from .fp8 import FP8, FP8_MAX
-from .qdq_graph import LAYERS
+from .int4 import check_group_size
+from .pt2e_int4 import Int4WeightObserver
+from .qdq_graph import LAYERS, layer_name
 
-PT2E_SCHEMES = ("int8_w8a8", "fp8_w8a8", "int8_weight_only")
+PT2E_SCHEMES = ("int8_w8a8", "fp8_w8a8", "int8_weight_only", "int4_weight_only")
 _EPS = 2 ** -20  # smallest scale an observer may choose (an all-zero tensor)
 
 
@@ -64,15 +72,16 @@ def _fp8_tensor() -> QuantizationSpec:
 class TensorRTQuantizer(Quantizer):
     """A PT2E quantizer whose annotations TensorRT can run (module docstring)."""
 
-    def __init__(self, scheme: str = "int8_w8a8") -> None:
+    def __init__(self, scheme: str = "int8_w8a8", group_size: int = 128) -> None:
         super().__init__()
         name = scheme_named(scheme).name  # uint4 / int2 / unknown: refused with the reason
         if name not in PT2E_SCHEMES:
-            hint = (" (use executorch_tensorrt.quantization.quantize(model, "
-                    "scheme='int4_weight_only'))" if name == "int4_weight_only" else "")
-            raise QuantizationError(f"TensorRTQuantizer has no scheme {name!r}{hint}; its "
+            raise QuantizationError(f"TensorRTQuantizer has no scheme {name!r}; its "
                                     f"schemes are {list(PT2E_SCHEMES)}")
+        if name == "int4_weight_only":
+            check_group_size("(every Linear)", 0, group_size)  # 32/64/128; each layer at annotate
         self.scheme = name
+        self.group_size = group_size  # int4_weight_only only
         self.skipped: dict[str, str] = {}  # node -> why it was not annotated
 
     def _specs(self) -> tuple[QuantizationSpec | None, QuantizationSpec]:
@@ -81,6 +90,14 @@ class TensorRTQuantizer(Quantizer):
         if self.scheme == "int8_w8a8":
             return _int8_activation(), _int8_weight()
         return None, _int8_weight()
+
+    def _int4_weight(self, node: Node, w: Node) -> QuantizationSpec:
+        layer = layer_name(node)
+        check_group_size(layer, int(w.meta["val"].shape[1]), self.group_size)
+        return QuantizationSpec(dtype=torch.int8, quant_min=-8, quant_max=7,
+                                qscheme=torch.per_channel_symmetric, ch_axis=0,
+                                observer_or_fake_quant_ctr=Int4WeightObserver.with_args(
+                                    group_size=self.group_size, layer=layer))
 
     def annotate(self, model: GraphModule) -> GraphModule:
         activation, weight = self._specs()
@@ -94,6 +111,11 @@ class TensorRTQuantizer(Quantizer):
                 continue
             if "quantization_annotation" in node.meta:
                 continue  # annotated by another quantizer composed before this one
+            if self.scheme == "int4_weight_only":
+                if node.target != torch.ops.aten.linear.default:
+                    self.skipped[node.name] = "int4 weight-only quantizes Linear layers only"
+                    continue
+                weight = self._int4_weight(node, w)
             specs = {w: weight}
             if activation is not None and isinstance(x, Node):
                 specs[x] = activation
@@ -109,3 +131,54 @@ class TensorRTQuantizer(Quantizer):
 
     def validate(self, model: GraphModule) -> None:
         """Nothing to validate beyond annotate(): lower_qdq checks the converted graph."""
+
+
+def _batches(calibration, example_inputs: tuple, scheme: str) -> list[tuple]:
+    """The calibration batches as tuples; the example inputs, with a warning, when none."""
+    if calibration is None:
+        warnings.warn(f"quantize(scheme={scheme!r}): no calibration data, so the activation "
+                      "ranges come from the example inputs alone; one batch is weak "
+                      "calibration: pass calibration= (an iterable of input tuples) with "
+                      "representative inputs", UserWarning, stacklevel=3)
+        return [example_inputs]
+    if isinstance(calibration, (torch.Tensor, str, bytes)):
+        raise QuantizationError("calibration must be an iterable of input tuples (one tuple per "
+                                f"batch), got a {type(calibration).__name__}")
+    batches = []
+    for i, batch in enumerate(calibration):
+        batch = (batch,) if isinstance(batch, torch.Tensor) else batch
+        if not (isinstance(batch, (tuple, list))
+                and all(isinstance(t, torch.Tensor) for t in batch)):
+            raise QuantizationError(f"calibration batch {i} is a {type(batch).__name__}, not a "
+                                    "tuple of tensors (the model's inputs)")
+        batches.append(tuple(batch))
+    if not batches:
+        raise QuantizationError("calibration is empty: pass at least one batch of inputs")
+    return batches
+
+
+def quantize_pt2e(model: torch.nn.Module, example_inputs: tuple, scheme: str, calibration,
+                  group_size: int = 128) -> GraphModule:
+    """torch.export -> prepare_pt2e(TensorRTQuantizer) -> calibrate -> convert_pt2e:
+    the converted graph module, which export() takes (qdq_graph.lower_qdq checks it
+    against the TensorRT flavour and targets there)."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = TensorRTQuantizer(scheme, group_size)
+    batches = _batches(calibration, example_inputs, scheme)
+    try:
+        graph = torch.export.export(model, example_inputs).module()
+    except Exception as e:  # noqa: BLE001 - torch.export raises many kinds
+        raise QuantizationError(f"quantize(scheme={scheme!r}): torch.export of the model failed "
+                                f"before quantizing: {type(e).__name__}: {e}") from e
+    prepared = prepare_pt2e(graph, quantizer)
+    with torch.no_grad():
+        for i, batch in enumerate(batches):
+            try:
+                prepared(*batch)
+            except Exception as e:  # noqa: BLE001 - the model's own error, re-raised with context
+                raise QuantizationError(
+                    f"calibration batch {i} (shapes {[list(t.shape) for t in batch]}) failed in "
+                    f"the model: {type(e).__name__}: {e}; calibration batches must be inputs "
+                    "the model takes, like example_inputs") from e
+    return convert_pt2e(prepared)

@@ -16,7 +16,9 @@ only). `lower_qdq(gm, ...)` works on a copy of the graph module and:
   report line says why;
 - folds a weight's quantize node (convert_pt2e(fold_quantize=False)) into an
   int8 / fp8 constant, so the weight is stored quantized, once;
-- rewrites FP8 Q/DQ into fp8.py's ops (TensorRT's cast semantics).
+- rewrites FP8 Q/DQ into fp8.py's ops (TensorRT's cast semantics);
+- reports the Linear layers whose weight TensorRTQuantizer("int4_weight_only")
+  turned into etrt_quant.dequantize_int4 (pt2e_int4.py): both flavours run them.
 
 `check_qdq_delegated(edge)` refuses, after partitioning, a Q/DQ node that
 TensorRT did not take (e.g. a pair split across partitions), naming it.
@@ -33,6 +35,7 @@ from torch.fx import GraphModule, Node
 from .capability import refusal
 from .errors import QuantizationError
 from .fp8 import DEQUANTIZE_FP8, FP8, QUANTIZE_FP8
+from .ops import DEQUANTIZE_INT4
 
 
 def _qd(name: str, overload: str):
@@ -65,7 +68,7 @@ class QParams:
 def is_qdq_graph(model) -> bool:
     """A GraphModule with quantized_decomposed nodes (a convert_pt2e result)."""
     return isinstance(model, GraphModule) and any(
-        n.op == "call_function" and n.target in QUANTIZE | DEQUANTIZE | DYNAMIC
+        n.op == "call_function" and n.target in QUANTIZE | DEQUANTIZE | DYNAMIC | {DEQUANTIZE_INT4}
         for n in model.graph.nodes)
 
 
@@ -73,14 +76,15 @@ def _constant(gm: GraphModule, arg, what: str, node: Node) -> torch.Tensor:
     if isinstance(arg, (int, float)):
         return torch.tensor(arg)
     if isinstance(arg, Node) and arg.op == "get_attr":
-        return _attr(gm, arg.target)
+        return graph_attr(gm, arg.target)
     raise QuantizationError(
         f"{node.name}: its {what} is computed in the graph ({getattr(arg, 'name', arg)}), not a "
         "constant; TensorRT needs constant scales and zero points (static quantization): "
         "calibrate with executorch_tensorrt.quantization.TensorRTQuantizer")
 
 
-def _attr(gm: GraphModule, target: str) -> torch.Tensor:
+def graph_attr(gm: GraphModule, target: str) -> torch.Tensor:
+    """The tensor a get_attr node's dotted target names."""
     value = gm
     for part in target.split("."):
         value = getattr(value, part)
@@ -97,7 +101,8 @@ def qparams(gm: GraphModule, node: Node) -> QParams:
                    int(args[3]) if per_channel else None)
 
 
-def _name(node: Node) -> str:
+def layer_name(node: Node) -> str:
+    """The layer's module path (nn_module_stack), else the node's name."""
     stack = node.meta.get("nn_module_stack") or {}
     path = list(stack.values())[-1][0] if stack else ""
     return path or node.name
@@ -143,7 +148,7 @@ def _describe(scheme: str, weight: QParams) -> str:
 
 def _float_weight(gm: GraphModule, dq: Node, index: int) -> Node:
     """A get_attr node holding the dequantized (float) value of a weight's DQ."""
-    args = [(_attr(gm, a.target) if isinstance(a, Node) else a) for a in dq.args]
+    args = [(graph_attr(gm, a.target) if isinstance(a, Node) else a) for a in dq.args]
     name = f"_etrt_float_weight_{index}"
     gm.register_buffer(name, dq.target(*args, **dq.kwargs).detach())
     with gm.graph.inserting_before(dq):
@@ -155,7 +160,7 @@ def _fold_weight_quantize(gm: GraphModule) -> None:
     for i, node in enumerate([n for n in gm.graph.nodes if n.target in QUANTIZE]):
         if not (isinstance(node.args[0], Node) and node.args[0].op == "get_attr"):
             continue
-        args = [(_attr(gm, a.target) if isinstance(a, Node) else a) for a in node.args]
+        args = [(graph_attr(gm, a.target) if isinstance(a, Node) else a) for a in node.args]
         if args[-1] == FP8:  # TensorRT's cast, not PT2E's rounding (fp8.py)
             value = QUANTIZE_FP8(args[0], float(args[1]))
         else:
@@ -195,8 +200,12 @@ def lower_qdq(model: GraphModule, flavor: str, capabilities: tuple[str, ...] | N
     lines: dict[str, str] = {}
     floats = 0
     for node in [n for n in gm.graph.nodes if n.target in LAYERS]:
-        layer = _name(node)
+        layer = layer_name(node)
         w_dq = _dq_of(node.args[1]) if len(node.args) > 1 else None
+        if isinstance(node.args[1], Node) and node.args[1].target == DEQUANTIZE_INT4:
+            # TensorRTQuantizer("int4_weight_only"): both flavours, every target.
+            lines[layer] = f"int4 weight-only (group {node.args[1].args[2]})"
+            continue
         a_dq = _dq_of(node.args[0])
         if w_dq is None and a_dq is None:
             continue

@@ -1,14 +1,19 @@
 """`quantize(model, ...)`: one call from a float model to one TensorRT can run
-weight-only quantized, ready for `executorch_tensorrt.export`.
+quantized, ready for `executorch_tensorrt.export`.
 
-Every `torch.nn.Linear` of the model is replaced, in a structural copy that
-shares the model's other tensors: "int8_weight_only" by a per-output-channel
-symmetric int8 weight (torchao_weights.DequantizedLinear, the same module and
-DequantizeLinear the torchao path lowers to), "int4_weight_only" by a per-group
-symmetric int4 weight packed two per byte (int4.Int4Linear). The returned model
-is the eager quantized reference (it dequantizes in torch), and records which
-layers it quantized (`quantization_plan`), which export checks against the
-TensorRT flavour and writes into the partition report (capability.py).
+Weight-only schemes replace every `torch.nn.Linear` of the model, in a
+structural copy that shares the model's other tensors: "int8_weight_only" by a
+per-output-channel symmetric int8 weight (torchao_weights.DequantizedLinear,
+the same module and DequantizeLinear the torchao path lowers to),
+"int4_weight_only" by a per-group symmetric int4 weight packed two per byte
+(int4.Int4Linear). The returned model is the eager quantized reference (it
+dequantizes in torch), and records which layers it quantized
+(`quantization_plan`), which export checks against the TensorRT flavour and
+writes into the partition report (capability.py).
+
+The activation schemes ("int8_w8a8", "fp8_w8a8") run our PT2E quantizer
+(pt2e.quantize_pt2e: prepare_pt2e, calibration, convert_pt2e) and return the
+converted graph module, which export checks per layer (qdq_graph.lower_qdq).
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from .capability import IMPLEMENTED, Scheme, refusal, scheme_named
 from .errors import QuantizationError
 from .int4 import GROUP_SIZES, Int4Linear, quantize_int4
 from .plan import QuantizationPlan, shared_copy, with_plan
+from .pt2e import quantize_pt2e
 from .torchao_weights import DequantizedLinear
 
 def check_plan(plan: QuantizationPlan, flavor: str, capabilities: tuple[str, ...] | None,
@@ -67,18 +73,31 @@ def quantize(model: torch.nn.Module, example_inputs=None, scheme: str = "int8_we
              allow_unquantized: bool = False) -> torch.nn.Module:
     """A copy of `model` with its Linear weights quantized by `scheme`.
 
-    `example_inputs` and `calibration` (an iterable of input tuples) are for
-    schemes that quantize activations; the weight-only schemes need neither
-    (a calibration set given to them is refused, not silently ignored).
-    `group_size` (int4 only): input features per scale, one of 32, 64, 128,
-    and it must divide every quantized layer's input features. A scheme TensorRT
-    has but this package does not implement (int8/fp8 W8A8, fp4) is refused,
-    unless `allow_unquantized=True`, which returns the model float and records
-    why for the partition report.
+    "int8_w8a8" / "fp8_w8a8" quantize activations too (Linear and Conv2d,
+    through TensorRTQuantizer): they need `example_inputs` (to export the model)
+    and calibrate on `calibration`, an iterable of input tuples; without one
+    they calibrate on the example inputs and warn. They return a convert_pt2e
+    graph module; export() refuses them where the TensorRT flavour or targets
+    cannot run them (INT8 W8A8 on TensorRT-RTX, FP8 below SM89) unless
+    export's allow_unquantized=True.
+    The weight-only schemes need neither (a calibration set given to them is
+    refused, not silently ignored). `group_size` (int4 only): input features
+    per scale, one of 32, 64, 128, and it must divide every quantized layer's
+    input features. A scheme TensorRT has but this package does not implement
+    (fp4) is refused, unless `allow_unquantized=True`, which returns the model
+    float and records why for the partition report.
     """
     chosen: Scheme = scheme_named(scheme)
     if not isinstance(model, torch.nn.Module):
         raise QuantizationError(f"quantize() takes a torch.nn.Module, got {type(model).__name__}")
+    if chosen.name in ("int8_w8a8", "fp8_w8a8"):
+        if example_inputs is None:
+            raise QuantizationError(f"scheme {chosen.name!r} quantizes activations: pass "
+                                    "example_inputs (a tuple of the model's inputs) so the "
+                                    "model can be exported and calibrated")
+        inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(
+            example_inputs)
+        return quantize_pt2e(model, inputs, chosen.name, calibration)
     linears = _linears(model)
     if not linears:
         raise QuantizationError(
