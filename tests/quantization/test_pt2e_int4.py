@@ -85,3 +85,19 @@ def test_a_group_that_does_not_divide_a_layer_is_refused_naming_it():
                      TensorRTQuantizer("int4_weight_only", group_size=GROUP))
     with pytest.raises(QuantizationError, match="int4 group size 48 is not one of"):
         TensorRTQuantizer("int4_weight_only", group_size=48)
+
+
+def test_a_conv_left_float_by_int4_is_in_the_report(tmp_path, monkeypatch):
+    """PT2E int4 takes Linear layers only: the Conv2d runs float, and the
+    partition report says so instead of leaving it out."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten(),
+                                torch.nn.Linear(8 * 6 * 6, 64)).eval()
+    x = torch.randn(2, 3, 8, 8)
+    gm = convert_pt2e(prepare_pt2e(torch.export.export(model, (x,)).module(),
+                                   TensorRTQuantizer("int4_weight_only", group_size=32)))
+    monkeypatch.setenv("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
+    result = export_program(gm, (x,), tmp_path / "c.pte", progress=None)
+    assert result.report.quantization == {
+        "0": "not quantized: the quantizer left it float (no Q/DQ on it)",
+        "2": "int4 weight-only (group 32)"}

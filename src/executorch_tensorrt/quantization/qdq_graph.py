@@ -207,7 +207,8 @@ def lower_qdq(model: GraphModule, flavor: str, capabilities: tuple[str, ...] | N
             lines[layer] = f"int4 weight-only (group {node.args[1].args[2]})"
             continue
         a_dq = _dq_of(node.args[0])
-        if w_dq is None and a_dq is None:
+        if w_dq is None and a_dq is None:  # e.g. a Conv2d under PT2E int4 (Linear only)
+            lines[layer] = "not quantized: the quantizer left it float (no Q/DQ on it)"
             continue
         weight, why = _problem(gm, w_dq, "weight")
         act, act_why = _problem(gm, a_dq, "activation")
