@@ -10,12 +10,15 @@ fires between the two). `verify MODEL.pte` without a reference runs every
 method on generated inputs, integers inside the recorded index ranges."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from helpers import tensorrt_blobs
+from helpers import child_env, tensorrt_blobs
 from executorch_tensorrt import cli
 from executorch_tensorrt.aot.export import RunCheckError, export_program
 from executorch_tensorrt.aot.run_check import safe_int_range
@@ -232,3 +235,26 @@ def test_the_child_process_check_starts_early_and_catches_a_program_that_cannot_
     result = export_program(Small().eval(), (X,), tmp_path / "good.pte", progress=None)
     assert result.run_check.ok and result.run_check.methods[0].compared
     assert events.count("child started") == 2
+
+
+def test_the_check_child_runs_the_program_without_importing_the_compiler(good):
+    """The child export starts for a big program loads ExecuTorch through its
+    runtime extension: `executorch.runtime` imports `executorch.exir` (the
+    compiler, 70 % of the child's import time), which the check never uses.
+    Read from the child's own import log (-X importtime), on a real check."""
+    from executorch_tensorrt.aot import export_check
+
+    pte, _ = good
+    args = {"path": str(pte), "data": None,
+            "reference": [str(pte.with_suffix(".expected.etensors")), "example inputs"],
+            "tolerance": 1e-3, "int_range": [0, 16]}
+    run = subprocess.run([sys.executable, "-X", "importtime", "-c", export_check.CHILD_START, "-"],
+                         input=json.dumps(args) + "\n", capture_output=True, text=True,
+                         env=child_env(), timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    check = export_check.from_json(run.stdout.strip().splitlines()[-1])
+    assert check.ok and check.methods[0].compared, check.describe()
+    imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "executorch.extension.pybindings._C" in imported  # the log is read right
+    assert not {"executorch.exir", "executorch.runtime"} & imported

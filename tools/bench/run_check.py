@@ -13,11 +13,20 @@ zoo model (tests/aot/zoo.py) exported once with the check on: how many export
 but fail to run, each one's largest |diff| and tolerance, and the check's
 share of that export's time (timed inside the same export: the ratio
 total / (total - check) on a machine too busy for the A/B above).
+`--phases`: mlp67m exported once, then its check run in fresh interpreters
+the way export's child runs it, each phase timed (wall and CPU): imports,
+reference read, program load, method load (the onnxruntime session), run,
+compare; `extension` = how the child starts (export_check.CHILD_START: torch
+and ExecuTorch's extension), `runtime` = through `executorch.runtime` (as
+before), alternately, `--repeats` times each.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -79,6 +88,74 @@ def export_once(build, folder: str, run_check: bool):
     return time.perf_counter() - start, spent, check
 
 
+PHASES = ("imports: torch + ExecuTorch", "imports: executorch_tensorrt", "reference read",
+          "program load", "method load (onnxruntime session)", "run", "compare")
+
+
+def phases_child(start: str, folder: str) -> None:
+    """In a fresh interpreter: the check's phases, timed; prints one JSON line."""
+    marks, last = [], (time.perf_counter(), time.process_time())
+
+    def mark() -> None:
+        nonlocal last
+        now = (time.perf_counter(), time.process_time())
+        marks.append([now[0] - last[0], now[1] - last[1]])
+        last = now
+
+    if start == "runtime":
+        import executorch.runtime  # noqa: F401  (imports torch and executorch.exir)
+    else:
+        import torch  # noqa: F401
+        from executorch.extension.pybindings import _C  # noqa: F401
+    mark()
+    from executorch_tensorrt.aot.run_check import load_program, stored_case
+    from executorch_tensorrt.program import tensor_file as tf
+    from executorch_tensorrt.program.compare import compare_tensors
+    from executorch_tensorrt.runtime.executor import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
+    mark()
+    case = stored_case(Path(folder) / "m.expected.etensors", "example inputs")
+    mark()
+    os.environ[FALLBACK_ENV] = FALLBACK_ONNXRUNTIME
+    program = load_program(Path(folder) / "m.pte", None)
+    mark()
+    method = program.load_method("forward")
+    mark()
+    outputs = method(list(case.inputs))
+    mark()
+    got = [tf.from_torch(f"output.{i}", o) for i, o in enumerate(outputs)]
+    ok = all(r.ok for r in compare_tensors(case.expected, got, 1e-3, 0.0))
+    mark()
+    print(json.dumps({"ok": ok, "phases": marks}))
+
+
+def phases(repeats: int) -> None:
+    import big_models
+
+    from executorch_tensorrt.aot.export import export_program
+
+    with tempfile.TemporaryDirectory(prefix="bench_check_phases_") as folder:
+        model, inputs = big_models.build_model("mlp67m")
+        export_program(model, inputs, Path(folder) / "m.pte", progress=None, run_check=False)
+        runs = {"extension": [], "runtime": []}
+        for _ in range(repeats):
+            for start in runs:
+                out = subprocess.run([sys.executable, __file__, "--phases-child", start, folder],
+                                     capture_output=True, text=True, check=True)
+                row = json.loads(out.stdout.strip().splitlines()[-1])
+                assert row["ok"], row
+                runs[start].append(row["phases"])
+    print("| phase | " + " | ".join(f"{s}: wall s | {s}: CPU s" for s in runs) + " |")
+    print("|---|" + "---|---|" * len(runs))
+    for i, name in enumerate(PHASES + ("whole",)):
+        cells = []
+        for rows in runs.values():
+            for k in (0, 1):
+                per = [sum(r[j][k] for j in range(len(PHASES))) if name == "whole" else r[i][k]
+                       for r in rows]
+                cells.append(f"{statistics.median(per):.2f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     import warnings
 
@@ -86,8 +163,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--zoo", action="store_true")
     ap.add_argument("--only", nargs="*", help="A/B only these models (names as printed)")
+    ap.add_argument("--phases", action="store_true", help="time the check child's phases")
+    ap.add_argument("--phases-child", nargs=2, metavar=("START", "DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     warnings.simplefilter("ignore")
+    if args.phases_child:
+        return phases_child(*args.phases_child)
+    if args.phases:
+        return phases(args.repeats)
     with tempfile.TemporaryDirectory(prefix="bench_run_check_") as folder:
         if args.zoo:
             print("| model | ran | largest \\|diff\\| | tolerance | executors | export s | "

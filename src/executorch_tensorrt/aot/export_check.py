@@ -13,10 +13,13 @@ limit the interpreter's start (seconds) would cost more than the check.
     python -m executorch_tensorrt.aot.export_check -   (ARGS_JSON on standard input)
 
 prints the RunCheck as JSON on its last line of standard output. The child's
-imports (torch, ExecuTorch, onnxruntime: seconds) cost more than the check
-itself, so export starts it with `-` as soon as it knows the weights are
-big (start_check_child) and hands it the arguments when the program is
-written: the imports overlap the export instead of following it.
+imports cost more than the check itself, so export starts it with `-` as
+soon as it knows the weights are big (start_check_child) and hands it the
+arguments when the program is written. It starts through CHILD_START, not
+`-m`: torch and ExecuTorch's runtime extension are imported before this
+package, whose import would otherwise load ExecuTorch through
+`executorch.runtime` and with it `executorch.exir`, the compiler (about 7 s
+of CPU of the child's 10: docs/verification.md).
 """
 from __future__ import annotations
 
@@ -36,6 +39,12 @@ from .run_check import (MethodRunCheck, RunCheck, check_program, safe_int_range,
 
 IN_PROCESS_LIMIT = 32 * 1024 * 1024  # .pte + .ptd bytes run in the exporting process
 STDERR_SHOWN = 2000
+# The extension before the package: the adapter's loader then finds
+# libexecutorch.so loaded and imports nothing more to get it (run_check.load_program).
+CHILD_START = ("import sys, torch\n"
+               "from executorch.extension.pybindings import _C\n"
+               "from executorch_tensorrt.aot.export_check import main\n"
+               "main(sys.argv[1:])\n")
 
 
 def checks_in_child(nbytes: int) -> bool:
@@ -58,7 +67,7 @@ def start_check_child() -> subprocess.Popen:
     """A check child that imports what it needs now and waits for its
     arguments on standard input (check_in_child); stop_check_child when
     export does not use it."""
-    return subprocess.Popen([sys.executable, "-m", __name__, "-"], stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", CHILD_START, "-"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -146,10 +155,10 @@ def _export_run_check(path, data_paths, methods, eager, expected_file, device_re
 
 def main(argv: list[str]) -> None:
     if argv[0] == "-":  # started early: import what the check runs with, then wait
-        import executorch.runtime  # noqa: F401
         import torch  # noqa: F401
+        from executorch.extension.pybindings import _C  # noqa: F401
 
-        from .. import runtime  # noqa: F401
+        from ..runtime import callbacks  # noqa: F401
         line = sys.stdin.readline()
         if not line.strip():
             return  # export did not need this child

@@ -10,8 +10,8 @@ issue 19), and then reports only whether each method ran.
 
 TensorRT is tried first, as at any load; where it cannot serve this process
 (no GPU), the onnxruntime fallback runs the partitions, and the result says
-which executors ran. Imports torch and ExecuTorch's runtime only when a check
-runs.
+which executors ran. Imports torch and ExecuTorch's runtime extension only when
+a check runs; never `executorch.runtime` (load_program says why).
 """
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def generated_inputs(method, int_range: tuple[int, int]) -> list:
     from ..dtypes import by_scalar_type
 
     gen = torch.Generator().manual_seed(0)
-    meta, inputs = method.metadata, []
+    meta, inputs = method.method_meta(), []
     for i in range(meta.num_inputs()):
         try:
             tm = meta.input_tensor_meta(i)
@@ -209,6 +209,22 @@ def _compare(expected: list[tf.Tensor], got: list[tf.Tensor], tol: float) -> tup
     return worst, allowed, mismatch
 
 
+def load_program(path: str | Path, data_path: str | Path | None):
+    """The program loaded by ExecuTorch's runtime extension: the call
+    `executorch.runtime.Runtime.load_program` makes for a path (same C++
+    runtime, same loader, same verification), without that module, whose
+    import pulls in `executorch.exir` (the compiler: about 7 s of CPU in a fresh
+    interpreter, 70 % of the check child's imports, docs/verification.md)."""
+    from executorch.extension.pybindings import _C
+
+    return _C._load_program(str(path), program_verification=_C.Verification.InternalConsistency,
+                            data_path=None if data_path is None else str(data_path))
+
+
+def method_names(program) -> list[str]:
+    return sorted(program.get_method_name(i) for i in range(program.num_methods()))
+
+
 def check_program(path: str | Path, data_path: str | Path | None,
                   cases: dict[str, MethodCase], tolerance: float,
                   int_range: tuple[int, int] = (0, GENERATED_INT_HIGH)) -> RunCheck:
@@ -217,23 +233,21 @@ def check_program(path: str | Path, data_path: str | Path | None,
     for a method without a case, on generated inputs. Never raises for the
     program's own failures: they are the result."""
     import executorch_tensorrt
-    from executorch.runtime import Runtime
 
     from ..runtime import callbacks
 
     executorch_tensorrt.register()
-    extra = {"data_path": str(data_path)} if data_path is not None else {}
     results = []
     with _fallback_allowed():
         try:
-            program = Runtime.get().load_program(str(path), **extra)
+            program = load_program(path, data_path)
         except Exception as e:  # noqa: BLE001 - ExecuTorch raises RuntimeError with a code
             return RunCheck(tuple(MethodRunCheck(m, False, c.source, f"loading the program: "
                                                  f"{_error(e)}") for m, c in cases.items())
                             or (MethodRunCheck("*", False, "-", _error(e)),))
         # Only the executors this program makes (others may be live in the process).
         before = {id(e) for e in callbacks.install().live_executors()}
-        for name in sorted(program.method_names):
+        for name in method_names(program):
             case = cases.get(name, MethodCase(source="generated inputs"))
             results.append(_run_method(program, name, case, tolerance, int_range, before))
         del program  # the executors go with it
@@ -253,7 +267,7 @@ def _run_method(program, name: str, case: MethodCase, tolerance: float,
     except ValueError as e:
         return MethodRunCheck(name, False, case.source, str(e))
     try:
-        outputs = method.execute(list(inputs))
+        outputs = method(list(inputs))
     except Exception as e:  # noqa: BLE001
         return MethodRunCheck(name, False, case.source, f"running it: {_error(e)}")
     kinds = tuple(sorted({e.kind for e in callbacks.install().live_executors()
