@@ -115,12 +115,13 @@ def _read_up_to(fd: int, n: int) -> bytes:
     data = os.read(fd, n)
     if len(data) == n or not data:
         return data
-    parts = [data]
-    while n > sum(map(len, parts)):
-        more = os.read(fd, n - sum(map(len, parts)))
+    parts, got = [data], len(data)
+    while got < n:
+        more = os.read(fd, n - got)
         if not more:
             break
         parts.append(more)
+        got += len(more)
     return b"".join(parts)
 
 
