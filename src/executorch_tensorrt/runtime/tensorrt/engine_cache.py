@@ -71,7 +71,7 @@ class EntryFacts:
                           | {"build_seconds": self.build_seconds}, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, data: bytes, where: Path) -> "EntryFacts":
+    def from_json(cls, data: bytes, where: Callable[[], Path]) -> "EntryFacts":
         try:
             raw = json.loads(data)
             values = {k: raw[k] for k, _ in cls._COMPARED}
@@ -82,7 +82,7 @@ class EntryFacts:
                                                 and 0 <= seconds < 1e7))):
                 raise ValueError("a field has the wrong type or size")
         except (ValueError, KeyError, TypeError) as e:
-            raise CacheUnusable(f"{where} has unreadable build facts ({e})") from None
+            raise CacheUnusable(f"{where()} has unreadable build facts ({e})") from None
         return cls(**values, build_seconds=None if seconds is None else float(seconds))
 
     def mismatch(self, wanted: "EntryFacts") -> str | None:
@@ -109,7 +109,30 @@ def _note(message: str) -> None:
     print(f"[executorch_tensorrt] engine cache: {message}", file=sys.stderr, flush=True)
 
 
-def _check_ours(st: os.stat_result, what: str) -> None:
+def _read_up_to(fd: int, n: int) -> bytes:
+    """Up to `n` bytes from `fd`'s position: fewer only at its end (a single
+    read returns at most about 2 GiB on Linux)."""
+    data = os.read(fd, n)
+    if len(data) == n or not data:
+        return data
+    parts, got = [data], len(data)
+    while got < n:
+        more = os.read(fd, n - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def _check_ours(st: os.stat_result, what: str | Callable[[], str]) -> None:
+    """`what` names the file in the error; a callable is formed only on failure
+    (a path formed on every lookup was a measurable part of a load's)."""
+    if not st.st_uid == os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        _refuse_foreign(st, what() if callable(what) else what)
+
+
+def _refuse_foreign(st: os.stat_result, what: str) -> None:
     if st.st_uid != os.geteuid():
         raise CacheUnusable(f"{what} is owned by uid {st.st_uid}, not by this user "
                             f"(uid {os.geteuid()}), so its content cannot be trusted")
@@ -149,10 +172,12 @@ class EngineCache:
             except FileExistsError:
                 pass
 
-    def _open_folder(self) -> tuple[int, Path]:
-        """A descriptor of the verified cache folder and its path."""
+    def _open_folder(self, create: bool = True) -> tuple[int, Path]:
+        """A descriptor of the verified cache folder and its path; without
+        `create`, a missing folder raises FileNotFoundError."""
         path = self.directory
-        self._make(path)
+        if create:
+            self._make(path)
         fd = _open_dir(path)
         try:
             st = os.fstat(fd)
@@ -204,13 +229,13 @@ class EngineCache:
             if e.errno == errno.ELOOP:
                 raise CacheUnusable(f"{where / name} is a symbolic link") from None
             raise
-        with os.fdopen(entry, "rb") as f:
-            st = os.fstat(f.fileno())
+        try:  # unbuffered reads of the descriptor: a file object cost more than the reads
+            st = os.fstat(entry)
             if not stat.S_ISREG(st.st_mode):
                 raise CacheUnusable(f"{where / name} is not a regular file")
-            _check_ours(st, str(where / name))
+            _check_ours(st, lambda: str(where / name))
             # Read in parts, so the engine is read once and never copied.
-            head = f.read(_HEADER.size)
+            head = _read_up_to(entry, _HEADER.size)
             if len(head) < _HEADER.size:
                 raise CacheUnusable(f"{where / name} is too short to be a cache entry")
             magic, key_digest, length, digest = _HEADER.unpack(head)
@@ -218,21 +243,25 @@ class EngineCache:
                 raise CacheUnusable(f"{where / name} is not an entry this cache wrote")
             prefix, facts_json = b"", None
             if magic == MAGIC_FACTS:
-                prefix = f.read(_FACTS_LEN.size)
+                prefix = _read_up_to(entry, _FACTS_LEN.size)
                 (size,) = (_FACTS_LEN.unpack(prefix) if len(prefix) == _FACTS_LEN.size
                            else (None,))
-                facts_json = f.read(size) if size is not None and size <= _MAX_FACTS else b""
+                facts_json = (_read_up_to(entry, size) if size is not None and size <= _MAX_FACTS
+                              else b"")
                 if size is None or len(facts_json) != size:
                     raise CacheUnusable(f"{where / name} has a build-facts length past its end")
                 prefix += facts_json
-            engine = f.read()
+            # The rest of the file as fstat sized it: what is checked below is what is used.
+            engine = _read_up_to(entry, max(st.st_size - _HEADER.size - len(prefix), 0))
+        finally:
+            os.close(entry)
         checked = hashlib.sha256(prefix)
         checked.update(engine)
         if length != len(prefix) + len(engine) or checked.digest() != digest:
             raise CacheUnusable(f"{where / name} does not match its recorded length and "
                                 "SHA-256 (truncated or modified)")
-        facts = (EntryFacts.from_json(facts_json, where / name) if facts_json is not None
-                 else None)
+        facts = (EntryFacts.from_json(facts_json, lambda: where / name)
+                 if facts_json is not None else None)
         if wanted is not None:
             why = (facts.mismatch(wanted) if facts is not None
                    else "it does not record what it was built for")
@@ -330,10 +359,10 @@ class EngineCache:
         reads only, never builds, locks or removes (for `inspect`)."""
         if not _KEY.fullmatch(key):
             raise ValueError(f"cache key {key!r} is not a plain name ([0-9A-Za-z_.-], 1-128)")
-        if not os.path.lexists(self.directory):
-            return None, None
         try:
-            fd, where = self._open_folder()
+            fd, where = self._open_folder(create=False)
+        except FileNotFoundError:
+            return None, None
         except (CacheUnusable, OSError) as e:
             return None, f"the cache folder is not used: {e}"
         try:

@@ -87,10 +87,12 @@ def program_key(blob: Blob, onnx_bytes: bytes,
     named-data key, nbytes): the keys are digests of the bytes, so the digest
     needs no weight bytes (inspect computes it from the metadata alone)."""
     meta = blob.meta
-    json_form = meta.to_json()  # what the blob records, as it records it
+    # The profiles as the blob records them (BlobMetadata.to_json's values for
+    # these keys; the whole object is not formed: it was most of a load's lookup).
+    profiles = None if meta.profiles is None else [p.to_json() for p in meta.profiles]
     weights_id = json.dumps([list(w) for w in weights])
-    key_data = json.dumps([json_form.get("profiles"), meta.build.precision, weights_id]
-                          + ([json_form["optimization_profiles"]]
+    key_data = json.dumps([profiles, meta.build.precision, weights_id]
+                          + ([[[p.to_json() for p in one] for one in meta.optimization_profiles]]
                              if meta.optimization_profiles is not None else []),
                           sort_keys=True).encode()
     digest = hashlib.sha256(onnx_bytes)
