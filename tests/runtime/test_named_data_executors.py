@@ -1,7 +1,7 @@
 """Executors over named-data weights, at the executor level (the adapter's
 path is in test_named_data_program.py): the onnxruntime fallback reads the
 weights where they lie (zero-copy, shown by changing them after the session
-exists), upcasts fp16 into arrays it owns, and refuses missing or
+exists) unless the partition is small enough to prepack, upcasts fp16 into arrays it owns, and refuses missing or
 mismatched named data by name; the TensorRT side builds an "engine": "none"
 partition from the weightless ONNX plus the weights by address, and refits a
 stripped engine in TensorRT's order (through a stand-in refitter: refitting
@@ -17,13 +17,15 @@ from onnx import numpy_helper
 
 import named_data_programs as nd
 from executorch_tensorrt.blob import read_blob
-from executorch_tensorrt.errors import InvalidProgramError, NamedDataError, RebuildImpossible
+from executorch_tensorrt.errors import (ArgumentError, InvalidProgramError, NamedDataError,
+                                       RebuildImpossible)
 from executorch_tensorrt.runtime.adapter import abi
 from executorch_tensorrt.runtime.tensorrt.portability import rebuilt_engine
 from executorch_tensorrt.runtime.tensorrt.refit import refit_engine
 from executorch_tensorrt.runtime.choose import create_executor
 from executorch_tensorrt.runtime.named_data import InMemoryNamedData, blob_weights
 from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
+from executorch_tensorrt.runtime.onnxruntime import named_weights
 from executorch_tensorrt.runtime.onnxruntime.named_weights import PREPACK_ENV
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from executorch_tensorrt.tensorrt.engine_builder import build_engine
@@ -66,7 +68,9 @@ def fallback(dtype="float32", **kw):
 
 
 def test_onnxruntime_reads_the_weights_in_place(monkeypatch):
+    """A partition over the prepacking limit (here: any) reads its weights in place."""
     monkeypatch.delenv(PREPACK_ENV, raising=False)
+    monkeypatch.setattr(named_weights, "PREPACK_LIMIT", 0)
     blob, named, backing, b = fallback()
     executor = create_executor(blob, "onnxruntime", named)  # the path init takes
     assert executor.kind == "onnxruntime" and executor.weights.copied_bytes == 0
@@ -87,6 +91,42 @@ def test_prepacking_option_packs_a_copy(monkeypatch):
     backing *= 2
     np.testing.assert_allclose(run(executor, X), before, rtol=1e-6)
     executor.close()
+
+
+def packed(executor, backing: np.ndarray, b: np.ndarray) -> bool:
+    """True when onnxruntime packed its own copy of the weight: a change of the
+    named data after the session was made is not seen."""
+    before = X @ backing + b
+    backing *= 2
+    got = run(executor, X)
+    executor.close()
+    if np.allclose(got, before, rtol=1e-6):
+        return True
+    np.testing.assert_allclose(got, X @ backing + b, rtol=1e-6)
+    return False
+
+
+@pytest.mark.parametrize("env,limit,want", [
+    ("", None, True),     # unset: a partition within PREPACK_LIMIT is packed
+    ("", 0, False),       # unset: one over it keeps one copy
+    ("0", None, False),   # 0: never
+    ("1", 0, True),       # 1: always
+])
+def test_prepacking_by_size_and_by_choice(monkeypatch, env, limit, want):
+    monkeypatch.setenv(PREPACK_ENV, env)
+    if limit is not None:
+        monkeypatch.setattr(named_weights, "PREPACK_LIMIT", limit)
+    blob, named, backing, b = fallback()
+    executor = OnnxRuntimeExecutor(blob, named)
+    assert executor.weights.packable_bytes == backing.nbytes  # the MatMul's weight, not b
+    assert packed(executor, backing, b) is want
+
+
+def test_a_bad_prepacking_choice_is_refused(monkeypatch):
+    monkeypatch.setenv(PREPACK_ENV, "maybe")
+    blob, named, _, _ = fallback()
+    with pytest.raises(ArgumentError, match=f"{PREPACK_ENV}='maybe' is not a prepacking"):
+        OnnxRuntimeExecutor(blob, named)
 
 
 def test_fp16_weights_are_upcast_into_owned_arrays():

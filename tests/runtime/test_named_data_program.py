@@ -17,6 +17,7 @@ import torch
 
 import named_data_programs as nd
 from helpers import FALLBACK, child_env
+from executorch_tensorrt.runtime.onnxruntime import named_weights
 
 W, B = nd.weights()
 KEY = nd.key_of(W.tobytes())
@@ -47,7 +48,9 @@ def expected(w) -> np.ndarray:
     return X.numpy() @ w + B
 
 
-def test_weights_in_a_ptd_are_read_in_place(programs, allow_fallback, tmp_path):
+def test_weights_in_a_ptd_are_read_in_place(programs, allow_fallback, tmp_path, monkeypatch):
+    # A partition over the prepacking limit (here: any); small ones get a packed copy.
+    monkeypatch.setattr(named_weights, "PREPACK_LIMIT", 0)
     pte, ptd = programs["external"]
     assert ptd.name == "external.ptd" and W.tobytes() not in pte.read_bytes()
     copy = tmp_path / "external.ptd"  # changed below: keep the module's file intact

@@ -27,6 +27,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -175,7 +176,8 @@ def table(rows: list[Row], calls: int, repeats: int, note: str,
 
     load = os.getloadavg()
     lines = [SECTION, "",
-             f"Measured 2026-12-02 by `tools/bench/vision_models.py` on {platform.machine()} "
+             f"Measured {time.strftime('%Y-%m-%d')} by `tools/bench/vision_models.py` on "
+             f"{platform.machine()} "
              f"({os.cpu_count()} CPU cores shared with other jobs, load average "
              f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} at the end), torch "
              f"{torch.__version__}, random weights, one child process per model and thread count "

@@ -28,6 +28,8 @@ import os
 import threading
 from ctypes import POINTER, byref, c_char_p, c_int, c_int64, c_size_t, c_uint32, c_void_p
 
+from .threads import OrtThreads
+
 from ...dtypes import DTYPES
 
 API_VERSION = 13  # any version the library supports that has every slot below
@@ -215,11 +217,12 @@ class OrtApi:
 class OrtSession:
     """One onnxruntime session over a model held in memory; run() keeps the GIL."""
 
-    def __init__(self, model: bytes, intra_op_threads: int = 0,
+    def __init__(self, model: bytes, threads: OrtThreads = OrtThreads(),
                  timings_prefix: str | None = None, configure=None):
         """`configure(api, options)`, when given, adds to the session options
         before the session is created (ort_named_weights.py feeds weights so);
-        whatever it hands onnxruntime must outlive this session."""
+        whatever it hands onnxruntime must outlive this session. `threads`:
+        threads.py (the executor reads it from the environment)."""
         self.api = api = OrtApi.get()
         self.session = None
         options = api._out(api.CreateSessionOptions, "CreateSessionOptions")
@@ -248,7 +251,7 @@ class OrtSession:
                 api.check(api.EnableProfiling(options, timings_prefix.encode()), "EnableProfiling")
             api.check(api.SetSessionLogSeverityLevel(options, _ORT_LOGGING_LEVEL_ERROR),
                       "SetSessionLogSeverityLevel")
-            api.check(api.SetIntraOpNumThreads(options, intra_op_threads), "SetIntraOpNumThreads")
+            threads.configure(api, options)
             self.session = api._out(api.CreateSessionFromArray, "CreateSessionFromArray",
                                     api.env, model, len(model), options)
         finally:

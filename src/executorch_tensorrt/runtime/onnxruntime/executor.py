@@ -9,7 +9,6 @@ driver API, which it says once on stderr.
 from __future__ import annotations
 
 import ctypes
-import os
 
 import numpy as np
 
@@ -35,27 +34,11 @@ from ..onnx_safety import self_contained_onnx
 from .upcast import has_bfloat16, upcast_to_fp32
 from ..named_data import NamedData, blob_weights
 from .capi import ELEMENT_TYPE_NAMES, OrtApi, OrtSession
-from .named_weights import OrtNamedWeights, layout_movable
+from .named_weights import OrtNamedWeights, layout_movable, packable
 from .node_timings import OrtNodeTimings
+from .threads import OrtThreads
 from ..state import ExecutorState, aliased_pairs, fp32_state, state_specs
 from .state import OrtStatefulSession, reflect_aliases
-
-
-ORT_THREADS_ENV = "EXECUTORCH_TENSORRT_ORT_THREADS"
-
-
-def ort_intra_op_threads() -> int:
-    """onnxruntime's intra-op threads per fallback session: ORT_THREADS_ENV, or 0
-    (onnxruntime's default, one per core). Tiny graphs (a small decoder's
-    token) run faster on 1: waking the pool costs more than it saves."""
-    text = os.environ.get(ORT_THREADS_ENV, "").strip()
-    if not text:
-        return 0
-    if not text.isdigit():
-        raise ArgumentError(f"{ORT_THREADS_ENV}={text!r} is not a thread count: set a whole "
-                            "number (1 for one thread; 0 or unset for onnxruntime's default, "
-                            "one thread per core)")
-    return int(text)
 
 
 # numpy dtype -> ONNXTensorElementDataType (dtypes.py's rows that numpy has)
@@ -108,16 +91,17 @@ class OnnxRuntimeExecutor(Executor):
             model = upcast_to_fp32(model, [_ORT_ELEMENT_TYPES.get(b.dtype) for b in self.inputs],
                                    [_ORT_ELEMENT_TYPES.get(b.dtype) for b in self.outputs])
         # Weights stay in the named data (ort_named_weights.py); released in close().
+        names = [w.name for w in weights]
         self.weights = OrtNamedWeights(
-            OrtApi.get(), weights, upcast,
-            movable=layout_movable(model, [w.name for w in weights])) if weights else None
+            OrtApi.get(), weights, upcast, movable=layout_movable(model, names),
+            packable=packable(model, names)) if weights else None
         configure = self.weights.configure if self.weights else None
         # Per-node times only when asked (EXECUTORCH_TENSORRT_PROFILE_NODES=1).
         self.node_timings = (OrtNodeTimings(model, configure) if profiling.nodes_requested()
                               else None)
         try:
             self.session = (self.node_timings.new_session() if self.node_timings
-                            else OrtSession(model, intra_op_threads=ort_intra_op_threads(),
+                            else OrtSession(model, threads=OrtThreads.from_environment(),
                                             configure=configure))
         except BaseException:
             if self.weights is not None:

@@ -10,11 +10,11 @@ which onnxruntime neither copies the weights nor resolves the location
 (AddExternalInitializers alone copies; AddInitializer alone refuses an
 EXTERNAL initializer).
 
-Trade-off: without prepacking, MatMul/Gemm/Conv kernels read the weights in
-their stored layout on every call (slower on large matrices); prepacking
-keeps one packed copy of those weights per session instead, which costs
-their size in memory but runs faster. EXECUTORCH_TENSORRT_ORT_PREPACK=1
-turns prepacking back on.
+Trade-off: without prepacking, MatMul/Gemm kernels pack the weights on every
+call (slower); prepacking keeps one packed copy of those weights per session
+instead, which costs their size in memory but runs faster. So a partition
+whose MatMul/Gemm weights total at most PREPACK_LIMIT is packed, a bigger one
+is not; EXECUTORCH_TENSORRT_ORT_PREPACK=1 or 0 decides for every partition.
 
 Exception (issue #21): onnxruntime's transpose optimizer (the level-1
 "TransposeOptimizer" and the per-EP "TransposeOptimizer_CPUExecutionProvider")
@@ -38,16 +38,18 @@ here: that copy is the upcast itself and cannot be avoided.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 
 import numpy as np
 import onnx
 
+from ...errors import ArgumentError
 from ..named_data import WeightBuffer
 from ..onnx_safety import ONNX_DTYPES
 
-__all__ = ["PREPACK_ENV", "IN_PLACE_CONSUMERS", "OrtNamedWeights", "layout_movable",
-           "prepacking_requested"]
+__all__ = ["PREPACK_ENV", "PREPACK_LIMIT", "IN_PLACE_CONSUMERS", "OrtNamedWeights",
+           "layout_movable", "packable", "prepacking_requested"]
 
 PREPACK_ENV = "EXECUTORCH_TENSORRT_ORT_PREPACK"
 _FLOAT = ONNX_DTYPES["float32"]
@@ -56,6 +58,14 @@ _EMPTY = ctypes.c_uint64(0)  # onnxruntime refuses a NULL buffer, even for an em
 
 #: Ops whose weight inputs onnxruntime's transpose optimizer never rewrites.
 IN_PLACE_CONSUMERS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Gather"})
+# fp32 kernels whose constant B onnxruntime's CPU provider packs once at session
+# creation unless prepacking is off (its MatMul and Gemm PrePack).
+_PACKED_BY = frozenset({"MatMul", "Gemm"})
+#: With PREPACK_ENV unset, prepacking is on when a partition's MatMul/Gemm
+#: weights total at most this: small models (LeViT-128S: 33 MB) run up to 1.2x
+#: faster packed (docs/benchmarks.md), and the packed copy costs at most this
+#: much memory per partition; bigger ones (LLMs) keep one copy of their weights.
+PREPACK_LIMIT = 48 << 20
 
 
 def _nodes(graph: onnx.GraphProto):
@@ -67,18 +77,38 @@ def _nodes(graph: onnx.GraphProto):
                 yield from _nodes(sub)
 
 
+def _read_by(model: bytes, names: list[str], inside: bool, ops: frozenset[str]):
+    wanted = set(names)
+    graph = onnx.load_model_from_string(model).graph
+    return frozenset(name for node in _nodes(graph) if (node.op_type in ops) == inside
+                     for name in node.input if name in wanted)
+
+
 def layout_movable(model: bytes, names: list[str]) -> frozenset[str]:
     """The weights in `names` that some node outside IN_PLACE_CONSUMERS reads:
     onnxruntime's transpose optimizer may re-lay them out, so they must be
     onnxruntime's own copies (module docstring)."""
-    wanted = set(names)
-    graph = onnx.load_model_from_string(model).graph
-    return frozenset(name for node in _nodes(graph) if node.op_type not in IN_PLACE_CONSUMERS
-                     for name in node.input if name in wanted)
+    return _read_by(model, names, False, IN_PLACE_CONSUMERS)
 
 
-def prepacking_requested() -> bool:
-    return os.environ.get(PREPACK_ENV, "").strip().lower() in ("1", "on", "true", "yes")
+def packable(model: bytes, names: list[str]) -> frozenset[str]:
+    """The weights in `names` that a MatMul or Gemm reads: what prepacking copies."""
+    return _read_by(model, names, True, _PACKED_BY)
+
+
+def prepacking_requested() -> bool | None:
+    """PREPACK_ENV: True (1/on), False (0/off), None when unset (by size)."""
+    text = os.environ.get(PREPACK_ENV, "").strip().lower()
+    if not text:
+        return None
+    if text in ("1", "on", "true", "yes"):
+        return True
+    if text in ("0", "off", "false", "no"):
+        return False
+    raise ArgumentError(f"{PREPACK_ENV}={text!r} is not a prepacking choice: set 1 (pack "
+                        "every partition's MatMul/Gemm weights), 0 (never; one copy of the "
+                        "weights) or leave it unset (pack partitions whose MatMul/Gemm "
+                        f"weights are {PREPACK_LIMIT >> 20} MiB or less)")
 
 
 def _as_float32(w: WeightBuffer) -> np.ndarray:
@@ -94,12 +124,17 @@ class OrtNamedWeights:
     object (and the named data) alive as long as any session made with it."""
 
     def __init__(self, api, weights: list[WeightBuffer], upcast: bool,
-                 prepack: bool | None = None, movable: frozenset[str] = frozenset()):
+                 prepack: bool | None = None, movable: frozenset[str] = frozenset(),
+                 packable: frozenset[str] = frozenset()):
         self.api = api
         # Weights onnxruntime copies so its layout rewrites stick (layout_movable).
         self.movable = movable
         self.movable_bytes = sum(w.nbytes for w in weights if w.name in movable)
-        self.prepack = prepacking_requested() if prepack is None else prepack
+        # What prepacking would copy (packable()), counted as fp32, which it computes in.
+        self.packable_bytes = sum(math.prod(w.shape) * 4 for w in weights if w.name in packable)
+        if prepack is None:
+            prepack = prepacking_requested()
+        self.prepack = self.packable_bytes <= PREPACK_LIMIT if prepack is None else prepack
         self.copied_bytes = 0  # bytes the upcast copied (0 for fp32 partitions)
         self._arrays: list[np.ndarray] = []  # upcast copies
         self._weights = weights  # keeps the views' exporters alive

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 
 from .capi import OrtSession
+from .threads import OrtThreads
 
 _KERNEL_SUFFIX = "_kernel_time"
 
@@ -29,7 +30,8 @@ class OrtNodeTimings:
         self.directory = tempfile.mkdtemp(prefix="executorch_tensorrt_ort_profile_")
 
     def new_session(self) -> OrtSession:
-        return OrtSession(self.model, timings_prefix=os.path.join(self.directory, "call"),
+        return OrtSession(self.model, threads=OrtThreads.from_environment(),
+                          timings_prefix=os.path.join(self.directory, "call"),
                           configure=self.configure)
 
     def last_run_nodes(self, session: OrtSession, run_start_ns: int) -> list[tuple[str, int, int]]:
