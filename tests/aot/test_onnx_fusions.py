@@ -222,7 +222,8 @@ def _projections_model(head_dims: tuple[int, int, int]) -> onnx.ModelProto:
                                           f"shape_{name}")]
         nodes += [helper.make_node("MatMul", ["x", f"w_{name}"], [f"mm_{name}"]),
                   helper.make_node("Add", [f"mm_{name}", f"b_{name}"], [f"lin_{name}"]),
-                  helper.make_node("Reshape", [f"lin_{name}", f"shape_{name}"], [f"heads_{name}"]),
+                  helper.make_node("Reshape", [f"lin_{name}", f"shape_{name}"], [f"heads_{name}"],
+                                   allowzero=1),  # as the exporter writes it
                   helper.make_node("Transpose", [f"heads_{name}"], [name], perm=[0, 2, 1, 3])]
         outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(

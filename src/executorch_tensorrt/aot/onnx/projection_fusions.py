@@ -143,8 +143,7 @@ def sink_split_below_heads(graph: ir.Graph, split: ir.Node) -> bool:
     reshapes, transposes, targets = [], [], []
     for out in split.outputs:
         reshape = only_reader(out)
-        if (reshape is None or reshape.op_type != "Reshape" or reshape.inputs[0] is not out
-                or reshape.attributes.get_int("allowzero", 0) != 0):
+        if reshape is None or reshape.op_type != "Reshape" or reshape.inputs[0] is not out:
             return False
         target = ints(reshape.inputs[1])
         transpose = only_reader(reshape.outputs[0])
@@ -155,8 +154,7 @@ def sink_split_below_heads(graph: ir.Graph, split: ir.Node) -> bool:
         transposes.append(transpose)
         targets.append(target)
     rank, heads = len(targets[0]), [t[-2] for t in targets]
-    # A 0 copies the input's dimension: the split axis differs between the parts.
-    if 0 in targets[0][len(y.shape) - 1:-2]:
+    if any(0 in t for t in targets):  # a 0 may copy an input dimension (allowzero=0)
         return False
     head_dim = targets[0][-1]
     perm = transposes[0].attributes.get_ints("perm", None)
@@ -168,7 +166,8 @@ def sink_split_below_heads(graph: ir.Graph, split: ir.Node) -> bool:
     shape = _initializer(graph, f"{reshapes[0].name}_all_heads",
                          np.array([*targets[0][:-2], sum(heads), head_dim], np.int64),
                          ir.DataType.INT64)
-    reshape = _node("Reshape", [y, shape], reshapes[0], None)
+    reshape = _node("Reshape", [y, shape], reshapes[0], None,
+                    list(reshapes[0].attributes.values()))
     transpose = _node("Transpose", [reshape.outputs[0]], transposes[0], None,
                       [ir.AttrInt64s("perm", list(perm))])
     counts = _initializer(graph, f"{split.name}_heads", np.array(heads, np.int64),
