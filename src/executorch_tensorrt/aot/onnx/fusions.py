@@ -11,7 +11,8 @@ them as the standard ops (Gelu, opset 20; RMSNormalization and
 RotaryEmbedding, opset 23; MatMul on 4-D operands) helps both: TensorRT-RTX's
 parser and builder take all four (tests/aot/test_onnx_fusions.py). Vision
 transformers' chains (the safe softmax, hardswish, Linear + BatchNorm) have
-their rules in vision_fusions.py.
+their rules in vision_fusions.py, an attention block's Q/K/V projections in
+projection_fusions.py.
 
 Every rule checks that the intermediate values it removes have no other
 reader and are not graph outputs, so a chain that is used elsewhere is left
