@@ -57,6 +57,23 @@ class Attention(nn.Module):
         return torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, dim=-1) @ v
 
 
+class Projections(nn.Module):
+    """An attention block's Q/K/V projections of one input, split into heads
+    (grouped-query: fewer K/V heads), with or without biases."""
+
+    def __init__(self, bias: bool, heads: int = 4, kv_heads: int = 2, head_dim: int = 8):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.q = nn.Linear(32, heads * head_dim, bias=bias)
+        self.k, self.v = (nn.Linear(32, kv_heads * head_dim, bias=bias) for _ in range(2))
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        split = lambda t, h: t.view(b, s, h, self.head_dim).transpose(1, 2)  # noqa: E731
+        return (split(self.q(x), self.heads), split(self.k(x), self.kv_heads),
+                split(self.v(x), self.kv_heads))
+
+
 def _edge(module, args):
     from executorch.exir import EdgeCompileConfig, to_edge
 
@@ -71,6 +88,12 @@ CASES = {
                  {"Pow", "ReduceMean", "Sqrt", "Reciprocal"}),
     "rotary": (Rotary, lambda: (torch.randn(1, 4, 6, 8), torch.randn(1, 2, 6, 8),
                                 torch.arange(3, 9)), {"RotaryEmbedding": 2}, {"Neg", "Concat"}),
+    # fusions: MatMul side by side, then Split below heads (projection_fusions.py)
+    # (the edge dialect flattens x to 2-D first: one Reshape there, one into heads)
+    "qkv_gemm": (lambda: Projections(bias=True), lambda: (torch.randn(2, 3, 32),),
+                 {"Gemm": 1, "Split": 1, "Reshape": 2, "Transpose": 1}, set()),
+    "qkv_grouped_no_bias": (lambda: Projections(bias=False), lambda: (torch.randn(2, 3, 32),),
+                            {"MatMul": 1, "Split": 1, "Reshape": 1, "Transpose": 1}, {"Add"}),
     "batched_matmul": (Attention, lambda: (torch.randn(2, 4, 6, 8), torch.randn(2, 4, 7, 8),
                                            torch.randn(2, 4, 7, 8)), {"MatMul": 2}, {"Reshape"}),
 }
@@ -185,3 +208,52 @@ def test_rotary_is_fused_only_when_each_frequency_is_there_twice():
         assert fuse(model)["RotaryEmbedding"] == (1 if duplicated else 0)
         np.testing.assert_allclose(_run(ir.serde.serialize_model(model), feeds)[0],
                                    _run(original, feeds)[0], rtol=1e-5, atol=1e-6)
+
+
+def _projections_model(head_dims: tuple[int, int, int]) -> onnx.ModelProto:
+    """What a decoder with a dynamic sequence gets (the CachedDecoder's Q/K/V):
+    3-D MatMul + bias Add per projection, Reshape to heads, Transpose."""
+    rng = np.random.default_rng(0)
+    nodes, inits, outputs = [], [], []
+    for name, head_dim in zip("qkv", head_dims):
+        inits += [_const(f"w_{name}", rng.standard_normal((32, 16))),
+                  _const(f"b_{name}", rng.standard_normal(16)),
+                  numpy_helper.from_array(np.array([1, -1, 16 // head_dim, head_dim], np.int64),
+                                          f"shape_{name}")]
+        nodes += [helper.make_node("MatMul", ["x", f"w_{name}"], [f"mm_{name}"]),
+                  helper.make_node("Add", [f"mm_{name}", f"b_{name}"], [f"lin_{name}"]),
+                  helper.make_node("Reshape", [f"lin_{name}", f"shape_{name}"], [f"heads_{name}"],
+                                   allowzero=1),  # as the exporter writes it
+                  helper.make_node("Transpose", [f"heads_{name}"], [name], perm=[0, 2, 1, 3])]
+        outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 5, 32])], outputs, inits)
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+
+
+@pytest.mark.parametrize("head_dims", [(8, 8, 8), (8, 8, 4)])
+def test_projections_of_one_input_become_one_matmul_and_split_below_the_heads(head_dims):
+    """Equal head sizes: MatMul, Add, Reshape, Transpose, Split (5 nodes for 12).
+    Unequal ones keep a Reshape and Transpose per projection after the Split."""
+    from executorch_tensorrt.tensorrt.engine_builder import build_engine
+    from executorch_tensorrt.tensorrt.flavor import load_tensorrt
+    from executorch_tensorrt.tensorrt.onnx_parser import unsupported_nodes
+    from executorch_tensorrt.tensorrt.options import BuildOptions
+
+    original = _projections_model(head_dims)
+    model = ir.serde.deserialize_model(original)
+    counts = fuse(model)
+    sunk = head_dims[0] == head_dims[2]
+    assert (counts["MatMul side by side"], counts["Split below heads"]) == (1, int(sunk))
+    ops = collections.Counter(n.op_type for n in model.graph)
+    assert ops == ({"MatMul": 1, "Add": 1, "Reshape": 1, "Transpose": 1, "Split": 1} if sunk else
+                   {"MatMul": 1, "Add": 1, "Split": 1, "Reshape": 3, "Transpose": 3}), ops
+    fused = ir.serde.serialize_model(model)
+    x = {"x": np.random.default_rng(1).standard_normal((1, 5, 32)).astype(np.float32)}
+    for got, want in zip(_run(fused, x), _run(original, x)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    onnx_bytes = fused.SerializeToString()
+    assert unsupported_nodes(load_tensorrt(), onnx_bytes) == set()
+    build_engine(onnx_bytes, BuildOptions(), label="projections", progress=None,
+                 keep_engine=False)

@@ -11,7 +11,8 @@ them as the standard ops (Gelu, opset 20; RMSNormalization and
 RotaryEmbedding, opset 23; MatMul on 4-D operands) helps both: TensorRT-RTX's
 parser and builder take all four (tests/aot/test_onnx_fusions.py). Vision
 transformers' chains (the safe softmax, hardswish, Linear + BatchNorm) have
-their rules in vision_fusions.py.
+their rules in vision_fusions.py, an attention block's Q/K/V projections in
+projection_fusions.py.
 
 Every rule checks that the intermediate values it removes have no other
 reader and are not graph outputs, so a chain that is used elsewhere is left
@@ -29,13 +30,15 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from .graph_match import ints, known, near, only_reader, other_input, replace, scalar
+from .projection_fusions import fuse_shared_input_matmuls, sink_split_below_heads
 from .vision_fusions import (drop_broadcast_expand, fold_batch_norm, fuse_hardswish,
                              fuse_safe_softmax)
 
 
 # The opset where each folded op appeared; MatMul is there in every opset.
 _OPSET = {"Gelu": 20, "RMSNormalization": 23, "RotaryEmbedding": 23, "MatMul": 1,
-          "Softmax": 13, "HardSwish": 14, "BatchNormalization folded": 1, "Expand dropped": 8}
+          "Softmax": 13, "HardSwish": 14, "BatchNormalization folded": 1, "Expand dropped": 8,
+          "MatMul side by side": 13, "Split below heads": 13}  # Split's sizes as an input: 13
 _STARTS = {"Gelu": "Erf", "RMSNormalization": "Pow", "RotaryEmbedding": "Neg"}
 _CONVERTER_FROM = 18  # the oldest opset onnxscript's IR converter moves
 
@@ -59,7 +62,9 @@ def fuse(model: ir.Model) -> dict[str, int]:
                        ("MatMul", _fuse_batched_matmul), ("Softmax", fuse_safe_softmax),
                        ("HardSwish", fuse_hardswish),
                        ("BatchNormalization folded", fold_batch_norm),
-                       ("Expand dropped", drop_broadcast_expand)):
+                       ("Expand dropped", drop_broadcast_expand),
+                       ("MatMul side by side", fuse_shared_input_matmuls),
+                       ("Split below heads", sink_split_below_heads)):
         if _opset(model) >= _OPSET[name]:
             counts[name] = sum(rule(model.graph, node) for node in list(model.graph)
                                if node.graph is model.graph)
