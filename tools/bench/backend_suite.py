@@ -230,7 +230,7 @@ def table(summary: Summary, seconds: float, keyword: str | None) -> str:
     full = summary.passing_subtests["full"]
     pct = f"{100 * full / passing:.1f} %" if passing else "n/a"
     lines = [TABLE_BEGIN, "",
-             f"Measured 2026-12-02 with `tools/bench/backend_suite.py`"
+             f"Measured {time.strftime('%Y-%m-%d')} with `tools/bench/backend_suite.py`"
              f"{f' -k {keyword!r}' if keyword else ''} in {seconds:.0f} s (one process, "
              "`nice -n 19`, 2 shared CPUs).", "",
              "| test cases | passed | failed | skipped | passing subtests | fully on TensorRT "
