@@ -25,6 +25,11 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def artifact_bytes(result) -> int:
+    """What an export wrote for its program (ExportResult): the .pte and its .ptd files."""
+    return result.path.stat().st_size + sum(p.stat().st_size for p in result.data_paths)
+
+
 def tensorrt_blobs(pte: Path | bytes) -> list[bytes]:
     """The TensorRT blobs of a program, in delegate order over its methods."""
     from executorch.exir._serialize._program import deserialize_pte_binary

@@ -25,7 +25,7 @@ from executorch_tensorrt.errors import InvalidProgramError, NamedDataError
 from executorch_tensorrt.quantization import QuantizationError, quantize, refusal
 from executorch_tensorrt.runtime.choose import create_executor
 from executorch_tensorrt.runtime.named_data import InMemoryNamedData
-from tests.helpers import tensorrt_blobs
+from tests.helpers import artifact_bytes, tensorrt_blobs
 
 GROUP = 64
 LAYERS = ("0", "2", "4")
@@ -67,7 +67,7 @@ def test_int4_weights_are_stored_packed_and_dequantized_by_blocks(int4):
                   if t.data_type == onnx.TensorProto.INT4}
     assert int4_inits == {w["name"] for w in packed}
     fp32_weight_bytes = sum(fp32[int(i)].weight.numel() * 4 for i in LAYERS)
-    size = result.path.stat().st_size + sum(p.stat().st_size for p in result.data_paths)
+    size = artifact_bytes(result)
     assert size / fp32_weight_bytes <= 0.15
 
 

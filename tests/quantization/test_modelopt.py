@@ -17,7 +17,7 @@ from executorch_tensorrt.aot.export import export_program
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.quantization import QuantizationError
 from executorch_tensorrt.quantization.modelopt_models import lower_modelopt
-from tests.helpers import tensorrt_blobs
+from tests.helpers import artifact_bytes, tensorrt_blobs
 
 FP8_TARGETS = ("SM89", "SM120")
 
@@ -48,7 +48,7 @@ def _export_and_run(model, tmp_path, monkeypatch, **options):
     assert result.backends == {"forward": ["TensorRTBackend"]}
     (blob_bytes,) = tensorrt_blobs(tmp_path / "q.pte")
     blob = read_blob(blob_bytes)
-    size = (tmp_path / "q.pte").stat().st_size + sum(p.stat().st_size for p in result.data_paths)
+    size = artifact_bytes(result)
     monkeypatch.setenv("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
     method = Runtime.get().load_program(tmp_path / "q.pte",
                                         data_path=result.data_paths[0]).load_method("forward")

@@ -19,7 +19,7 @@ from executorch_tensorrt.aot import export as export_module
 from executorch_tensorrt.aot.export import export_program
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.quantization import QuantizationError, TensorRTQuantizer
-from tests.helpers import tensorrt_blobs
+from tests.helpers import artifact_bytes, tensorrt_blobs
 
 FP8_TARGETS = ("SM89", "SM120")
 
@@ -83,7 +83,7 @@ def test_weights_stored_quantized_and_qdq_reach_tensorrt(exported, scheme, dtype
     # (beside its float bias).
     assert sorted((w["dtype"], w["shape"]) for w in weights) == [("float32", [256]),
                                                                  (dtype, [256, 576])]
-    size = result.path.stat().st_size + sum(p.stat().st_size for p in result.data_paths)
+    size = artifact_bytes(result)
     assert size / _fp32_weight_bytes() <= 0.27
 
 

@@ -16,7 +16,7 @@ import executorch_tensorrt  # noqa: F401 - registers the backend
 from executorch_tensorrt.aot.export import export_program
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.quantization import QuantizationError, TensorRTQuantizer, quantize
-from tests.helpers import tensorrt_blobs
+from tests.helpers import artifact_bytes, tensorrt_blobs
 
 GROUP = 64
 
@@ -62,7 +62,7 @@ def test_pt2e_int4_exports_packed_and_runs_like_the_converted_model(tmp_path, mo
     assert [{a.name: a.i for a in n.attribute} for n in dq] == [
         {"axis": 1, "block_size": GROUP}] * 3
     weights = sum(p.numel() * 4 for n, p in fp32.named_parameters() if n.endswith("weight"))
-    size = result.path.stat().st_size + sum(p.stat().st_size for p in result.data_paths)
+    size = artifact_bytes(result)
     assert size / weights <= 0.15
     x = _x(40)
     out = Runtime.get().load_program(result.path, data_path=result.data_paths[0]).load_method(

@@ -16,7 +16,7 @@ from executorch_tensorrt.aot.export import export_program
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.quantization import QuantizationError, quantize
 from executorch_tensorrt.quantization.qdq_graph import QUANTIZE
-from tests.helpers import tensorrt_blobs
+from tests.helpers import artifact_bytes, tensorrt_blobs
 
 FP8_TARGETS = ("SM89", "SM120")
 
@@ -55,7 +55,7 @@ def test_fp8_w8a8_in_one_call_exports_and_runs_like_the_eager_model(tmp_path, mo
     dtypes = sorted(w["dtype"] for w in read_blob(blob).metadata["weights"])
     assert dtypes == ["float32", "float8", "float8"]  # the big bias stays float
     weights = sum(p.numel() * 4 for n, p in fp32.named_parameters() if n.endswith("weight"))
-    size = result.path.stat().st_size + sum(p.stat().st_size for p in result.data_paths)
+    size = artifact_bytes(result)
     assert size / weights <= 0.27
     x = _x(40)
     out = Runtime.get().load_program(result.path, data_path=result.data_paths[0]).load_method(

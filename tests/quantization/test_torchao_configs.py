@@ -21,7 +21,7 @@ import executorch_tensorrt  # noqa: F401 - registers the backend
 from executorch_tensorrt.aot.export import export_program
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.quantization import QuantizationError, lower_torchao
-from tests.helpers import tensorrt_blobs
+from tests.helpers import artifact_bytes, tensorrt_blobs
 
 FP8_TARGETS = ("SM89", "SM120")
 
@@ -71,7 +71,7 @@ def test_config_exports_quantized_and_runs_like_eager(case, tmp_path, monkeypatc
     for node in dq:
         got = {a.name: a.i for a in node.attribute}
         assert {k: got.get(k, 1 if k == "axis" else 0) for k in attrs} == attrs
-    size = (tmp_path / "q.pte").stat().st_size + sum(p.stat().st_size for p in result.data_paths)
+    size = artifact_bytes(result)
     assert size / fp32_weight_bytes <= goal
     monkeypatch.setenv("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
     method = Runtime.get().load_program(tmp_path / "q.pte",

@@ -14,7 +14,7 @@ from executorch.runtime import Runtime  # noqa: E402
 import executorch_tensorrt  # noqa: E402,F401 - registers the backend
 from executorch_tensorrt.aot.export import export_program  # noqa: E402
 from executorch_tensorrt.quantization import QuantizationError, lower_torchao  # noqa: E402
-from tests.helpers import tensorrt_blobs  # noqa: E402
+from tests.helpers import artifact_bytes, tensorrt_blobs  # noqa: E402
 
 from executorch_tensorrt.blob import read_blob  # noqa: E402
 
@@ -41,7 +41,7 @@ def test_int8_weight_only_exports_quantized_and_runs(tmp_path, monkeypatch):
     assert len(int8) == 3 and all(w["nbytes"] == w["shape"][0] * w["shape"][1] for w in int8)
     graph = onnx.load_from_string(blob.onnx).graph
     assert [n.op_type for n in graph.node].count("DequantizeLinear") == 3
-    size = (tmp_path / "q.pte").stat().st_size + sum(p.stat().st_size for p in result.data_paths)
+    size = artifact_bytes(result)
     assert size / fp32_weight_bytes <= 0.27
     monkeypatch.setenv("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
     method = Runtime.get().load_program(tmp_path / "q.pte",
