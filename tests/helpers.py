@@ -30,6 +30,15 @@ def artifact_bytes(result) -> int:
     return result.path.stat().st_size + sum(p.stat().st_size for p in result.data_paths)
 
 
+def run_forward(result, *inputs):
+    """Output 0 of `forward` of an export's program (ExportResult) with its .ptd,
+    through executorch.runtime."""
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(result.path, data_path=result.data_paths[0])
+    return program.load_method("forward").execute(list(inputs))[0]
+
+
 def tensorrt_blobs(pte: Path | bytes) -> list[bytes]:
     """The TensorRT blobs of a program, in delegate order over its methods."""
     from executorch.exir._serialize._program import deserialize_pte_binary

@@ -19,7 +19,7 @@ from executorch_tensorrt.aot import export as export_module
 from executorch_tensorrt.aot.export import export_program
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.quantization import QuantizationError, TensorRTQuantizer
-from tests.helpers import artifact_bytes, tensorrt_blobs
+from tests.helpers import artifact_bytes, run_forward, tensorrt_blobs
 
 FP8_TARGETS = ("SM89", "SM120")
 
@@ -43,11 +43,6 @@ def _converted(quantizer) -> torch.fx.GraphModule:
 
 def _fp32_weight_bytes() -> int:
     return sum(p.numel() * 4 for n, p in _cnn().named_parameters() if n.endswith("weight"))
-
-
-def _run(result, x):
-    program = Runtime.get().load_program(result.path, data_path=result.data_paths[0])
-    return program.load_method("forward").execute([x])[0]
 
 
 def _graph_and_weights(result):
@@ -92,7 +87,7 @@ def test_fallback_matches_the_eager_quantized_model(exported, scheme, monkeypatc
     gm, result = exported[scheme]
     monkeypatch.setenv("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
     x = _x(20)
-    out = _run(result, x)
+    out = run_forward(result, x)
     reference, _ = export_module.lower_qdq(gm, "tensorrt_rtx", FP8_TARGETS, False)
     with torch.no_grad():
         eager = reference(x)
@@ -148,7 +143,7 @@ def test_int8_w8a8_for_standard_tensorrt(w8a8, tmp_path, monkeypatch):
     x = _x(30)
     with torch.no_grad():
         eager = w8a8(x)
-    assert float((_run(result, x) - eager).abs().max()) <= 1e-5
+    assert float((run_forward(result, x) - eager).abs().max()) <= 1e-5
 
 
 def test_fp8_below_sm89_is_refused_or_exported_float(tmp_path):

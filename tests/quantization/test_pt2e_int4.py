@@ -9,14 +9,13 @@ from __future__ import annotations
 import onnx
 import pytest
 import torch
-from executorch.runtime import Runtime
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import executorch_tensorrt  # noqa: F401 - registers the backend
 from executorch_tensorrt.aot.export import export_program
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.quantization import QuantizationError, TensorRTQuantizer, quantize
-from tests.helpers import artifact_bytes, tensorrt_blobs
+from tests.helpers import artifact_bytes, run_forward, tensorrt_blobs
 
 GROUP = 64
 
@@ -65,8 +64,7 @@ def test_pt2e_int4_exports_packed_and_runs_like_the_converted_model(tmp_path, mo
     size = artifact_bytes(result)
     assert size / weights <= 0.15
     x = _x(40)
-    out = Runtime.get().load_program(result.path, data_path=result.data_paths[0]).load_method(
-        "forward").execute([x])[0]
+    out = run_forward(result, x)
     with torch.no_grad():
         eager, eager_fp32 = gm(x), fp32(x)
     diff = float((out - eager).abs().max())
