@@ -70,7 +70,12 @@ inline bool step_limits(executorch::runtime::Method& method, int32_t* batch, int
   }
   *batch = meta->sizes()[0];
   *max_seq = meta->sizes()[1];
-  return *batch >= 1 && *max_seq >= 1;
+  if (*batch < 1 || *max_seq < 1) {
+    *why = "the method's input 0 is planned for [" + std::to_string(*batch) + ", " +
+           std::to_string(*max_seq) + "] tokens: no room for a token";
+    return false;
+  }
+  return true;
 }
 
 // One step: `tokens` holds B rows of `len` ids (row-major) at positions
