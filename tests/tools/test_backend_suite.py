@@ -68,6 +68,12 @@ def test_summary_counts_partial_and_failing_subtests():
     assert summary.left_out == {"t[tensorrt]": {"aten::argmax": 3}}
 
 
+def test_a_subtest_that_never_lowered_has_nothing_on_tensorrt():
+    # The suite leaves the op counts None when export or lowering failed.
+    assert backend_suite._share(None, None) == "none"
+    assert backend_suite._share(backend_suite.Counter({"aten::add": 1}), None) == "full"
+
+
 def test_table_replaces_its_section_only(tmp_path):
     doc = tmp_path / "coverage.md"
     doc.write_text("# head\n\nkept\n")

@@ -105,10 +105,12 @@ class TestCaseResult:
     subtests: list[Subtest] = field(default_factory=list)
 
 
-def _share(delegated: Counter, undelegated: Counter) -> str:
-    if not sum(delegated.values()):
+def _share(delegated: Counter | None, undelegated: Counter | None) -> str:
+    # The suite leaves both counts None when it never lowered (export or
+    # lowering failed): nothing on TensorRT.
+    if not delegated or not sum(delegated.values()):
         return "none"
-    return "part" if sum(undelegated.values()) else "full"
+    return "part" if undelegated and sum(undelegated.values()) else "full"
 
 
 class Collector:
@@ -158,7 +160,7 @@ class Collector:
             case.subtests.append(Subtest(
                 item.name, rec.subtest_index, rec.result.name,
                 _share(rec.delegated_op_counts, rec.undelegated_op_counts),
-                dict(rec.delegated_op_counts), dict(rec.undelegated_op_counts),
+                dict(rec.delegated_op_counts or {}), dict(rec.undelegated_op_counts or {}),
                 "" if rec.error is None else str(rec.error)[:300]))
         return case
 
