@@ -1,4 +1,4 @@
-"""The fallback runs Q/DQ graphs as written, as TensorRT sees them: two of
+"""The fallback runs Q/DQ graphs as written, as TensorRT sees them: three of
 onnxruntime's rewrites that change the numbers are turned off in its sessions
 (runtime/onnxruntime/capi.py), and each test here fails with its rewrite on.
 
@@ -8,6 +8,8 @@ onnxruntime's rewrites that change the numbers are turned off in its sessions
 - QDQS8ToU8Transformer turns int8 activations into uint8 for u8 x s8 kernels
   whose pairwise products saturate on x86 without VNNI (W8A8 off by ~1e-2):
   disabled.
+- WeightBiasQuantization rounds a W8A8 Conv's float bias to int32 steps of
+  scale_x * scale_w (Conv-ReLU-Conv off by ~9e-4): disabled.
 """
 from __future__ import annotations
 
@@ -56,4 +58,23 @@ def test_int8_w8a8_vit_matches_eager_quantized(tmp_path, allow_fallback, monkeyp
         gm(torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(seed)))
     result = export_module.export_program(convert_pt2e(gm), (x,), tmp_path / "w.pte",
                                           progress=None, run_check_tolerance=1e-4)
+    assert result.run_check.ok and "int8 W8A8" in " ".join(result.report.quantization.values())
+
+
+@pytest.mark.parametrize("layout", ["inline_weights", "external_weights"])
+def test_int8_w8a8_conv_keeps_its_float_bias(layout, tmp_path, allow_fallback, monkeypatch):
+    """Stand-in (labelled) as above. WeightBiasQuantization rounds the float
+    bias of a W8A8 Conv-ReLU feeding a QuantizeLinear to int32 steps of
+    scale_x * scale_w; activations near a rounding boundary of the next
+    quantizer then land one step off, and the run check refuses the program."""
+    monkeypatch.setattr(export_module, "target_flavor", lambda: "tensorrt")
+    torch.manual_seed(0)
+    cnn = torch.nn.Sequential(torch.nn.Conv2d(8, 32, 3), torch.nn.ReLU(),
+                              torch.nn.Conv2d(32, 8, 3)).eval()
+    x = torch.randn(2, 8, 12, 12)
+    gm = prepare_pt2e(torch.export.export(cnn, (x,)).module(), TensorRTQuantizer("int8_w8a8"))
+    gm(x)
+    result = export_module.export_program(convert_pt2e(gm), (x,), tmp_path / "c.pte",
+                                          progress=None, run_check_tolerance=1e-5,
+                                          **{layout: True})
     assert result.run_check.ok and "int8 W8A8" in " ".join(result.report.quantization.values())

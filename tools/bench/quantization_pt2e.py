@@ -14,9 +14,12 @@ is calibrated on 32 random inputs, converted with convert_pt2e and exported
 twice like tools/bench/quantization.py: weights in a .ptd (artifact bytes,
 export time) and inline (engine bytes). The .ptd program runs through the
 onnxruntime fallback on `--inputs` random images, compared with the eager
-quantized model (max abs difference in units of the smallest quantization
-step of the graph's activations or weights, top-1 agreement) and with fp32
-eager (top-1 agreement: reported, not asserted). Not a test: shared machine.
+quantized model (max abs difference; the same in steps of the output's own
+quantization, output_steps.py, and how many output elements differ by more
+than 2 steps; top-1 agreement) and with fp32 eager (top-1 agreement:
+reported, not asserted). Where an element differs by more than 2 steps, the
+single activation that, rounded the other way in eager, best reproduces the
+fallback there is named under the table. Not a test: shared machine.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ os.environ.setdefault("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
 
 import torch  # noqa: E402
 
+from output_steps import first_tie, output_and_steps, output_dividing  # noqa: E402
 from quantization import warm_up, write_doc  # noqa: E402  (tools/bench/quantization.py)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,18 +83,6 @@ def converted(fp32, scheme, shape, g):
     return convert_pt2e(gm)
 
 
-def smallest_step(gm) -> float:
-    """The smallest scale of the graph's Q/DQ nodes (one quantization step)."""
-    steps = []
-    for node in gm.graph.nodes:
-        if "quantize" in str(node.target) and len(node.args) > 1:
-            s = node.args[1]
-            if isinstance(s, torch.fx.Node):
-                s = float(getattr(gm, s.target).min())
-            steps.append(float(s))
-    return min(steps) if steps else float("nan")
-
-
 def measure(name, fp32, shape, n_inputs, tmp: Path) -> list[dict]:
     from executorch.runtime import Runtime
 
@@ -131,17 +123,32 @@ def measure(name, fp32, shape, n_inputs, tmp: Path) -> list[dict]:
         method = Runtime.get().load_program(
             stem.with_suffix(".pte"), data_path=result.data_paths[0]).load_method("forward")
         diff, agree_q, agree_f, count = 0.0, 0, 0, 0
+        steps_max, over_2, elements, worst = 0.0, 0, 0, None
+        dividing = [0.0, 0] if scheme == "int8_w8a8" else None  # largest, elements > 2
         with torch.no_grad():
             for args in inputs:
                 out = method.execute(list(args))[0]
-                eager, eager_fp32 = reference(*args), fp32(*args)
+                eager_fp32 = fp32(*args)
+                eager, step = ((eager_fp32, None) if scheme == "fp32"
+                               else output_and_steps(reference, args))
                 diff = max(diff, float((out - eager).abs().max()))
+                elements += out.numel()
+                if step is not None:
+                    in_steps = (out - eager).abs() / step
+                    over_2 += int((in_steps > 2).sum())
+                    if float(in_steps.max()) > steps_max:
+                        steps_max, worst = float(in_steps.max()), args
+                if dividing is not None:  # eager rounding x / scale, as QuantizeLinear does
+                    d = (out - output_dividing(reference, args)).abs() / step
+                    dividing = [max(dividing[0], float(d.max())), dividing[1] + int((d > 2).sum())]
                 agree_q += int((out.argmax(-1) == eager.argmax(-1)).sum())
                 agree_f += int((out.argmax(-1) == eager_fp32.argmax(-1)).sum())
                 count += out.shape[0]
+        tie = first_tie(reference, worst) if steps_max > 2 else None
         rows.append({"model": name, "scheme": scheme, "artifact": artifact, "weights": weights,
                      "engine": engine, "export_s": export_s, "diff": diff,
-                     "step": smallest_step(model) if scheme != "fp32" else float("nan"),
+                     "steps": steps_max, "over_2": over_2, "elements": elements, "tie": tie,
+                     "dividing": dividing,
                      "agree_q": agree_q / count, "agree_f": agree_f / count, "count": count,
                      "layers": len(result.report.quantization),
                      "all_taken": not result.report.rejected})
@@ -151,23 +158,35 @@ def measure(name, fp32, shape, n_inputs, tmp: Path) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     lines = ["| model | scheme | quantized layers | artifact / fp32 weights | engine / fp32 engine "
-             "| export time / fp32 | max abs diff vs eager quantized (steps) | top-1 vs eager "
-             "quantized | top-1 vs eager fp32 |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    base = {}
+             "| export time / fp32 | max abs diff vs eager quantized | largest diff in output "
+             "steps | elements > 2 steps | top-1 vs eager quantized | top-1 vs eager fp32 |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    base, notes = {}, []
     for r in rows:
         base.setdefault(r["model"], r)
         b = base[r["model"]]
         label = r["scheme"] + (" (flavour stand-in: standard TensorRT)"
                                if r["scheme"] == "int8_w8a8" else "")
-        steps = "" if r["scheme"] == "fp32" else f" ({r['diff'] / r['step']:.1e})"
+        steps, over = (("", "") if r["scheme"] == "fp32" else
+                       (f"{r['steps']:.2g}", f"{r['over_2']} of {r['elements']:,}"))
         lines.append(
             f"| {r['model']} | {label} | {r['layers']} | {r['artifact'] / r['weights']:.3f} | "
             f"{r['engine'] / b['engine']:.3f} ({r['engine']:,} B) | "
             f"{r['export_s'] / b['export_s']:.2f} ({r['export_s']:.1f} s) | "
-            f"{r['diff']:.1e}{steps} | {100 * r['agree_q']:.1f} % of {r['count']} | "
+            f"{r['diff']:.1e} | {steps} | {over} | {100 * r['agree_q']:.1f} % of {r['count']} | "
             f"{100 * r['agree_f']:.1f} % |")
-    return "\n".join(lines)
+        if r["steps"] > 2 and r["scheme"] != "fp32":
+            note = f"- {r['model']}, {label}: {r['steps']:.2g} steps on the worst element."
+            if r["dividing"] is not None:
+                note += (f" Against an eager model rounding x / scale (QuantizeLinear's formula) "
+                         f"instead of x * (1 / scale): {r['dividing'][0]:.2g} steps, "
+                         f"{r['dividing'][1]} elements > 2.")
+            if r["tie"] is not None:
+                t = r["tie"]
+                note += (f" A tie on that input: {t.quantizer}, element {list(t.index)}: "
+                         f"x * (1 / scale) = {t.multiplied:.8g}, x / scale = {t.divided:.8g}.")
+            notes.append(note)
+    return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def main() -> int:

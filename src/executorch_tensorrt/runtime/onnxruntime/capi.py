@@ -229,18 +229,20 @@ class OrtSession:
         try:
             if configure is not None:
                 configure(api, options)
-            # Three onnxruntime 1.32 rewrites compute something other than the
+            # Four onnxruntime 1.32 rewrites compute something other than the
             # Q/DQ graph TensorRT sees (docs/quantization.md): QDQ propagation
             # moves an FP8 QuantizeLinear above a Relu (+ Reshape);
             # ReluQuantRewrite drops a Relu feeding a QuantizeLinear whose zero
             # point is 0 (right for uint8, wrong for fp8, which has negatives);
             # QDQS8ToU8Transformer turns int8 activations into uint8 for
             # kernels whose u8 x s8 products saturate on x86 (int8 W8A8 ViT:
-            # 0.013 off). The list is ';'-separated.
+            # 0.013 off); WeightBiasQuantization rounds a W8A8 Conv's float
+            # bias to int32 steps of scale_x * scale_w. The list is ';'-separated.
             api.check(api.AddSessionConfigEntry(
                 options, b"optimization.disable_specified_optimizers",
-                b"QDQPropagationTransformer;ReluQuantRewrite;QDQS8ToU8Transformer"),
-                "AddSessionConfigEntry(disable three Q/DQ rewrites)")
+                b"QDQPropagationTransformer;ReluQuantRewrite;QDQS8ToU8Transformer;"
+                b"WeightBiasQuantization"),
+                "AddSessionConfigEntry(disable four Q/DQ rewrites)")
             # onnxruntime fuses DequantizeLinear + MatMul over constant int8/int4
             # weights (inline ONNX) into MatMulNBits, whose default accuracy
             # level 4 also quantizes the activations to int8: a weight-only
