@@ -5,8 +5,7 @@ export (Python and CLI) writing every profile into the blob, and the fallback
 running calls in each profile's range."""
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
 import textwrap
 
 import numpy as np
@@ -21,7 +20,7 @@ from executorch_tensorrt.errors import ExportError
 from executorch_tensorrt.tensorrt.engine_builder import build_engine
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from executorch_tensorrt.tensorrt.options import BuildOptions, InputProfile
-from helpers import child_env, tensorrt_blobs
+from helpers import tensorrt_blobs
 
 
 class AddScaled(torch.nn.Module):
@@ -215,18 +214,32 @@ def make():
 """
 
 
+def run_cli(args, capsys, monkeypatch):
+    """The command line in this process (its exports share this process's warm
+    exporter; a child would pay torch's import and a cold first export each
+    time): (exit code, stderr), with none of the package's variables set, as
+    a user's shell would have it."""
+    from executorch_tensorrt import cli
+
+    for name in [k for k in os.environ if k.startswith("EXECUTORCH_TENSORRT_")]:
+        monkeypatch.delenv(name)
+    try:
+        code = cli.main(args)
+    except SystemExit as e:  # argparse's usage errors
+        code = e.code
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flags, buckets", [
     (["--profiles", "3"], BUCKETS),
     (["--profile", "0:0=1:16:16", "--profile", "input0_dim0=17:2048:2048"],
      [(1, 16), (17, 2048)])])
-def test_cli_export_with_profiles(tmp_path, flags, buckets):
+def test_cli_export_with_profiles(tmp_path, flags, buckets, capsys, monkeypatch):
     (tmp_path / "double.py").write_text(textwrap.dedent(MODEL_FILE))
     out = tmp_path / "double.pte"
-    run = subprocess.run([sys.executable, "-m", "executorch_tensorrt", "export",
-                          f"{tmp_path / 'double.py'}:make", str(out), "--dynamic", "0:0:1:2048",
-                          "--no-reference", *flags], capture_output=True, text=True,
-                         timeout=600, env=child_env())
-    assert run.returncode == 0, run.stderr
+    code, err = run_cli(["export", f"{tmp_path / 'double.py'}:make", str(out), "--dynamic",
+                         "0:0:1:2048", "--no-reference", *flags], capsys, monkeypatch)
+    assert code == 0, err
     sets = read_blob(tensorrt_blobs(out)[0]).metadata["optimization_profiles"]
     assert [(s[0]["min"][0], s[0]["max"][0]) for s in sets] == buckets
 
@@ -235,11 +248,11 @@ def test_cli_export_with_profiles(tmp_path, flags, buckets):
     (["--profiles", "0"], "--profiles 0: the number of optimization profiles must be 1 to 16"),
     (["--profile", "batch=1:8"], "expected DIM=MIN:OPT:MAX"),
     (["--profiles", "2", "--profile", "0:0=1:2:2"], "use one of them")])
-def test_cli_refuses_bad_profile_flags(tmp_path, flags, message):
-    run = subprocess.run([sys.executable, "-m", "executorch_tensorrt", "export", "--example",
-                          "add", str(tmp_path / "a.pte"), *flags], capture_output=True,
-                         text=True, timeout=600, env=child_env())
-    assert run.returncode != 0 and message in run.stderr, run.stderr
+def test_cli_refuses_bad_profile_flags(tmp_path, flags, message, capsys, monkeypatch):
+    code, err = run_cli(["export", "--example", "add", str(tmp_path / "a.pte"), *flags],
+                        capsys, monkeypatch)
+    assert code != 0 and message in err, err
+    assert not (tmp_path / "a.pte").exists()
 
 
 def test_the_compile_spec_carries_profiles_through_executorch():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from executorch_tensorrt.program import tensor_file as tf
+from executorch_tensorrt.runtime.executor import FALLBACK_ENV
 from helpers import FALLBACK, tensorrt_blobs
 
 
@@ -148,48 +149,69 @@ FACTORY = textwrap.dedent("""
 """)
 
 
+def in_process(capsys, *args) -> tuple[int, str, str]:
+    """The command line run by its main() in this process: (exit code, stdout,
+    stderr). For the commands that import torch and export: a child would pay
+    torch's import and a cold first export each time (minutes on a loaded CI
+    machine); the child-process tests above keep `python -m` itself covered."""
+    from executorch_tensorrt.cli import main
+
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as e:  # argparse's usage errors
+        code = e.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 @pytest.fixture
-def factory_dir(tmp_path):
+def factory_dir(tmp_path, monkeypatch):
+    """A folder with user_models.py, made the current directory (MODULE:CALLABLE
+    sources import from it, like `python -m`); sys.path and the imported
+    module are put back afterwards."""
     (tmp_path / "user_models.py").write_text(FACTORY)
-    return tmp_path
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield tmp_path
+    sys.modules.pop("user_models", None)
 
 
-def test_export_module_callable_with_a_dynamic_batch(factory_dir):
+def test_export_module_callable_with_a_dynamic_batch(factory_dir, capsys, allow_fallback):
     out = factory_dir / "scale.pte"
-    r = cli("export", "user_models:make", str(out), "--dynamic", "0:0:1:8", cwd=factory_dir,
-            env=FALLBACK)
-    assert r.returncode == 0, r.stderr
-    assert "TensorRTBackend" in r.stdout and out.is_file()
+    code, stdout, stderr = in_process(capsys, "export", "user_models:make", out, "--dynamic",
+                                      "0:0:1:8")
+    assert code == 0, stderr
+    assert "TensorRTBackend" in stdout and out.is_file()
     # The stored example inputs replay and verify; another batch size runs too.
     got = factory_dir / "got.etensors"
-    assert cli("run", str(out), "--outputs", str(got), env=FALLBACK).returncode == 0
-    assert cli("verify", str(out), str(got)).returncode == 0
+    assert in_process(capsys, "run", out, "--outputs", got)[0] == 0
+    assert in_process(capsys, "verify", out, got)[0] == 0
     batch5 = tf.write_tensors(factory_dir / "b5.etensors", [
         tf.Tensor("input.0", "float32", np.ones((5, 5), np.float32))])
-    r = cli("run", str(out), "--inputs", str(batch5), env=FALLBACK)
-    assert r.returncode == 0 and r.stdout.startswith("output[0] shape=[5,5]"), r.stderr
+    code, stdout, stderr = in_process(capsys, "run", out, "--inputs", batch5)
+    assert code == 0 and stdout.startswith("output[0] shape=[5,5]"), stderr
 
 
-def test_export_saved_pt2_and_file_callable(factory_dir):
+def test_export_saved_pt2_and_file_callable(factory_dir, capsys, allow_fallback, monkeypatch):
     import torch
 
-    sys.path.insert(0, str(factory_dir))
-    try:
-        import user_models
-    finally:
-        sys.path.remove(str(factory_dir))
+    sys.path.insert(0, str(factory_dir))  # factory_dir's copy of sys.path
+    import user_models
+
     pt2 = factory_dir / "scale.pt2"
     torch.export.save(user_models.program(), str(pt2))
     out = factory_dir / "from-pt2.pte"
-    r = cli("export", str(pt2), str(out), "--precision", "fp16", env=FALLBACK)
-    assert r.returncode == 0, r.stderr
+    code, _, stderr = in_process(capsys, "export", pt2, out, "--precision", "fp16")
+    assert code == 0, stderr
     # torch.export.save keeps the example inputs: the reference was made from them.
     got = factory_dir / "got.etensors"
-    assert cli("run", str(out), "--outputs", str(got), env=FALLBACK).returncode == 0
-    assert cli("verify", str(out), str(got), "--atol", "2e-2", "--rtol", "1e-2").returncode == 0
+    assert in_process(capsys, "run", out, "--outputs", got)[0] == 0
+    assert in_process(capsys, "verify", out, got, "--atol", "2e-2", "--rtol", "1e-2")[0] == 0
     out2 = factory_dir / "from-file.pte"
-    r = cli("export", f"{factory_dir / 'user_models.py'}:program", str(out2))
-    assert r.returncode == 0, r.stderr
+    monkeypatch.delenv(FALLBACK_ENV)  # as before: the run check allows the fallback itself
+    code, _, stderr = in_process(capsys, "export", f"{factory_dir / 'user_models.py'}:program",
+                                 out2)
+    assert code == 0, stderr
 
 
 @pytest.mark.parametrize("args, code, message", [
@@ -204,10 +226,10 @@ def test_export_saved_pt2_and_file_callable(factory_dir):
     (["x.pte"], 2, "give either a SOURCE"),
     (["user_models:make", "x.pte", "--require-backend", "XnnpackBackend"], 4, "XnnpackBackend"),
 ])
-def test_export_errors(factory_dir, args, code, message):
-    r = cli("export", *args, cwd=factory_dir)
-    assert r.returncode == code, r.stdout + r.stderr
-    assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
+def test_export_errors(factory_dir, args, code, message, capsys):
+    got, stdout, stderr = in_process(capsys, "export", *args)
+    assert got == code, stdout + stderr
+    assert message in stderr and "Traceback" not in stderr, stderr
 
 
 def test_demo_labels_fallback_timings_and_passes(tmp_path, allow_fallback, capsys):
