@@ -35,6 +35,7 @@ from .upcast import has_bfloat16, upcast_to_fp32
 from ..named_data import NamedData, blob_weights
 from .capi import ELEMENT_TYPE_NAMES, OrtApi, OrtSession
 from .named_weights import OrtNamedWeights, layout_movable, packable
+from .output_shapes import outputs_follow_input_shapes
 from .node_timings import OrtNodeTimings
 from .threads import OrtThreads
 from ..state import ExecutorState, aliased_pairs, fp32_state, state_specs
@@ -57,6 +58,9 @@ class _BoundValues:
     def __init__(self, api, inputs: ctypes.Array, outputs: ctypes.Array, owned: list):
         self.api, self.inputs, self.outputs, self.owned = api, inputs, outputs, owned
         self.plan: OrtRunPlan | None = None  # the last native plan over these values
+        # Outputs of dynamic shape bound to ExecuTorch's memory (output_shapes.py):
+        # their shapes for these inputs, None while onnxruntime allocates them.
+        self.output_shapes: tuple[tuple[int, ...], ...] | None = None
 
     def release(self) -> None:
         self.plan = None
@@ -126,6 +130,10 @@ class OnnxRuntimeExecutor(Executor):
         # Outputs of fixed shape are written by onnxruntime straight into
         # ExecuTorch's memory; others are allocated by onnxruntime and copied.
         self.fixed_outputs = all(b.shape is not None and -1 not in b.shape for b in self.outputs)
+        # ... unless their shapes follow the inputs' shapes: then they are bound
+        # after the first call of each input shape (a decode step's logits).
+        self.bind_dynamic_outputs = not self.fixed_outputs and all(
+            outputs_follow_input_shapes(model, len(self.outputs)))
         self.bound: dict[tuple, _BoundValues] = {}
         # Argument bytes this executor copied (outputs onnxruntime allocated, staging),
         # and those the adapter copied running its plans (copied_bytes adds both).
@@ -232,6 +240,26 @@ class OnnxRuntimeExecutor(Executor):
                                                OrtSession.values(outputs), owned)
         return bound
 
+    def _bind_outputs(self, bound: _BoundValues, args) -> None:
+        """Binds the outputs, just resized to what onnxruntime produced for
+        these input shapes, so later calls with them (and the plan made from
+        this one) run without allocating or copying an output."""
+        n_in = len(self.inputs)
+        shapes = tuple(args[n_in + j].shape() for j in range(len(self.outputs)))
+        owned: list = []
+        try:
+            values = [self._value(args[n_in + j], shape, self.output_types[j], f"output {j}",
+                                  owned) for j, shape in enumerate(shapes)]
+        except BaseException:
+            for value in owned:
+                self.api.ReleaseValue(value)
+            raise
+        for j, value in enumerate(values):
+            bound.outputs[j] = value.value
+        bound.owned.extend(owned)
+        bound.output_shapes = shapes
+        bound.plan = None  # made over the unbound outputs
+
     def _plan_for(self, bound: "_BoundValues", args, n: int) -> OrtRunPlan:
         key = signature_key(args, n)
         if bound.plan is None or bound.plan.key != key or not bound.plan.reusable:
@@ -271,7 +299,9 @@ class OnnxRuntimeExecutor(Executor):
             bound = self.bound.get(key) or self._bind(args, shapes, key)
             if recorder:
                 recorder.event("check+bind", t0, profiling.now())
-            if self.fixed_outputs:
+            if self.fixed_outputs or bound.output_shapes is not None:
+                for j, shape in enumerate(bound.output_shapes or ()):  # this input shape's
+                    resize_output(args[len(self.inputs) + j], shape, self.outputs[j])
                 t1 = profiling.now() if recorder else 0
                 self.session.run(bound.inputs, bound.outputs)
                 if recorder:
@@ -282,6 +312,8 @@ class OnnxRuntimeExecutor(Executor):
                     self.plan = self._plan_for(bound, args, n)  # traced calls: Python
                 return
             self._run_and_copy_out(args, bound.inputs, recorder)
+            if self.bind_dynamic_outputs:
+                self._bind_outputs(bound, args)
             if self.publish_plans and not recorder and self.lasting_plan is None:
                 self.plan = self._plan_for(bound, args, n)  # outputs resized: shapes known
             return
