@@ -3,7 +3,9 @@ environment, the fallback setting, a program's TensorRT
 blobs and a small hand-made blob."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import io
 import os
 from pathlib import Path
 
@@ -23,6 +25,23 @@ def child_env(**extra: str) -> dict[str, str]:
            if not k.startswith("EXECUTORCH_TENSORRT_") and k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
     env.update(extra)
     return env
+
+
+def cli_main(*args) -> tuple[int, str, str]:
+    """The command line run by its main() in this process: (exit code, stdout,
+    stderr). For commands that import torch and export: a child would pay
+    torch's import and a cold first export each time (minutes on a loaded CI
+    machine); tests/cli/test_cli.py's child-process tests keep `python -m`
+    itself covered."""
+    from executorch_tensorrt.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:  # argparse's usage errors
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
 
 
 def artifact_bytes(result) -> int:

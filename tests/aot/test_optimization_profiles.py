@@ -20,7 +20,7 @@ from executorch_tensorrt.errors import ExportError
 from executorch_tensorrt.tensorrt.engine_builder import build_engine
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from executorch_tensorrt.tensorrt.options import BuildOptions, InputProfile
-from helpers import tensorrt_blobs
+from helpers import cli_main, tensorrt_blobs
 
 
 class AddScaled(torch.nn.Module):
@@ -214,31 +214,25 @@ def make():
 """
 
 
-def run_cli(args, capsys, monkeypatch):
-    """The command line in this process (its exports share this process's warm
-    exporter; a child would pay torch's import and a cold first export each
-    time): (exit code, stderr), with none of the package's variables set, as
-    a user's shell would have it."""
-    from executorch_tensorrt import cli
-
+def run_cli(args, monkeypatch):
+    """The command line in this process (helpers.cli_main): (exit code,
+    stderr), with none of the package's variables set, as a user's shell
+    would have it."""
     for name in [k for k in os.environ if k.startswith("EXECUTORCH_TENSORRT_")]:
         monkeypatch.delenv(name)
-    try:
-        code = cli.main(args)
-    except SystemExit as e:  # argparse's usage errors
-        code = e.code
-    return code, capsys.readouterr().err
+    code, _, err = cli_main(*args)
+    return code, err
 
 
 @pytest.mark.parametrize("flags, buckets", [
     (["--profiles", "3"], BUCKETS),
     (["--profile", "0:0=1:16:16", "--profile", "input0_dim0=17:2048:2048"],
      [(1, 16), (17, 2048)])])
-def test_cli_export_with_profiles(tmp_path, flags, buckets, capsys, monkeypatch):
+def test_cli_export_with_profiles(tmp_path, flags, buckets, monkeypatch):
     (tmp_path / "double.py").write_text(textwrap.dedent(MODEL_FILE))
     out = tmp_path / "double.pte"
     code, err = run_cli(["export", f"{tmp_path / 'double.py'}:make", str(out), "--dynamic",
-                         "0:0:1:2048", "--no-reference", *flags], capsys, monkeypatch)
+                         "0:0:1:2048", "--no-reference", *flags], monkeypatch)
     assert code == 0, err
     sets = read_blob(tensorrt_blobs(out)[0]).metadata["optimization_profiles"]
     assert [(s[0]["min"][0], s[0]["max"][0]) for s in sets] == buckets
@@ -248,9 +242,9 @@ def test_cli_export_with_profiles(tmp_path, flags, buckets, capsys, monkeypatch)
     (["--profiles", "0"], "--profiles 0: the number of optimization profiles must be 1 to 16"),
     (["--profile", "batch=1:8"], "expected DIM=MIN:OPT:MAX"),
     (["--profiles", "2", "--profile", "0:0=1:2:2"], "use one of them")])
-def test_cli_refuses_bad_profile_flags(tmp_path, flags, message, capsys, monkeypatch):
+def test_cli_refuses_bad_profile_flags(tmp_path, flags, message, monkeypatch):
     code, err = run_cli(["export", "--example", "add", str(tmp_path / "a.pte"), *flags],
-                        capsys, monkeypatch)
+                        monkeypatch)
     assert code != 0 and message in err, err
     assert not (tmp_path / "a.pte").exists()
 

@@ -12,7 +12,7 @@ import pytest
 
 from executorch_tensorrt.program import tensor_file as tf
 from executorch_tensorrt.runtime.executor import FALLBACK_ENV
-from helpers import FALLBACK, tensorrt_blobs
+from helpers import FALLBACK, cli_main, tensorrt_blobs
 
 
 
@@ -149,21 +149,6 @@ FACTORY = textwrap.dedent("""
 """)
 
 
-def in_process(capsys, *args) -> tuple[int, str, str]:
-    """The command line run by its main() in this process: (exit code, stdout,
-    stderr). For the commands that import torch and export: a child would pay
-    torch's import and a cold first export each time (minutes on a loaded CI
-    machine); the child-process tests above keep `python -m` itself covered."""
-    from executorch_tensorrt.cli import main
-
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as e:  # argparse's usage errors
-        code = e.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 @pytest.fixture
 def factory_dir(tmp_path, monkeypatch):
     """A folder with user_models.py, made the current directory (MODULE:CALLABLE
@@ -176,23 +161,23 @@ def factory_dir(tmp_path, monkeypatch):
     sys.modules.pop("user_models", None)
 
 
-def test_export_module_callable_with_a_dynamic_batch(factory_dir, capsys, allow_fallback):
+def test_export_module_callable_with_a_dynamic_batch(factory_dir, allow_fallback):
     out = factory_dir / "scale.pte"
-    code, stdout, stderr = in_process(capsys, "export", "user_models:make", out, "--dynamic",
+    code, stdout, stderr = cli_main("export", "user_models:make", out, "--dynamic",
                                       "0:0:1:8")
     assert code == 0, stderr
     assert "TensorRTBackend" in stdout and out.is_file()
     # The stored example inputs replay and verify; another batch size runs too.
     got = factory_dir / "got.etensors"
-    assert in_process(capsys, "run", out, "--outputs", got)[0] == 0
-    assert in_process(capsys, "verify", out, got)[0] == 0
+    assert cli_main("run", out, "--outputs", got)[0] == 0
+    assert cli_main("verify", out, got)[0] == 0
     batch5 = tf.write_tensors(factory_dir / "b5.etensors", [
         tf.Tensor("input.0", "float32", np.ones((5, 5), np.float32))])
-    code, stdout, stderr = in_process(capsys, "run", out, "--inputs", batch5)
+    code, stdout, stderr = cli_main("run", out, "--inputs", batch5)
     assert code == 0 and stdout.startswith("output[0] shape=[5,5]"), stderr
 
 
-def test_export_saved_pt2_and_file_callable(factory_dir, capsys, allow_fallback, monkeypatch):
+def test_export_saved_pt2_and_file_callable(factory_dir, allow_fallback, monkeypatch):
     import torch
 
     sys.path.insert(0, str(factory_dir))  # factory_dir's copy of sys.path
@@ -201,15 +186,15 @@ def test_export_saved_pt2_and_file_callable(factory_dir, capsys, allow_fallback,
     pt2 = factory_dir / "scale.pt2"
     torch.export.save(user_models.program(), str(pt2))
     out = factory_dir / "from-pt2.pte"
-    code, _, stderr = in_process(capsys, "export", pt2, out, "--precision", "fp16")
+    code, _, stderr = cli_main("export", pt2, out, "--precision", "fp16")
     assert code == 0, stderr
     # torch.export.save keeps the example inputs: the reference was made from them.
     got = factory_dir / "got.etensors"
-    assert in_process(capsys, "run", out, "--outputs", got)[0] == 0
-    assert in_process(capsys, "verify", out, got, "--atol", "2e-2", "--rtol", "1e-2")[0] == 0
+    assert cli_main("run", out, "--outputs", got)[0] == 0
+    assert cli_main("verify", out, got, "--atol", "2e-2", "--rtol", "1e-2")[0] == 0
     out2 = factory_dir / "from-file.pte"
     monkeypatch.delenv(FALLBACK_ENV)  # as before: the run check allows the fallback itself
-    code, _, stderr = in_process(capsys, "export", f"{factory_dir / 'user_models.py'}:program",
+    code, _, stderr = cli_main("export", f"{factory_dir / 'user_models.py'}:program",
                                  out2)
     assert code == 0, stderr
 
@@ -226,8 +211,8 @@ def test_export_saved_pt2_and_file_callable(factory_dir, capsys, allow_fallback,
     (["x.pte"], 2, "give either a SOURCE"),
     (["user_models:make", "x.pte", "--require-backend", "XnnpackBackend"], 4, "XnnpackBackend"),
 ])
-def test_export_errors(factory_dir, args, code, message, capsys):
-    got, stdout, stderr = in_process(capsys, "export", *args)
+def test_export_errors(factory_dir, args, code, message):
+    got, stdout, stderr = cli_main("export", *args)
     assert got == code, stdout + stderr
     assert message in stderr and "Traceback" not in stderr, stderr
 

@@ -19,7 +19,7 @@ from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.quantization.embedding import QuantizedEmbedding
 from runner_helpers import (CONFIGS, EOS, VOCAB, encode, runner_tokens,
                             write_char_tokenizer)
-from tests.helpers import tensorrt_blobs
+from tests.helpers import cli_main, tensorrt_blobs
 
 MAX_SEQ, MAX_CONTEXT, NEW = 4, 48, 12
 PROMPT = "Hello,TensorRT!"      # 15 tokens: the runner prefills it in chunks of 4
@@ -39,31 +39,12 @@ def llama(tmp_path_factory):
     return result.path, None, llm.causal_lm(CONFIGS["llama"])
 
 
-def _llm_export_in_process(out, *args) -> tuple[int, str, str]:
-    """`llm-export OUT ARGS` through the command line's main() in this process:
-    (exit code, stdout, stderr). A child would pay torch's import and a cold
-    first export (minutes on a loaded CI machine); the usage-error tests below
-    keep the command's own process covered."""
-    import contextlib
-    import io
-
-    from executorch_tensorrt.cli import main
-
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        try:
-            code = main(["llm-export", str(out), *map(str, args)])
-        except SystemExit as e:  # argparse's usage errors
-            code = e.code
-    return code, stdout.getvalue(), stderr.getvalue()
-
-
 @pytest.fixture(scope="module")
 def qwen2_ptd(tmp_path_factory):
     """Through the command line, float16, weights in a .ptd."""
     out = tmp_path_factory.mktemp("qwen2") / "qwen2.pte"
-    code, stdout, stderr = _llm_export_in_process(
-        out, "--config", json.dumps(CONFIGS["qwen2"]), "--max-seq-len", MAX_SEQ,
+    code, stdout, stderr = cli_main(
+        "llm-export", out, "--config", json.dumps(CONFIGS["qwen2"]), "--max-seq-len", MAX_SEQ,
         "--max-context-len", MAX_CONTEXT, "--external-weights", "--dtype", "float16")
     assert code == 0, stderr[-3000:]
     assert "partition report" in stderr and "get_max_seq_len=4" in stderr
@@ -283,8 +264,8 @@ def test_llm_export_command_usage_errors(args, words, tmp_path):
 def llama_batch2(tmp_path_factory):
     """A static batch of 2 rows, through `llm-export --batch-size 2`."""
     out = tmp_path_factory.mktemp("llama-b2") / "llama-b2.pte"
-    code, _, stderr = _llm_export_in_process(
-        out, "--config", json.dumps(CONFIGS["llama"]), "--max-seq-len", MAX_SEQ,
+    code, _, stderr = cli_main(
+        "llm-export", out, "--config", json.dumps(CONFIGS["llama"]), "--max-seq-len", MAX_SEQ,
         "--max-context-len", MAX_CONTEXT, "--batch-size", 2)
     assert code == 0, stderr[-3000:]
     return out
