@@ -33,12 +33,12 @@ PINS_FILE = "pins.toml"
 # ("unlisted pin site"). Keep the counts exact: they catch a deleted site.
 SITES: dict[str, int] = {
     # [build-system] requires: executorch (1); [project] dependencies:
-    # executorch, torch, onnx, onnxscript, onnxruntime (5);
+    # executorch, torch, onnx, onnxscript, onnxruntime, ml_dtypes (6);
     # [project.optional-dependencies] rtx: tensorrt-rtx-cu13 (1).
-    "pyproject.toml": 7,
-    # the emulated aarch64 run's pip line: executorch, onnxruntime, onnx, onnxscript;
-    # the aarch64 [rtx] resolution's pip line: tensorrt-rtx-cu13 (5).
-    "docs/aarch64.md": 5,
+    "pyproject.toml": 8,
+    # the emulated aarch64 run's pip line: executorch, onnxruntime, onnx, ml_dtypes, onnxscript;
+    # the aarch64 [rtx] resolution's pip line: tensorrt-rtx-cu13 (6).
+    "docs/aarch64.md": 6,
     # To add once they exist (count the pinned requirements in them):
     # ".ci/run": N,                 # pip install lines
     # "README.md": N,               # pip install commands in code blocks
