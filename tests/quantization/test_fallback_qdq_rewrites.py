@@ -78,3 +78,51 @@ def test_int8_w8a8_conv_keeps_its_float_bias(layout, tmp_path, allow_fallback, m
                                           progress=None, run_check_tolerance=1e-5,
                                           **{layout: True})
     assert result.run_check.ok and "int8 W8A8" in " ".join(result.report.quantization.values())
+
+
+def _tie(scale: float) -> float:
+    """A float32 x that eager PyTorch's quantize_per_tensor (x * (1 / scale))
+    and QuantizeLinear (x / scale) round to different int8 steps."""
+    import numpy as np
+
+    quantize = torch.ops.quantized_decomposed.quantize_per_tensor.default
+    for k in range(-120, 120):
+        x = np.float32((k + 0.5) * scale)
+        for _ in range(80):
+            eager = quantize(torch.tensor([x]), scale, 0, -128, 127, torch.int8).item()
+            if eager != int(np.rint(x / np.float32(scale))):
+                return float(x)
+            x = np.nextafter(x, np.float32(np.inf))
+    raise AssertionError(f"no rounding tie found for scale {scale}")
+
+
+def test_int8_w8a8_rounding_tie_passes_the_default_run_check(tmp_path, allow_fallback,
+                                                             monkeypatch):
+    """Stand-in (labelled) as above. The example input holds one activation on
+    a rounding tie: eager PyTorch and onnxruntime quantize it one step apart,
+    which moves the output by |weight| x step (0.025 here, 1.5 % of the
+    output). The program is right; export's default check allows W8A8 programs
+    that (run_check.ACTIVATION_TOLERANCE); at the float tolerance it refuses."""
+    from executorch_tensorrt.aot.run_check import RunCheckError
+
+    monkeypatch.setattr(export_module, "target_flavor", lambda: "tensorrt")
+    lin = torch.nn.Linear(16, 4, bias=False).eval()
+    with torch.no_grad():
+        lin.weight.fill_(0.25)
+    calibration = torch.linspace(-12.7, 12.7, 16).reshape(1, 16)
+    gm = prepare_pt2e(torch.export.export(lin, (calibration,)).module(),
+                      TensorRTQuantizer("int8_w8a8"))
+    gm(calibration)
+    model = convert_pt2e(gm)
+    scale = next(n.args[1] for n in model.graph.nodes
+                 if n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default)
+    x = torch.zeros(1, 16)
+    x[0, 0] = _tie(scale)
+    result = export_module.export_program(model, (x,), tmp_path / "t.pte", progress=None)
+    (method,) = result.run_check.methods
+    largest = max(1.0, model(x).abs().max().item())  # the tolerance is relative to it
+    assert result.run_check.ok and method.tolerance == pytest.approx(3e-2 * largest)
+    assert method.max_abs_diff == pytest.approx(0.25 * scale, rel=1e-3)  # one step, one tie
+    with pytest.raises(RunCheckError, match="differs from eager"):
+        export_module.export_program(model, (x,), tmp_path / "f.pte", progress=None,
+                                     run_check_tolerance=1e-3)

@@ -14,7 +14,8 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
-from ..quantization.qdq_graph import check_qdq_delegated, is_qdq_graph, lower_qdq
+from ..quantization.qdq_graph import (activation_quantization, check_qdq_delegated, is_qdq_graph,
+                                      lower_qdq)
 from ..quantization.modelopt_models import has_modelopt_quantizers, lower_modelopt
 from ..quantization.plan import quantization_plan
 from ..quantization.quantize import check_plan
@@ -27,7 +28,7 @@ from .memory_check import check_export_memory
 from .partition.partitioner import BACKEND_ID, TensorRTPartitioner
 from .partition.report import PartitionReport, format_report, write_report
 from .export_check import checks_in_child, export_run_check, start_check_child, stop_check_child
-from .run_check import RunCheck, RunCheckError
+from .run_check import RunCheck, RunCheckError, tolerance_for
 from .runtime_kernels import check_runtime_kernels
 
 
@@ -158,7 +159,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     are (ints, bools, lists of ints; e.g. the metadata an LLM runner reads).
     `run_check=False`: do not run the written program once before returning
     (run_check.py); `run_check_tolerance`: its allowed difference from eager,
-    times max(1, an output's largest magnitude) (default by precision).
+    times max(1, an output's largest magnitude) (default by precision, looser for
+    programs that quantize activations: run_check.ACTIVATION_TOLERANCE).
     """
     path = Path(path)
     if path.suffix != ".pte":
@@ -207,6 +209,10 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                              "other: inline weights live in the blob, not in a .ptd")
         options["weights_file"] = path.stem
     real_weights = [{**ep.state_dict, **ep.constants} for ep in programs.values()]
+    # W8A8 programs: eager and the runtime may round an activation's tie apart.
+    check_tolerance = (run_check_tolerance if run_check_tolerance is not None else
+                       tolerance_for(options.get("precision"), activation_quantization(
+                           ep.graph for ep in programs.values())))
     if check_memory:
         check_export_memory(real_weights, options.get("inline_weights", False), progress)
     # A program this big is checked in a child process: started now, its
@@ -269,7 +275,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             # With no reference written, the check makes the eager outputs itself.
             checked = export_run_check(path, data_paths, methods,
                                        None if write_expected_file else ref, exp, device_resident,
-                                       run_check_tolerance, options.get("precision"), child)
+                                       check_tolerance, child)
             seconds["run_check"] = time.perf_counter() - t2
             if progress:
                 progress(checked.describe())

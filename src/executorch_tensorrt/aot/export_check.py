@@ -35,8 +35,7 @@ from typing import Sequence
 from ..program import tensor_file as tf
 from ..program.info import MethodInfo
 from ..program.references import tensors_path
-from .run_check import (MethodRunCheck, RunCheck, check_program, safe_int_range, stored_case,
-                        tolerance_for)
+from .run_check import MethodRunCheck, RunCheck, check_program, safe_int_range, stored_case
 
 IN_PROCESS_LIMIT = 32 * 1024 * 1024  # .pte + .ptd bytes run in the exporting process
 STDERR_SHOWN = 2000
@@ -120,8 +119,7 @@ def _eager_file(folder: str, eager) -> tuple[Path, str] | None:
 
 def export_run_check(path: Path, data_paths: Sequence[Path], methods: Sequence[MethodInfo],
                      eager, expected_file: Path | None, device_resident: bool,
-                     tolerance: float | None, precision: str | None,
-                     child: subprocess.Popen | None = None) -> RunCheck:
+                     tolerance: float, child: subprocess.Popen | None = None) -> RunCheck:
     """export()'s check of the program it wrote (export.py raises RunCheckError
     when the result is not ok). `forward` runs on the written reference's
     inputs, else on `eager`'s; the other methods on generated inputs. A
@@ -130,18 +128,17 @@ def export_run_check(path: Path, data_paths: Sequence[Path], methods: Sequence[M
     export's own peak memory stays bounded. An unused `child` is stopped."""
     try:
         return _export_run_check(path, data_paths, methods, eager, expected_file,
-                                 device_resident, tolerance, precision, child)
+                                 device_resident, tolerance, child)
     finally:
         stop_check_child(child)
 
 
 def _export_run_check(path, data_paths, methods, eager, expected_file, device_resident,
-                      tolerance, precision, child) -> RunCheck:
+                      tol, child) -> RunCheck:
     if device_resident:
         return RunCheck(skipped="a device-resident program: executorch's Python runtime gives "
                                 "methods host tensors; run it with the C++ runner "
                                 "(examples/cpp_runner)")
-    tol = tolerance if tolerance is not None else tolerance_for(precision)
     data = data_paths[0] if data_paths else None
     int_range = safe_int_range(methods)
     size = sum(p.stat().st_size for p in (path, *data_paths))

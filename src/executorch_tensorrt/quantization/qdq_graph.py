@@ -26,6 +26,7 @@ TensorRT did not take (e.g. a pair split across partitions), naming it.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +55,20 @@ DEQUANTIZE = _ops(("dequantize_per_tensor", "default"), ("dequantize_per_tensor"
 DYNAMIC = _ops(("choose_qparams", "tensor"), ("choose_qparams_symmetric", "tensor"))
 LAYERS = {torch.ops.aten.linear.default: "Linear", torch.ops.aten.conv2d.default: "Conv2d"}
 _DTYPE_NAMES = {torch.int8: "int8", FP8: "fp8"}
+
+
+def activation_quantization(graphs: Iterable[torch.fx.Graph]) -> str | None:
+    """"fp8" or "int8" when a graph quantizes a value at run time (W8A8: the
+    weights' own quantize ops are folded into constants before export), fp8
+    first; None for float and weight-only graphs."""
+    found = set()
+    for graph in graphs:
+        for node in graph.nodes:
+            if node.target == QUANTIZE_FP8:
+                found.add("fp8")
+            elif node.target in QUANTIZE:
+                found.add("int8")
+    return "fp8" if "fp8" in found else "int8" if found else None
 
 
 @dataclass(frozen=True)
