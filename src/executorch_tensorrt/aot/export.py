@@ -27,6 +27,7 @@ from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
 from .memory_check import check_export_memory
 from .partition.partitioner import BACKEND_ID, TensorRTPartitioner
 from .partition.report import PartitionReport, format_report, write_report
+from .cia_ops_cache import cia_ops_cached
 from .export_check import checks_in_child, export_run_check, start_check_child, stop_check_child
 from .run_check import RunCheck, RunCheckError, tolerance_for
 from .runtime_kernels import check_runtime_kernels
@@ -129,6 +130,7 @@ def _warn_splits(backends: dict[str, list[str]], reports: dict[str, PartitionRep
             "through ExecuTorch; exclude_ops or a model change can merge them."), stacklevel=3)
 
 
+@cia_ops_cached()  # torch's CIA-op set, built once per export instead of per decomposition
 def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedProgram],
                    example_inputs: Sequence[Any] | None, path: str | Path, *,
                    dynamic_shapes=None, partitioners: Sequence = (), exclude_ops=(),
