@@ -216,24 +216,28 @@ class OnnxRuntimeExecutor(Executor):
         owned.append(value)
         return value
 
-    def _bind(self, args, shapes, key) -> _BoundValues:
+    def _values(self, items) -> tuple[list, list]:
+        """One OrtValue per (arg, shape, element type, name) and the ones made
+        for them; none is left allocated when one fails."""
         owned: list = []
         try:
-            inputs = [self._value(args[i], shape, self.input_types[i], f"input {i}", owned)
-                      for i, shape in enumerate(shapes)]
-            outputs = []
-            if self.fixed_outputs:
-                for j, out in enumerate(self.outputs):
-                    arg = args[len(self.inputs) + j]
-                    resize_output(arg, out.shape, out)
-                    outputs.append(self._value(arg, out.shape, self.output_types[j],
-                                               f"output {j}", owned))
-            else:
-                outputs = [None] * len(self.outputs)
+            return [self._value(arg, shape, t, what, owned) for arg, shape, t, what in items], owned
         except BaseException:
             for value in owned:
                 self.api.ReleaseValue(value)
             raise
+
+    def _bind(self, args, shapes, key) -> _BoundValues:
+        n_in = len(self.inputs)
+        items = [(args[i], shape, self.input_types[i], f"input {i}")
+                 for i, shape in enumerate(shapes)]
+        if self.fixed_outputs:
+            for j, out in enumerate(self.outputs):
+                resize_output(args[n_in + j], out.shape, out)
+            items += [(args[n_in + j], out.shape, self.output_types[j], f"output {j}")
+                      for j, out in enumerate(self.outputs)]
+        values, owned = self._values(items)
+        inputs, outputs = values[:n_in], values[n_in:] or [None] * len(self.outputs)
         if len(self.bound) >= self.max_bound:
             self._release_bound()
         bound = self.bound[key] = _BoundValues(self.api, OrtSession.values(inputs),
@@ -246,14 +250,8 @@ class OnnxRuntimeExecutor(Executor):
         this one) run without allocating or copying an output."""
         n_in = len(self.inputs)
         shapes = tuple(args[n_in + j].shape() for j in range(len(self.outputs)))
-        owned: list = []
-        try:
-            values = [self._value(args[n_in + j], shape, self.output_types[j], f"output {j}",
-                                  owned) for j, shape in enumerate(shapes)]
-        except BaseException:
-            for value in owned:
-                self.api.ReleaseValue(value)
-            raise
+        values, owned = self._values([(args[n_in + j], shape, self.output_types[j], f"output {j}")
+                                      for j, shape in enumerate(shapes)])
         for j, value in enumerate(values):
             bound.outputs[j] = value.value
         bound.owned.extend(owned)
