@@ -257,3 +257,123 @@ def test_projections_of_one_input_become_one_matmul_and_split_below_the_heads(he
     assert unsupported_nodes(load_tensorrt(), onnx_bytes) == set()
     build_engine(onnx_bytes, BuildOptions(), label="projections", progress=None,
                  keep_engine=False)
+
+
+# -- decoder rules (decoder_fusions.py) ----------------------------------------------------
+def _graph_model(nodes, inputs, outputs, inits=(), opset=24) -> onnx.ModelProto:
+    value = lambda n, t, s: helper.make_tensor_value_info(n, t, s)  # noqa: E731
+    graph = helper.make_graph(nodes, "g", [value(*i) for i in inputs],
+                              [value(*o) for o in outputs], list(inits))
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+
+
+def _masked_softmax_model(*, expose: str | None = None, equal_to: float = -np.inf):
+    """The edge dialect's safe softmax over a masked score, as the exporter
+    writes it for transformers' decoders (zeros as Expand(0, Shape(softmax)))."""
+    nodes = [helper.make_node("Softmax", ["x"], ["sm"], axis=-1),
+             helper.make_node("Equal", ["x", "inf"], ["eq"]),
+             helper.make_node("Not", ["eq"], ["ne"]),
+             helper.make_node("Cast", ["ne"], ["ne_i"], to=TensorProto.INT64),
+             helper.make_node("ReduceMax", ["ne_i", "last"], ["any_i"], keepdims=1),
+             helper.make_node("Cast", ["any_i"], ["any"], to=TensorProto.BOOL),
+             helper.make_node("Not", ["any"], ["masked"]),
+             helper.make_node("Shape", ["sm"], ["shape"]),
+             helper.make_node("Expand", ["zero", "shape"], ["zeros"]),
+             helper.make_node("Where", ["masked", "zeros", "sm"], ["y"])]
+    outputs = [("y", TensorProto.FLOAT, [4, 5])]
+    if expose:
+        outputs.append((expose, TensorProto.BOOL, None))
+    return _graph_model(nodes, [("x", TensorProto.FLOAT, [4, 5])], outputs,
+                        [_const("inf", equal_to), _const("zero", 0.0),
+                         numpy_helper.from_array(np.array([-1], np.int64), "last")])
+
+
+def _build(model: onnx.ModelProto, label: str) -> None:
+    from executorch_tensorrt.tensorrt.engine_builder import build_engine
+    from executorch_tensorrt.tensorrt.flavor import load_tensorrt
+    from executorch_tensorrt.tensorrt.onnx_parser import unsupported_nodes
+    from executorch_tensorrt.tensorrt.options import BuildOptions
+
+    onnx_bytes = model.SerializeToString()
+    assert unsupported_nodes(load_tensorrt(), onnx_bytes) == set()
+    build_engine(onnx_bytes, BuildOptions(), label=label, progress=None, keep_engine=False)
+
+
+def test_a_masked_safe_softmax_keeps_its_values_for_masked_and_nan_rows_in_four_nodes():
+    inf, nan = np.inf, np.nan
+    x = {"x": np.array([[0.5, -1.0, 2.0, -inf, 0.0],      # partly masked
+                        [-inf] * 5,                         # fully masked: 0, not NaN
+                        [nan, -inf, -inf, -inf, -inf],      # NaN stays NaN
+                        [1.0, inf, 0.0, -inf, 3.0]], np.float32)}  # +inf: NaN as before
+    original = _masked_softmax_model()
+    model = ir.serde.deserialize_model(original)
+    assert fuse(model)["masked Softmax shortened"] == 1
+    fused = ir.serde.serialize_model(model)
+    assert collections.Counter(n.op_type for n in fused.graph.node) == \
+        {"Softmax": 1, "ReduceMax": 1, "Equal": 1, "Where": 1}
+    got, want = _run(fused, x)[0], _run(original, x)[0]
+    np.testing.assert_array_equal(got, want)  # NaN where the original has NaN, nowhere else
+    assert not np.isnan(want[1]).any() and np.isnan(want[2]).all()
+    _build(fused, "masked softmax")
+
+
+@pytest.mark.parametrize("kept", ["an intermediate read elsewhere", "a test against +inf"])
+def test_a_masked_softmax_that_differs_is_left_as_it_is(kept):
+    original = _masked_softmax_model(expose="any") if kept.startswith("an") \
+        else _masked_softmax_model(equal_to=np.inf)
+    model = ir.serde.deserialize_model(original)
+    assert fuse(model)["masked Softmax shortened"] == 0
+    # (the last Not may still fold into the Where: Where(c, b, a) is exact)
+    assert {"Cast", "Shape", "Expand"} <= {n.op_type for n in model.graph}
+
+
+def _silu_model(gate: str, expose_sigmoid: bool = False) -> onnx.ModelProto:
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", [gate, "s"], ["y"])]
+    outputs = [("y", TensorProto.FLOAT, [2, 8])] + \
+        ([("s", TensorProto.FLOAT, [2, 8])] if expose_sigmoid else [])
+    return _graph_model(nodes, [("x", TensorProto.FLOAT, [2, 8]), ("z", TensorProto.FLOAT, [2, 8])],
+                        outputs)
+
+
+def test_silu_becomes_swish_and_other_gates_stay():
+    feeds = {n: np.random.default_rng(i).standard_normal((2, 8)).astype(np.float32) * 8
+             for i, n in enumerate("xz")}
+    original = _silu_model("x")
+    model = ir.serde.deserialize_model(original)
+    assert fuse(model)["Swish"] == 1
+    fused = ir.serde.serialize_model(model)
+    assert [n.op_type for n in fused.graph.node] == ["Swish"]
+    np.testing.assert_array_equal(_run(fused, feeds)[0], _run(original, feeds)[0])
+    _build(fused, "swish")
+    for kept in (_silu_model("z"), _silu_model("x", expose_sigmoid=True),  # z * sigmoid(x)
+                 _silu_model("x").__class__.FromString(  # opset 23 has no Swish
+                     _graph_model(_silu_model("x").graph.node, [("x", TensorProto.FLOAT, [2, 8]),
+                                  ("z", TensorProto.FLOAT, [2, 8])],
+                                  [("y", TensorProto.FLOAT, [2, 8])], opset=23)
+                     .SerializeToString())):
+        model = ir.serde.deserialize_model(kept)
+        assert fuse(model).get("Swish", 0) == 0
+        assert [n.op_type for n in model.graph] == ["Sigmoid", "Mul"]
+
+
+def test_an_identity_between_nodes_and_a_negated_where_condition_go():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["r"], ["i"]),
+             helper.make_node("Greater", ["i", "zero"], ["c"]), helper.make_node("Not", ["c"], ["n"]),
+             helper.make_node("Where", ["n", "x", "i"], ["y"]),
+             helper.make_node("Identity", ["y"], ["out"])]  # a graph output: stays
+    original = _graph_model(nodes, [("x", TensorProto.FLOAT, [6])],
+                            [("out", TensorProto.FLOAT, [6])], [_const("zero", 0.5)])
+    model = ir.serde.deserialize_model(original)
+    counts = fuse(model)
+    assert (counts["Identity dropped"], counts["Not folded into Where"]) == (1, 1)
+    fused = ir.serde.serialize_model(model)
+    assert [n.op_type for n in fused.graph.node] == ["Relu", "Greater", "Where", "Identity"]
+    x = {"x": np.array([-1.0, 0.2, 0.5, 0.7, np.nan, 3.0], np.float32)}
+    np.testing.assert_array_equal(_run(fused, x)[0], _run(original, x)[0])
+    # A Not that something other than a Where's condition reads stays.
+    nodes[4] = helper.make_node("Where", ["n", "x", "n_f"], ["y"])
+    kept = _graph_model([*nodes, helper.make_node("Cast", ["n"], ["n_f"], to=TensorProto.FLOAT)],
+                        [("x", TensorProto.FLOAT, [6])], [("out", TensorProto.FLOAT, [6])],
+                        [_const("zero", 0.5)])
+    assert fuse(ir.serde.deserialize_model(kept))["Not folded into Where"] == 0

@@ -12,7 +12,8 @@ RotaryEmbedding, opset 23; MatMul on 4-D operands) helps both: TensorRT-RTX's
 parser and builder take all four (tests/aot/test_onnx_fusions.py). Vision
 transformers' chains (the safe softmax, hardswish, Linear + BatchNorm) have
 their rules in vision_fusions.py, an attention block's Q/K/V projections in
-projection_fusions.py.
+projection_fusions.py, a decoder's masked softmax and SiLU in
+decoder_fusions.py.
 
 Every rule checks that the intermediate values it removes have no other
 reader and are not graph outputs, so a chain that is used elsewhere is left
@@ -29,6 +30,8 @@ from collections.abc import Callable
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
+from .decoder_fusions import (drop_identity, fuse_swish, shorten_masked_softmax,
+                              swap_negated_where)
 from .graph_match import ints, known, near, only_reader, other_input, replace, scalar
 from .projection_fusions import fuse_shared_input_matmuls, sink_split_below_heads
 from .vision_fusions import (drop_broadcast_expand, fold_batch_norm, fuse_hardswish,
@@ -38,7 +41,10 @@ from .vision_fusions import (drop_broadcast_expand, fold_batch_norm, fuse_hardsw
 # The opset where each folded op appeared; MatMul is there in every opset.
 _OPSET = {"Gelu": 20, "RMSNormalization": 23, "RotaryEmbedding": 23, "MatMul": 1,
           "Softmax": 13, "HardSwish": 14, "BatchNormalization folded": 1, "Expand dropped": 8,
-          "MatMul side by side": 13, "Split below heads": 13}  # Split's sizes as an input: 13
+          "MatMul side by side": 13, "Split below heads": 13,  # Split's sizes as an input: 13
+          "masked Softmax shortened": 18,  # ReduceMax's axes as an input: 18
+          "Swish": 24, "Identity dropped": 1,
+          "Not folded into Where": 9}
 _STARTS = {"Gelu": "Erf", "RMSNormalization": "Pow", "RotaryEmbedding": "Neg"}
 _CONVERTER_FROM = 18  # the oldest opset onnxscript's IR converter moves
 
@@ -64,7 +70,11 @@ def fuse(model: ir.Model) -> dict[str, int]:
                        ("BatchNormalization folded", fold_batch_norm),
                        ("Expand dropped", drop_broadcast_expand),
                        ("MatMul side by side", fuse_shared_input_matmuls),
-                       ("Split below heads", sink_split_below_heads)):
+                       ("Split below heads", sink_split_below_heads),
+                       ("masked Softmax shortened", shorten_masked_softmax),
+                       ("Swish", fuse_swish),
+                       ("Identity dropped", drop_identity),
+                       ("Not folded into Where", swap_negated_where)):
         if _opset(model) >= _OPSET[name]:
             counts[name] = sum(rule(model.graph, node) for node in list(model.graph)
                                if node.graph is model.graph)
