@@ -342,16 +342,18 @@ def test_silu_becomes_swish_and_other_gates_stay():
     original = _silu_model("x")
     model = ir.serde.deserialize_model(original)
     assert fuse(model)["Swish"] == 1
+    moved = ir.serde.deserialize_model(_graph_model(original.graph.node, [
+        ("x", TensorProto.FLOAT, [2, 8]), ("z", TensorProto.FLOAT, [2, 8])],
+        [("y", TensorProto.FLOAT, [2, 8])], opset=18))  # the exporter's opset: moved to 24
+    assert fuse(moved)["Swish"] == 1 and moved.opset_imports[""] == 24
     fused = ir.serde.serialize_model(model)
     assert [n.op_type for n in fused.graph.node] == ["Swish"]
     np.testing.assert_array_equal(_run(fused, feeds)[0], _run(original, feeds)[0])
     _build(fused, "swish")
     for kept in (_silu_model("z"), _silu_model("x", expose_sigmoid=True),  # z * sigmoid(x)
-                 _silu_model("x").__class__.FromString(  # opset 23 has no Swish
-                     _graph_model(_silu_model("x").graph.node, [("x", TensorProto.FLOAT, [2, 8]),
-                                  ("z", TensorProto.FLOAT, [2, 8])],
-                                  [("y", TensorProto.FLOAT, [2, 8])], opset=23)
-                     .SerializeToString())):
+                 _graph_model(_silu_model("x").graph.node,  # opset 17: not moved to 24
+                              [("x", TensorProto.FLOAT, [2, 8]), ("z", TensorProto.FLOAT, [2, 8])],
+                              [("y", TensorProto.FLOAT, [2, 8])], opset=17)):
         model = ir.serde.deserialize_model(kept)
         assert fuse(model).get("Swish", 0) == 0
         assert [n.op_type for n in model.graph] == ["Sigmoid", "Mul"]
@@ -377,3 +379,49 @@ def test_an_identity_between_nodes_and_a_negated_where_condition_go():
                         [("x", TensorProto.FLOAT, [6])], [("out", TensorProto.FLOAT, [6])],
                         [_const("zero", 0.5)])
     assert fuse(ir.serde.deserialize_model(kept))["Not folded into Where"] == 0
+
+
+def _grouped_values_model(*, expose_expand: bool = False, heads: bool = True) -> onnx.ModelProto:
+    """probabilities [1, 4, S, 6] @ a value cache [1, 2, 6, 8] repeated for 2
+    query heads per cache head, as transformers' repeat_kv exports (3-D bmm)."""
+    ints = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    nodes = [helper.make_node("Unsqueeze", ["v", "two"], ["vu"]),
+             helper.make_node("Expand", ["vu", "repeat"], ["ve"]),
+             helper.make_node("Reshape", ["ve", "flat_v"], ["vr"]),
+             helper.make_node("Reshape", ["p", "flat_p"], ["pr"]),
+             helper.make_node("MatMul", ["pr", "vr"], ["o3"]),
+             helper.make_node("Reshape", ["o3", "heads"], ["y"])][:None if heads else -1]
+    outputs = [("y", TensorProto.FLOAT, [1, 4, "S", 8]) if heads else
+               ("o3", TensorProto.FLOAT, [4, "S", 8])] + \
+        ([("ve", TensorProto.FLOAT, [1, 2, 2, 6, 8])] if expose_expand else [])
+    return _graph_model(nodes, [("p", TensorProto.FLOAT, [1, 4, "S", 6]),
+                                ("v", TensorProto.FLOAT, [1, 2, 6, 8])], outputs,
+                        [ints("two", [2]), ints("repeat", [1, 2, 2, 6, 8]),
+                         ints("flat_v", [4, 6, 8]), ints("flat_p", [4, -1, 6]),
+                         ints("heads", [1, 4, -1, 8])])
+
+
+@pytest.mark.parametrize("heads", [True, False], ids=["then heads", "3-D out"])
+def test_grouped_value_heads_are_read_by_broadcasting_with_the_same_products(heads):
+    from executorch_tensorrt.tensorrt.engine_builder import build_engine
+    from executorch_tensorrt.tensorrt.options import BuildOptions, InputProfile
+
+    original = _grouped_values_model(heads=heads)
+    model = ir.serde.deserialize_model(original)
+    assert fuse(model)["grouped values broadcast"] == 1
+    fused = ir.serde.serialize_model(model)
+    # (Unsqueeze, Expand, Reshape, Reshape, MatMul [, Reshape]): the product goes
+    # into the heads' Reshape directly, or back to 3-D through one
+    assert [n.op_type for n in fused.graph.node] == ["Unsqueeze", "Reshape", "MatMul", "Reshape"]
+    rng = np.random.default_rng(0)
+    for s in (1, 3):  # matrix by matrix the same [S, 6] @ [6, 8]: bitwise equal
+        feeds = {"p": rng.random((1, 4, s, 6), np.float32),
+                 "v": rng.standard_normal((1, 2, 6, 8)).astype(np.float32)}
+        np.testing.assert_array_equal(_run(fused, feeds)[0], _run(original, feeds)[0])
+    build_engine(fused.SerializeToString(), BuildOptions(), label="grouped values",
+                 profiles=[InputProfile((1, 4, 1, 6), (1, 4, 2, 6), (1, 4, 4, 6)),
+                           InputProfile((1, 2, 6, 8), (1, 2, 6, 8), (1, 2, 6, 8))],
+                 progress=None, keep_engine=False)
+    kept = ir.serde.deserialize_model(_grouped_values_model(expose_expand=True))
+    assert fuse(kept)["grouped values broadcast"] == 0
+    assert "Expand" in [n.op_type for n in kept.graph]
