@@ -361,7 +361,8 @@ def test_silu_becomes_swish_and_other_gates_stay():
 
 def test_an_identity_between_nodes_and_a_negated_where_condition_go():
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["r"], ["i"]),
-             helper.make_node("Greater", ["i", "zero"], ["c"]), helper.make_node("Not", ["c"], ["n"]),
+             helper.make_node("Greater", ["i", "zero"], ["c"]),
+             helper.make_node("Not", ["c"], ["n"]),
              helper.make_node("Where", ["n", "x", "i"], ["y"]),
              helper.make_node("Identity", ["y"], ["out"])]  # a graph output: stays
     original = _graph_model(nodes, [("x", TensorProto.FLOAT, [6])],

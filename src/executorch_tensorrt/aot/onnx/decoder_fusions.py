@@ -157,7 +157,8 @@ def _grouped(value: ir.Value, reader: ir.Node) -> tuple[ir.Node, ir.Node, ir.Nod
     if reshape is None or reshape.op_type != "Reshape" or only_reader(value) is not reader:
         return None
     expand = reshape.inputs[0].producer()
-    if expand is None or expand.op_type != "Expand" or only_reader(expand.outputs[0]) is not reshape:
+    if (expand is None or expand.op_type != "Expand"
+            or only_reader(expand.outputs[0]) is not reshape):
         return None
     unsqueeze = expand.inputs[0].producer()
     if (unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or ints(unsqueeze.inputs[1]) != [2]
