@@ -105,6 +105,34 @@ def test_tensorrt_builds_kv_cache_update_layers(decoder):
     assert sum("KV_CACHE_UPDATE" in k for k in kinds) == 4
 
 
+def test_the_llama_decode_step_is_rewritten_and_tensorrt_builds_it(hf_llama, tmp_path):
+    """decoder_fusions.py on transformers' Llama (2 layers): each masked safe
+    softmax in 4 nodes, SiLU as Swish, the value caches read by broadcasting
+    (no Expand on that side), no Identity between nodes; 117 ONNX nodes before
+    these rules. TensorRT-RTX builds the embedded ONNX with the blob's own
+    profiles and the real weights, as the first load on a GPU does."""
+    import collections
+
+    import onnx
+
+    from executorch_tensorrt.deploy.prepare import program_named_data
+    from executorch_tensorrt.program.info import read_pte
+    from executorch_tensorrt.runtime.named_data import blob_weights
+    from executorch_tensorrt.runtime.tensorrt.portability import rebuild_for
+    from executorch_tensorrt.tensorrt.flavor import load_tensorrt
+
+    program = hf_llama[1]
+    blob = read_blob(program.executorch_program.backend_delegate_data[0].data)
+    ops = collections.Counter(n.op_type for n in onnx.load_model_from_string(blob.onnx).graph.node)
+    assert (ops["Swish"], ops["Sigmoid"], ops["Not"], ops["Cast"]) == (2, 0, 0, 3), ops
+    assert (ops["ReduceMax"], ops["Expand"], ops["Identity"]) == (2, 2, 1), ops
+    assert sum(ops.values()) == 97, ops
+    path = tmp_path / "llama.pte"
+    path.write_bytes(program.buffer)
+    weights = blob_weights(blob, program_named_data(read_pte(path), None))
+    assert rebuild_for(blob, load_tensorrt(), "SM89", weights).build()
+
+
 @pytest.mark.parametrize("flow", FLOWS)
 def test_greedy_decode_matches_eager(flow, request, allow_fallback):
     from executorch.runtime import Runtime

@@ -257,3 +257,172 @@ def test_projections_of_one_input_become_one_matmul_and_split_below_the_heads(he
     assert unsupported_nodes(load_tensorrt(), onnx_bytes) == set()
     build_engine(onnx_bytes, BuildOptions(), label="projections", progress=None,
                  keep_engine=False)
+
+
+# -- decoder rules (decoder_fusions.py) ----------------------------------------------------
+def _graph_model(nodes, inputs, outputs, inits=(), opset=24) -> onnx.ModelProto:
+    value = lambda n, t, s: helper.make_tensor_value_info(n, t, s)  # noqa: E731
+    graph = helper.make_graph(nodes, "g", [value(*i) for i in inputs],
+                              [value(*o) for o in outputs], list(inits))
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+
+
+def _masked_softmax_model(*, expose: str | None = None, equal_to: float = -np.inf):
+    """The edge dialect's safe softmax over a masked score, as the exporter
+    writes it for transformers' decoders (zeros as Expand(0, Shape(softmax)))."""
+    nodes = [helper.make_node("Softmax", ["x"], ["sm"], axis=-1),
+             helper.make_node("Equal", ["x", "inf"], ["eq"]),
+             helper.make_node("Not", ["eq"], ["ne"]),
+             helper.make_node("Cast", ["ne"], ["ne_i"], to=TensorProto.INT64),
+             helper.make_node("ReduceMax", ["ne_i", "last"], ["any_i"], keepdims=1),
+             helper.make_node("Cast", ["any_i"], ["any"], to=TensorProto.BOOL),
+             helper.make_node("Not", ["any"], ["masked"]),
+             helper.make_node("Shape", ["sm"], ["shape"]),
+             helper.make_node("Expand", ["zero", "shape"], ["zeros"]),
+             helper.make_node("Where", ["masked", "zeros", "sm"], ["y"])]
+    outputs = [("y", TensorProto.FLOAT, [4, 5])]
+    if expose:
+        outputs.append((expose, TensorProto.BOOL, None))
+    return _graph_model(nodes, [("x", TensorProto.FLOAT, [4, 5])], outputs,
+                        [_const("inf", equal_to), _const("zero", 0.0),
+                         numpy_helper.from_array(np.array([-1], np.int64), "last")])
+
+
+def _build(model: onnx.ModelProto, label: str) -> None:
+    from executorch_tensorrt.tensorrt.engine_builder import build_engine
+    from executorch_tensorrt.tensorrt.flavor import load_tensorrt
+    from executorch_tensorrt.tensorrt.onnx_parser import unsupported_nodes
+    from executorch_tensorrt.tensorrt.options import BuildOptions
+
+    onnx_bytes = model.SerializeToString()
+    assert unsupported_nodes(load_tensorrt(), onnx_bytes) == set()
+    build_engine(onnx_bytes, BuildOptions(), label=label, progress=None, keep_engine=False)
+
+
+def test_a_masked_safe_softmax_keeps_its_values_for_masked_and_nan_rows_in_four_nodes():
+    inf, nan = np.inf, np.nan
+    x = {"x": np.array([[0.5, -1.0, 2.0, -inf, 0.0],      # partly masked
+                        [-inf] * 5,                         # fully masked: 0, not NaN
+                        [nan, -inf, -inf, -inf, -inf],      # NaN stays NaN
+                        [1.0, inf, 0.0, -inf, 3.0]], np.float32)}  # +inf: NaN as before
+    original = _masked_softmax_model()
+    model = ir.serde.deserialize_model(original)
+    assert fuse(model)["masked Softmax shortened"] == 1
+    fused = ir.serde.serialize_model(model)
+    assert collections.Counter(n.op_type for n in fused.graph.node) == \
+        {"Softmax": 1, "ReduceMax": 1, "Equal": 1, "Where": 1}
+    got, want = _run(fused, x)[0], _run(original, x)[0]
+    np.testing.assert_array_equal(got, want)  # NaN where the original has NaN, nowhere else
+    assert not np.isnan(want[1]).any() and np.isnan(want[2]).all()
+    _build(fused, "masked softmax")
+
+
+@pytest.mark.parametrize("kept", ["an intermediate read elsewhere", "a test against +inf"])
+def test_a_masked_softmax_that_differs_is_left_as_it_is(kept):
+    original = _masked_softmax_model(expose="any") if kept.startswith("an") \
+        else _masked_softmax_model(equal_to=np.inf)
+    model = ir.serde.deserialize_model(original)
+    assert fuse(model)["masked Softmax shortened"] == 0
+    # (the last Not may still fold into the Where: Where(c, b, a) is exact)
+    assert {"Cast", "Shape", "Expand"} <= {n.op_type for n in model.graph}
+
+
+def _silu_model(gate: str, expose_sigmoid: bool = False) -> onnx.ModelProto:
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", [gate, "s"], ["y"])]
+    outputs = [("y", TensorProto.FLOAT, [2, 8])] + \
+        ([("s", TensorProto.FLOAT, [2, 8])] if expose_sigmoid else [])
+    return _graph_model(nodes, [("x", TensorProto.FLOAT, [2, 8]), ("z", TensorProto.FLOAT, [2, 8])],
+                        outputs)
+
+
+def test_silu_becomes_swish_and_other_gates_stay():
+    feeds = {n: np.random.default_rng(i).standard_normal((2, 8)).astype(np.float32) * 8
+             for i, n in enumerate("xz")}
+    original = _silu_model("x")
+    model = ir.serde.deserialize_model(original)
+    assert fuse(model)["Swish"] == 1
+    moved = ir.serde.deserialize_model(_graph_model(original.graph.node, [
+        ("x", TensorProto.FLOAT, [2, 8]), ("z", TensorProto.FLOAT, [2, 8])],
+        [("y", TensorProto.FLOAT, [2, 8])], opset=18))  # the exporter's opset: moved to 24
+    assert fuse(moved)["Swish"] == 1 and moved.opset_imports[""] == 24
+    fused = ir.serde.serialize_model(model)
+    assert [n.op_type for n in fused.graph.node] == ["Swish"]
+    np.testing.assert_array_equal(_run(fused, feeds)[0], _run(original, feeds)[0])
+    _build(fused, "swish")
+    for kept in (_silu_model("z"), _silu_model("x", expose_sigmoid=True),  # z * sigmoid(x)
+                 _graph_model(_silu_model("x").graph.node,  # opset 17: not moved to 24
+                              [("x", TensorProto.FLOAT, [2, 8]), ("z", TensorProto.FLOAT, [2, 8])],
+                              [("y", TensorProto.FLOAT, [2, 8])], opset=17)):
+        model = ir.serde.deserialize_model(kept)
+        assert fuse(model).get("Swish", 0) == 0
+        assert [n.op_type for n in model.graph] == ["Sigmoid", "Mul"]
+
+
+def test_an_identity_between_nodes_and_a_negated_where_condition_go():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["r"], ["i"]),
+             helper.make_node("Greater", ["i", "zero"], ["c"]),
+             helper.make_node("Not", ["c"], ["n"]),
+             helper.make_node("Where", ["n", "x", "i"], ["y"]),
+             helper.make_node("Identity", ["y"], ["out"])]  # a graph output: stays
+    original = _graph_model(nodes, [("x", TensorProto.FLOAT, [6])],
+                            [("out", TensorProto.FLOAT, [6])], [_const("zero", 0.5)])
+    model = ir.serde.deserialize_model(original)
+    counts = fuse(model)
+    assert (counts["Identity dropped"], counts["Not folded into Where"]) == (1, 1)
+    fused = ir.serde.serialize_model(model)
+    assert [n.op_type for n in fused.graph.node] == ["Relu", "Greater", "Where", "Identity"]
+    x = {"x": np.array([-1.0, 0.2, 0.5, 0.7, np.nan, 3.0], np.float32)}
+    np.testing.assert_array_equal(_run(fused, x)[0], _run(original, x)[0])
+    # A Not that something other than a Where's condition reads stays.
+    nodes[4] = helper.make_node("Where", ["n", "x", "n_f"], ["y"])
+    kept = _graph_model([*nodes, helper.make_node("Cast", ["n"], ["n_f"], to=TensorProto.FLOAT)],
+                        [("x", TensorProto.FLOAT, [6])], [("out", TensorProto.FLOAT, [6])],
+                        [_const("zero", 0.5)])
+    assert fuse(ir.serde.deserialize_model(kept))["Not folded into Where"] == 0
+
+
+def _grouped_values_model(*, expose_expand: bool = False, heads: bool = True) -> onnx.ModelProto:
+    """probabilities [1, 4, S, 6] @ a value cache [1, 2, 6, 8] repeated for 2
+    query heads per cache head, as transformers' repeat_kv exports (3-D bmm)."""
+    ints = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    nodes = [helper.make_node("Unsqueeze", ["v", "two"], ["vu"]),
+             helper.make_node("Expand", ["vu", "repeat"], ["ve"]),
+             helper.make_node("Reshape", ["ve", "flat_v"], ["vr"]),
+             helper.make_node("Reshape", ["p", "flat_p"], ["pr"]),
+             helper.make_node("MatMul", ["pr", "vr"], ["o3"]),
+             helper.make_node("Reshape", ["o3", "heads"], ["y"])][:None if heads else -1]
+    outputs = [("y", TensorProto.FLOAT, [1, 4, "S", 8]) if heads else
+               ("o3", TensorProto.FLOAT, [4, "S", 8])] + \
+        ([("ve", TensorProto.FLOAT, [1, 2, 2, 6, 8])] if expose_expand else [])
+    return _graph_model(nodes, [("p", TensorProto.FLOAT, [1, 4, "S", 6]),
+                                ("v", TensorProto.FLOAT, [1, 2, 6, 8])], outputs,
+                        [ints("two", [2]), ints("repeat", [1, 2, 2, 6, 8]),
+                         ints("flat_v", [4, 6, 8]), ints("flat_p", [4, -1, 6]),
+                         ints("heads", [1, 4, -1, 8])])
+
+
+@pytest.mark.parametrize("heads", [True, False], ids=["then heads", "3-D out"])
+def test_grouped_value_heads_are_read_by_broadcasting_with_the_same_products(heads):
+    from executorch_tensorrt.tensorrt.engine_builder import build_engine
+    from executorch_tensorrt.tensorrt.options import BuildOptions, InputProfile
+
+    original = _grouped_values_model(heads=heads)
+    model = ir.serde.deserialize_model(original)
+    assert fuse(model)["grouped values broadcast"] == 1
+    fused = ir.serde.serialize_model(model)
+    # (Unsqueeze, Expand, Reshape, Reshape, MatMul [, Reshape]): the product goes
+    # into the heads' Reshape directly, or back to 3-D through one
+    assert [n.op_type for n in fused.graph.node] == ["Unsqueeze", "Reshape", "MatMul", "Reshape"]
+    rng = np.random.default_rng(0)
+    for s in (1, 3):  # matrix by matrix the same [S, 6] @ [6, 8]: bitwise equal
+        feeds = {"p": rng.random((1, 4, s, 6), np.float32),
+                 "v": rng.standard_normal((1, 2, 6, 8)).astype(np.float32)}
+        np.testing.assert_array_equal(_run(fused, feeds)[0], _run(original, feeds)[0])
+    build_engine(fused.SerializeToString(), BuildOptions(), label="grouped values",
+                 profiles=[InputProfile((1, 4, 1, 6), (1, 4, 2, 6), (1, 4, 4, 6)),
+                           InputProfile((1, 2, 6, 8), (1, 2, 6, 8), (1, 2, 6, 8))],
+                 progress=None, keep_engine=False)
+    kept = ir.serde.deserialize_model(_grouped_values_model(expose_expand=True))
+    assert fuse(kept)["grouped values broadcast"] == 0
+    assert "Expand" in [n.op_type for n in kept.graph]

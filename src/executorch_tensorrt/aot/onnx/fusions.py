@@ -12,7 +12,8 @@ RotaryEmbedding, opset 23; MatMul on 4-D operands) helps both: TensorRT-RTX's
 parser and builder take all four (tests/aot/test_onnx_fusions.py). Vision
 transformers' chains (the safe softmax, hardswish, Linear + BatchNorm) have
 their rules in vision_fusions.py, an attention block's Q/K/V projections in
-projection_fusions.py.
+projection_fusions.py, a decoder's masked softmax, SiLU and
+grouped-query value repeats in decoder_fusions.py.
 
 Every rule checks that the intermediate values it removes have no other
 reader and are not graph outputs, so a chain that is used elsewhere is left
@@ -29,6 +30,8 @@ from collections.abc import Callable
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
+from .decoder_fusions import (broadcast_grouped_values, drop_identity, fuse_swish, has_silu,
+                              shorten_masked_softmax, swap_negated_where)
 from .graph_match import ints, known, near, only_reader, other_input, replace, scalar
 from .projection_fusions import fuse_shared_input_matmuls, sink_split_below_heads
 from .vision_fusions import (drop_broadcast_expand, fold_batch_norm, fuse_hardswish,
@@ -38,7 +41,10 @@ from .vision_fusions import (drop_broadcast_expand, fold_batch_norm, fuse_hardsw
 # The opset where each folded op appeared; MatMul is there in every opset.
 _OPSET = {"Gelu": 20, "RMSNormalization": 23, "RotaryEmbedding": 23, "MatMul": 1,
           "Softmax": 13, "HardSwish": 14, "BatchNormalization folded": 1, "Expand dropped": 8,
-          "MatMul side by side": 13, "Split below heads": 13}  # Split's sizes as an input: 13
+          "MatMul side by side": 13, "Split below heads": 13,  # Split's sizes as an input: 13
+          "masked Softmax shortened": 18,  # ReduceMax's axes as an input: 18
+          "Swish": 24, "grouped values broadcast": 13, "Identity dropped": 1,
+          "Not folded into Where": 9}
 _STARTS = {"Gelu": "Erf", "RMSNormalization": "Pow", "RotaryEmbedding": "Neg"}
 _CONVERTER_FROM = 18  # the oldest opset onnxscript's IR converter moves
 
@@ -46,12 +52,14 @@ _CONVERTER_FROM = 18  # the oldest opset onnxscript's IR converter moves
 def fuse(model: ir.Model) -> dict[str, int]:
     """Rewrites `model` in place; returns how many chains each rule folded.
 
-    A model (the exporter's opset 18) with an Erf or Pow node first moves to
-    opset 23 with onnxscript's converter (what torch.onnx.export(opset_version=23)
-    runs), which works on the IR: the weights are not serialized."""
+    A model (the exporter's opset 18) with an Erf, Pow or Neg node first moves
+    to opset 23, one with a SiLU (x * Sigmoid(x)) to 24, with onnxscript's
+    converter (what torch.onnx.export(opset_version=...) runs), which works on
+    the IR: the weights are not serialized."""
     ops = {node.op_type for node in model.graph}
-    target = _OPSET["RMSNormalization"]
-    if _CONVERTER_FROM <= _opset(model) < target and ops & set(_STARTS.values()):
+    target = _OPSET["Swish"] if has_silu(model.graph) else \
+        _OPSET["RMSNormalization"] if ops & set(_STARTS.values()) else 0
+    if _CONVERTER_FROM <= _opset(model) < target:
         from onnxscript import version_converter
 
         version_converter.convert_version(model, target, fallback=False)
@@ -64,7 +72,12 @@ def fuse(model: ir.Model) -> dict[str, int]:
                        ("BatchNormalization folded", fold_batch_norm),
                        ("Expand dropped", drop_broadcast_expand),
                        ("MatMul side by side", fuse_shared_input_matmuls),
-                       ("Split below heads", sink_split_below_heads)):
+                       ("Split below heads", sink_split_below_heads),
+                       ("masked Softmax shortened", shorten_masked_softmax),
+                       ("Swish", fuse_swish),
+                       ("grouped values broadcast", broadcast_grouped_values),
+                       ("Identity dropped", drop_identity),
+                       ("Not folded into Where", swap_negated_where)):
         if _opset(model) >= _OPSET[name]:
             counts[name] = sum(rule(model.graph, node) for node in list(model.graph)
                                if node.graph is model.graph)

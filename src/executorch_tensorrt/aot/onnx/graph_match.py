@@ -71,3 +71,25 @@ def replace(graph: ir.Graph, chain: Sequence[ir.Node], op_type: str,
     old.replace_all_uses_with(new, replace_graph_outputs=True)
     graph.remove(list(reversed(chain)), safe=True)
     return node
+
+
+def new_node(op_type: str, inputs: list, origin: ir.Node, shape: ir.Shape | None,
+             attributes: list | None = None) -> ir.Node:
+    """A node named after `origin`, with its metadata; its output shaped `shape`
+    and typed like `origin`'s."""
+    node = ir.Node("", op_type, inputs, attributes or [], name=f"{origin.name}_{op_type}")
+    node.outputs[0].name = f"{origin.outputs[0].name}_{op_type}"
+    node.outputs[0].shape, node.outputs[0].type = shape, origin.outputs[0].type
+    node.metadata_props.update(origin.metadata_props)
+    return node
+
+
+def initializer(graph: ir.Graph, name: str, data: np.ndarray,
+                dtype: ir.DataType) -> ir.Value:
+    """A new initializer holding `data`, under a name no other one has."""
+    while name in graph.initializers:
+        name += "_"
+    value = ir.Value(name=name, shape=ir.Shape(data.shape), type=ir.TensorType(dtype),
+                     const_value=ir.tensor(data, dtype=dtype, name=name))
+    graph.register_initializer(value)
+    return value

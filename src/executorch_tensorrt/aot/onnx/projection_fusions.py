@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from .graph_match import ints, only_reader, other_input
+from .graph_match import initializer, ints, new_node, only_reader, other_input
 
 
 @dataclass
@@ -109,21 +109,21 @@ def _fuse_group(graph: ir.Graph, x: ir.Value, group: list[_Projection]) -> None:
     first = group[0].node  # the group's first node in graph order
     dtype, axis = group[0].weight.dtype, group[0].axis
     widths = [int(p.weight.shape[axis]) for p in group]
-    weight = _initializer(graph, f"{first.inputs[1].name}_side_by_side",
+    weight = initializer(graph, f"{first.inputs[1].name}_side_by_side",
                           np.concatenate([p.weight.numpy() for p in group], axis=axis), dtype)
-    bias = None if group[0].bias is None else _initializer(
+    bias = None if group[0].bias is None else initializer(
         graph, f"{first.name}_bias_side_by_side",
         np.concatenate([p.bias.numpy() for p in group]), group[0].bias.dtype)
     out_shape = (ir.Shape([*first.outputs[0].shape[:-1], sum(widths)])
                  if first.outputs[0].shape is not None else None)
     if first.op_type == "Gemm":
-        new = [_node("Gemm", [x, weight, *([bias] if bias is not None else [])], first,
+        new = [new_node("Gemm", [x, weight, *([bias] if bias is not None else [])], first,
                      out_shape, list(first.attributes.values()))]
     else:
-        new = [_node("MatMul", [x, weight], first, out_shape)]
+        new = [new_node("MatMul", [x, weight], first, out_shape)]
         if bias is not None:
-            new.append(_node("Add", [new[0].outputs[0], bias], group[0].add, out_shape))
-    sizes = _initializer(graph, f"{first.name}_split_sizes", np.array(widths, np.int64),
+            new.append(new_node("Add", [new[0].outputs[0], bias], group[0].add, out_shape))
+    sizes = initializer(graph, f"{first.name}_split_sizes", np.array(widths, np.int64),
                          ir.DataType.INT64)
     new.append(_split(new[-1].outputs[0], sizes, -1, [p.last for p in group]))
     for node in new:
@@ -163,14 +163,14 @@ def sink_split_below_heads(graph: ir.Graph, split: ir.Node) -> bool:
             or perm is None or sorted(perm) != list(range(rank))
             or any(t.attributes.get_ints("perm", None) != perm for t in transposes)):
         return False
-    shape = _initializer(graph, f"{reshapes[0].name}_all_heads",
+    shape = initializer(graph, f"{reshapes[0].name}_all_heads",
                          np.array([*targets[0][:-2], sum(heads), head_dim], np.int64),
                          ir.DataType.INT64)
-    reshape = _node("Reshape", [y, shape], reshapes[0], None,
+    reshape = new_node("Reshape", [y, shape], reshapes[0], None,
                     list(reshapes[0].attributes.values()))
-    transpose = _node("Transpose", [reshape.outputs[0]], transposes[0], None,
+    transpose = new_node("Transpose", [reshape.outputs[0]], transposes[0], None,
                       [ir.AttrInt64s("perm", list(perm))])
-    counts = _initializer(graph, f"{split.name}_heads", np.array(heads, np.int64),
+    counts = initializer(graph, f"{split.name}_heads", np.array(heads, np.int64),
                           ir.DataType.INT64)
     new_split = _split(transpose.outputs[0], counts, list(perm).index(rank - 2), transposes)
     for node in (reshape, transpose, new_split):
@@ -179,15 +179,6 @@ def sink_split_below_heads(graph: ir.Graph, split: ir.Node) -> bool:
         old.outputs[0].replace_all_uses_with(value, replace_graph_outputs=True)
     graph.remove([*transposes, *reshapes, split], safe=True)
     return True
-
-
-def _node(op_type: str, inputs: list, origin: ir.Node, shape: ir.Shape | None,
-          attributes: list | None = None) -> ir.Node:
-    node = ir.Node("", op_type, inputs, attributes or [], name=f"{origin.name}_{op_type}")
-    node.outputs[0].name = f"{origin.outputs[0].name}_{op_type}"
-    node.outputs[0].shape, node.outputs[0].type = shape, origin.outputs[0].type
-    node.metadata_props.update(origin.metadata_props)
-    return node
 
 
 def _split(value: ir.Value, sizes: ir.Value, axis: int, replaced: list) -> ir.Node:
@@ -200,13 +191,3 @@ def _split(value: ir.Value, sizes: ir.Value, axis: int, replaced: list) -> ir.No
         out.shape, out.type = old.outputs[0].shape, old.outputs[0].type
     node.metadata_props.update(replaced[0].metadata_props)
     return node
-
-
-def _initializer(graph: ir.Graph, name: str, data: np.ndarray,
-                 dtype: ir.DataType) -> ir.Value:
-    while name in graph.initializers:
-        name += "_"
-    value = ir.Value(name=name, shape=ir.Shape(data.shape), type=ir.TensorType(dtype),
-                     const_value=ir.tensor(data, dtype=dtype, name=name))
-    graph.register_initializer(value)
-    return value

@@ -93,7 +93,7 @@ def fuse_safe_softmax(graph: ir.Graph, where: ir.Node) -> bool:
         return False
     x = softmax.inputs[0]
     axis = softmax.attributes.get_int("axis", -1)
-    chain = _masked_rows(condition, where, x, axis)
+    chain = masked_rows(condition, where, x, axis)
     if chain is None or not _finite(x):
         return False
     replace(graph, [softmax, *chain, where], "Softmax", [_without_zero_add(graph, x)],
@@ -101,7 +101,7 @@ def fuse_safe_softmax(graph: ir.Graph, where: ir.Node) -> bool:
     return True
 
 
-def _masked_rows(condition: ir.Value, where: ir.Node, x: ir.Value,
+def masked_rows(condition: ir.Value, where: ir.Node, x: ir.Value,
                  axis: int) -> list[ir.Node] | None:
     """The nodes of Not(Cast(ReduceMax(Cast(Not(Equal(x, -inf))), [axis]))),
     in graph order, when `condition` is that and only `where` reads it."""

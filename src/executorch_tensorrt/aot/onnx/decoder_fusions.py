@@ -1,0 +1,228 @@
+"""Fusion rules for a decoder's attention and MLP chains (issue #24).
+
+transformers' decoders reach us with chains onnxruntime runs node by node
+(docs/llm.md, "Where the one-thread time goes"); each rule here gives the same
+values for every input, -inf and NaN included:
+
+- `shorten_masked_softmax`: the edge dialect's safe softmax on a masked score
+  (one that may hold -inf, so vision_fusions' plain Softmax does not apply):
+  Where(Not(Cast(ReduceMax(Cast(Not(Equal(x, -inf)))))), zeros, Softmax(x)),
+  zeros a constant or Expand(0, Shape(softmax)), becomes
+  Where(Equal(ReduceMax(x), -inf), 0, Softmax(x)): a row's max is -inf exactly
+  when every element is -inf (ONNX's ReduceMax follows numpy: a NaN in the row
+  makes the max NaN, which is not -inf, as the original's Equal says). 10
+  nodes become 4.
+- `fuse_swish`: SiLU written as x * Sigmoid(x) becomes Swish(x) (opset 24,
+  alpha 1), which onnxruntime's CPU kernels and TensorRT-RTX's parser take.
+- `broadcast_grouped_values`: grouped-query attention repeats each value
+  cache head for its group of query heads (Unsqueeze -> Expand -> Reshape)
+  before probabilities @ values. ONNX MatMul broadcasts: the probabilities
+  reshaped to [B, kv_heads, group, S, L] (query head h = kv * group + g reads
+  cache head kv) times the unsqueezed cache [B, kv_heads, 1, L, D] is the same
+  product matrix by matrix (each one [S, L] @ [L, D], as before), without the
+  Expand's copy. The key side's repeat stays: its Transpose and scale sit
+  between the repeat and the MatMul, and reading it by broadcasting needs as
+  many nodes as it saves.
+- `drop_identity`: an Identity between two nodes (not a graph input or output).
+- `swap_negated_where`: Where(Not(c), a, b) is Where(c, b, a); the Not goes
+  when every reader is such a Where.
+
+Each rule keeps fusions.py's contract: values it removes have no other reader
+and are no graph output, and every new node takes the metadata of a node it
+replaces.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from .graph_match import initializer, ints, new_node, only_reader, other_input, replace, scalar
+from .vision_fusions import masked_rows
+
+
+# -- masked safe softmax -> Where(Equal(ReduceMax(x), -inf), 0, Softmax(x)) -------------
+def shorten_masked_softmax(graph: ir.Graph, where: ir.Node) -> bool:
+    if where.op_type != "Where" or len(where.inputs) != 3:
+        return False
+    condition, zeros, probabilities = where.inputs
+    softmax = probabilities.producer()
+    if softmax is None or softmax.op_type != "Softmax":
+        return False
+    zero, fill = _zero_fill(zeros, probabilities, where)
+    readers = {use.node for use in probabilities.uses()}
+    if zero is None or probabilities.is_graph_output() or readers - {where, *fill}:
+        return False
+    x = softmax.inputs[0]
+    axis = softmax.attributes.get_int("axis", -1)
+    chain = masked_rows(condition, where, x, axis)
+    if chain is None:
+        return False
+    minus_inf = other_input(chain[0], x)  # the Equal's -inf
+    axes = initializer(graph, f"{where.name}_row_axis", np.array([axis], np.int64),
+                       ir.DataType.INT64)
+    row_max = new_node("ReduceMax", [x, axes], where, None, [ir.AttrInt64("keepdims", 1)])
+    row_max.outputs[0].type = x.type
+    masked = new_node("Equal", [row_max.outputs[0], minus_inf], where, None)
+    masked.outputs[0].type = condition.type
+    graph.insert_before(where, [row_max, masked])
+    replace(graph, [*chain, *fill, where], "Where", [masked.outputs[0], zero, probabilities])
+    return True
+
+
+def _zero_fill(zeros: ir.Value, probabilities: ir.Value,
+               where: ir.Node) -> tuple[ir.Value | None, list[ir.Node]]:
+    """The scalar zero behind `zeros` and the nodes that only broadcast it:
+    a zero constant as it is, or Expand(zero, Shape(probabilities)) (which
+    Where broadcasts the same way: its output has the softmax's shape)."""
+    if scalar(zeros) == 0.0:
+        return zeros, []
+    expand = zeros.producer()
+    if (expand is None or expand.op_type != "Expand" or only_reader(zeros) is not where
+            or scalar(expand.inputs[0]) != 0.0):
+        return None, []
+    shape = expand.inputs[1].producer()
+    if (shape is None or shape.op_type != "Shape" or shape.inputs[0] is not probabilities
+            or only_reader(expand.inputs[1]) is not expand
+            or shape.attributes.get_int("start", 0) != 0 or "end" in shape.attributes):
+        return None, []
+    return expand.inputs[0], [shape, expand]
+
+
+# -- x * Sigmoid(x) -> Swish ----------------------------------------------------------------
+def fuse_swish(graph: ir.Graph, sigmoid: ir.Node) -> bool:
+    mul = _silu_mul(sigmoid)
+    if mul is None:
+        return False
+    replace(graph, [sigmoid, mul], "Swish", [sigmoid.inputs[0]], [ir.AttrFloat32("alpha", 1.0)])
+    return True
+
+
+def has_silu(graph: ir.Graph) -> bool:
+    """Whether fuse_swish has a chain to fold (fusions.fuse moves such a model to opset 24)."""
+    return any(_silu_mul(node) is not None for node in graph)
+
+
+def _silu_mul(sigmoid: ir.Node) -> ir.Node | None:
+    """The Mul of x * Sigmoid(x), the Sigmoid's only reader."""
+    if sigmoid.op_type != "Sigmoid":
+        return None
+    mul = only_reader(sigmoid.outputs[0])
+    if mul is None or mul.op_type != "Mul" or len(mul.inputs) != 2 \
+            or other_input(mul, sigmoid.outputs[0]) is not sigmoid.inputs[0]:
+        return None
+    return mul
+
+
+# -- probabilities @ repeated value cache -> broadcast MatMul over the cache itself --------
+def broadcast_grouped_values(graph: ir.Graph, matmul: ir.Node) -> bool:
+    if matmul.op_type != "MatMul" or len(matmul.inputs) != 2:
+        return False
+    left, right = matmul.inputs
+    grouped = _grouped(right, matmul)
+    if grouped is None:
+        return False
+    unsqueeze, expand, reshape = grouped
+    batch, kv_heads, group, _, _ = ints(expand.inputs[1])
+    rows = _rows_of(left, matmul, batch, kv_heads * group)
+    out = matmul.outputs[0]
+    if (rows is None or out.shape is None
+            or not all(isinstance(d, int) for d in [*out.shape[:-2], out.shape[-1]])):
+        return False
+    probabilities, folded = rows
+    by_group = initializer(graph, f"{matmul.name}_by_kv_head",
+                           np.array([batch, kv_heads, group, -1, probabilities.shape[-1]],
+                                    np.int64), ir.DataType.INT64)
+    split = new_node("Reshape", [probabilities, by_group], matmul, None)
+    graph.insert_before(matmul, split)
+    chain, operands = [expand, reshape, *folded, matmul], [split.outputs[0], unsqueeze.outputs[0]]
+    after = only_reader(out)
+    target = ints(after.inputs[1]) if after is not None and after.op_type == "Reshape" else None
+    if target is not None and 0 not in target:  # a 0 would copy a dimension of the 5-D product
+        replace(graph, chain, "MatMul", operands).outputs[0].shape = None  # 5-D now
+        return True
+    product = new_node("MatMul", operands, matmul, None)
+    graph.insert_before(matmul, product)
+    back = initializer(graph, f"{matmul.name}_by_head",
+                       np.array([*out.shape[:-2], -1, out.shape[-1]], np.int64), ir.DataType.INT64)
+    replace(graph, chain, "Reshape", [product.outputs[0], back])
+    return True
+
+
+def _grouped(value: ir.Value, reader: ir.Node) -> tuple[ir.Node, ir.Node, ir.Node] | None:
+    """(Unsqueeze, Expand, Reshape) when `value` is Reshape(Expand(Unsqueeze(cache,
+    [2]), [B, kv, group, L, D])) to [B, kv * group, L, D] or [B * kv * group, L, D],
+    the cache [B, kv, L, D] of static shape, each value read by the next node only
+    (the Unsqueeze's output by the Expand: it stays, read by the new MatMul)."""
+    reshape = value.producer()
+    if reshape is None or reshape.op_type != "Reshape" or only_reader(value) is not reader:
+        return None
+    expand = reshape.inputs[0].producer()
+    if (expand is None or expand.op_type != "Expand"
+            or only_reader(expand.outputs[0]) is not reshape):
+        return None
+    unsqueeze = expand.inputs[0].producer()
+    if (unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or ints(unsqueeze.inputs[1]) != [2]
+            or only_reader(unsqueeze.outputs[0]) is not expand):
+        return None
+    shape = unsqueeze.inputs[0].shape
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) and d > 0 for d in shape):
+        return None
+    b, kv, length, dim = shape
+    target, into = ints(expand.inputs[1]), ints(reshape.inputs[1])
+    if (target is None or len(target) != 5 or target[:2] != [b, kv] or target[2] < 1
+            or target[3:] != [length, dim] or into is None):
+        return None
+    group = target[2]
+    if into not in ([b, kv * group, length, dim], [b * kv * group, length, dim]):
+        return None
+    return unsqueeze, expand, reshape
+
+
+def _rows_of(left: ir.Value, reader: ir.Node, batch: int,
+             heads: int) -> tuple[ir.Value, list[ir.Node]] | None:
+    """The [B, heads, S, L] operand behind `left` and the Reshape to
+    [B * heads, S, L] between them, when `left` is one (read by `reader` only)."""
+    reshape = left.producer()
+    if reshape is not None and reshape.op_type == "Reshape" and only_reader(left) is reader:
+        source, into = reshape.inputs[0], ints(reshape.inputs[1])
+        if (source.shape is not None and len(source.shape) == 4
+                and list(source.shape[:2]) == [batch, heads] and isinstance(source.shape[3], int)
+                and into == [batch * heads, -1, source.shape[3]]):
+            return source, [reshape]
+    shape = left.shape
+    if (shape is not None and len(shape) == 4 and list(shape[:2]) == [batch, heads]
+            and isinstance(shape[3], int)):
+        return left, []
+    return None
+
+
+# -- small ones -------------------------------------------------------------------------------
+def drop_identity(graph: ir.Graph, identity: ir.Node) -> bool:
+    if identity.op_type != "Identity" or len(identity.inputs) != 1:
+        return False
+    source, out = identity.inputs[0], identity.outputs[0]
+    if source.is_graph_input() or source.is_graph_output() or out.is_graph_output() \
+            or source.producer() is None:
+        return False
+    out.replace_all_uses_with(source)
+    graph.remove(identity, safe=True)
+    return True
+
+
+def swap_negated_where(graph: ir.Graph, not_: ir.Node) -> bool:
+    if not_.op_type != "Not":
+        return False
+    negated = not_.outputs[0]
+    readers = [use.node for use in negated.uses()]
+    if (negated.is_graph_output() or not readers
+            or any(r.op_type != "Where" or r.inputs[0] is not negated
+                   or negated in r.inputs[1:] for r in readers)):
+        return False
+    for where in readers:
+        condition, a, b = where.inputs
+        where.replace_input_with(0, not_.inputs[0])
+        where.replace_input_with(1, b)
+        where.replace_input_with(2, a)
+    graph.remove(not_, safe=True)
+    return True
+
