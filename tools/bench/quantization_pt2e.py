@@ -83,6 +83,16 @@ def converted(fp32, scheme, shape, g):
     return convert_pt2e(gm)
 
 
+def inputs_and_models(fp32, shape, n_inputs: int) -> tuple[list, dict]:
+    """The bench's random inputs and each scheme's model, calibrated in SCHEMES'
+    order from the one generator the inputs came from (seed 1): what measure()
+    and w8a8_floor.py run."""
+    g = torch.Generator().manual_seed(1)
+    inputs = [(torch.randn(shape, generator=g),) for _ in range(max(1, n_inputs // shape[0]))]
+    return inputs, {scheme: fp32 if scheme == "fp32" else converted(fp32, scheme, shape, g)
+                    for scheme in SCHEMES}
+
+
 def measure(name, fp32, shape, n_inputs, tmp: Path) -> list[dict]:
     from executorch.runtime import Runtime
 
@@ -91,13 +101,11 @@ def measure(name, fp32, shape, n_inputs, tmp: Path) -> list[dict]:
     sys.path.insert(0, str(ROOT))
     from tests.helpers import tensorrt_blobs
 
-    g = torch.Generator().manual_seed(1)
-    inputs = [(torch.randn(shape, generator=g),) for _ in range(max(1, n_inputs // shape[0]))]
+    inputs, models = inputs_and_models(fp32, shape, n_inputs)
     weights = sum(p.numel() * 4 for p in fp32.parameters())
     rows = []
     real_flavor = export_module.target_flavor
-    for scheme in SCHEMES:
-        model = fp32 if scheme == "fp32" else converted(fp32, scheme, shape, g)
+    for scheme, model in models.items():
         options = {"compute_capabilities": FP8_TARGETS} if scheme == "fp8_w8a8" else {}
         # W8A8 needs standard TensorRT: a labelled flavour stand-in (the table says so)
         export_module.target_flavor = ((lambda: "tensorrt") if scheme == "int8_w8a8"

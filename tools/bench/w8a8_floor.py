@@ -42,12 +42,8 @@ def floor(model_name: str) -> tuple[str, float, int, int]:
     from executorch_tensorrt.aot.export import lower_qdq
 
     name, fp32, shape = getattr(bench, model_name)()
-    g = torch.Generator().manual_seed(1)  # as bench.measure: inputs, then each scheme's calibration
-    inputs = [(torch.randn(shape, generator=g),) for _ in range(1000 // shape[0])]
-    for scheme in bench.SCHEMES[1:bench.SCHEMES.index("int8_w8a8")]:
-        bench.converted(fp32, scheme, shape, g)
-    model = bench.converted(fp32, "int8_w8a8", shape, g)
-    graph = lower_qdq(model, "tensorrt", None, False)[0]
+    inputs, models = bench.inputs_and_models(fp32, shape, 1000)
+    graph = lower_qdq(models["int8_w8a8"], "tensorrt", None, False)[0]
     worst, over, elements = 0.0, 0, 0
     with torch.no_grad():
         for args in inputs:
