@@ -237,7 +237,8 @@ class OnnxRuntimeExecutor(Executor):
             items += [(args[n_in + j], out.shape, self.output_types[j], f"output {j}")
                       for j, out in enumerate(self.outputs)]
         values, owned = self._values(items)
-        inputs, outputs = values[:n_in], values[n_in:] or [None] * len(self.outputs)
+        inputs = values[:n_in]
+        outputs = values[n_in:] if self.fixed_outputs else [None] * len(self.outputs)
         if len(self.bound) >= self.max_bound:
             self._release_bound()
         bound = self.bound[key] = _BoundValues(self.api, OrtSession.values(inputs),
