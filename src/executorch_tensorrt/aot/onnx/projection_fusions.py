@@ -110,7 +110,7 @@ def _fuse_group(graph: ir.Graph, x: ir.Value, group: list[_Projection]) -> None:
     dtype, axis = group[0].weight.dtype, group[0].axis
     widths = [int(p.weight.shape[axis]) for p in group]
     weight = initializer(graph, f"{first.inputs[1].name}_side_by_side",
-                          np.concatenate([p.weight.numpy() for p in group], axis=axis), dtype)
+                         np.concatenate([p.weight.numpy() for p in group], axis=axis), dtype)
     bias = None if group[0].bias is None else initializer(
         graph, f"{first.name}_bias_side_by_side",
         np.concatenate([p.bias.numpy() for p in group]), group[0].bias.dtype)
@@ -118,13 +118,13 @@ def _fuse_group(graph: ir.Graph, x: ir.Value, group: list[_Projection]) -> None:
                  if first.outputs[0].shape is not None else None)
     if first.op_type == "Gemm":
         new = [new_node("Gemm", [x, weight, *([bias] if bias is not None else [])], first,
-                     out_shape, list(first.attributes.values()))]
+                        out_shape, list(first.attributes.values()))]
     else:
         new = [new_node("MatMul", [x, weight], first, out_shape)]
         if bias is not None:
             new.append(new_node("Add", [new[0].outputs[0], bias], group[0].add, out_shape))
     sizes = initializer(graph, f"{first.name}_split_sizes", np.array(widths, np.int64),
-                         ir.DataType.INT64)
+                        ir.DataType.INT64)
     new.append(_split(new[-1].outputs[0], sizes, -1, [p.last for p in group]))
     for node in new:
         graph.insert_before(first, node)
@@ -164,14 +164,14 @@ def sink_split_below_heads(graph: ir.Graph, split: ir.Node) -> bool:
             or any(t.attributes.get_ints("perm", None) != perm for t in transposes)):
         return False
     shape = initializer(graph, f"{reshapes[0].name}_all_heads",
-                         np.array([*targets[0][:-2], sum(heads), head_dim], np.int64),
-                         ir.DataType.INT64)
+                        np.array([*targets[0][:-2], sum(heads), head_dim], np.int64),
+                        ir.DataType.INT64)
     reshape = new_node("Reshape", [y, shape], reshapes[0], None,
-                    list(reshapes[0].attributes.values()))
+                       list(reshapes[0].attributes.values()))
     transpose = new_node("Transpose", [reshape.outputs[0]], transposes[0], None,
-                      [ir.AttrInt64s("perm", list(perm))])
+                         [ir.AttrInt64s("perm", list(perm))])
     counts = initializer(graph, f"{split.name}_heads", np.array(heads, np.int64),
-                          ir.DataType.INT64)
+                         ir.DataType.INT64)
     new_split = _split(transpose.outputs[0], counts, list(perm).index(rank - 2), transposes)
     for node in (reshape, transpose, new_split):
         graph.insert_before(split, node)
