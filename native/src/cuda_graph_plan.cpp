@@ -192,7 +192,7 @@ bool CudaGraphPlan::adopt_state(const etrt_native_plan& plan, const etrt_cuda_gr
     }
   }
   if (!positions_.adopt(plan.position_checks, plan.num_position_checks, signature_, num_args,
-                        false)) {
+                        false, false)) {
     return false;
   }
   if (!has_states(g)) {

@@ -35,9 +35,14 @@ bool has_any_address(const etrt_native_plan& plan) {
          plan.any_address != 0;
 }
 
-// Bounds for dynamic shapes (issue 19, part 2): the last appended fields.
+// Bounds for dynamic shapes (issue 19, part 2).
 const etrt_arg_bounds* bounds_of(const etrt_native_plan& plan) {
-  return plan.struct_size >= sizeof(etrt_native_plan) ? plan.bounds : nullptr;
+  return plan.struct_size >= offsetof(etrt_native_plan, equal_dims) ? plan.bounds : nullptr;
+}
+
+// Equal dimensions of a plan with bounds (issue 24): the last appended fields.
+bool has_equal_dims(const etrt_native_plan& plan) {
+  return plan.struct_size >= sizeof(etrt_native_plan) && plan.num_equal_dims > 0;
 }
 
 uint64_t empty_buffer = 0; // onnxruntime refuses a NULL buffer even for an empty tensor
@@ -68,15 +73,12 @@ bool NativePlan::adopt(const etrt_native_plan* plan, uint64_t num_args) {
     clear();
     return false;
   }
-  // Bounds serve stateless partitions only (no state values, no ping-pong pair).
-  if (bounded_ && (num_state != 0 || plan->alt_inputs != nullptr || plan->alt_outputs != nullptr)) {
-    clear();
-    return false;
-  }
   const auto match = bounded_       ? PlanSignature::Match::kBounded
                      : any_address_ ? PlanSignature::Match::kAnyAddress
                                     : PlanSignature::Match::kExact;
-  if (!signature_.adopt(plan->signature, bounds, num_args, match)) {
+  if (!signature_.adopt(plan->signature, bounds, num_args, match) ||
+      (bounded_ && has_equal_dims(*plan) &&
+       !signature_.adopt_equal_dims(plan->equal_dims, plan->num_equal_dims))) {
     clear();
     return false;
   }
@@ -143,11 +145,11 @@ bool NativePlan::adopt_appended(const etrt_native_plan& plan) {
        (bounded_ && plan.ort_get_tensor_element_type == nullptr))) {
     return false;
   }
-  if (plan.num_position_checks > 0 && (plan.position_checks == nullptr || bounded_)) {
+  if (plan.num_position_checks > 0 && plan.position_checks == nullptr) {
     return false;
   }
   if (!positions_.adopt(plan.position_checks, plan.num_position_checks, signature_,
-                        num_user_inputs_, any_address_)) {
+                        num_user_inputs_, any_address_, bounded_)) {
     return false;
   }
   return true;
@@ -184,17 +186,49 @@ bool NativePlan::matches(const etrt_arg* args, uint64_t num_args) const {
 
 /* An any_address plan: OrtValues over the memory of each argument whose
  * address (or, with bounds, shape) changed; the signature fixed the rest. */
-int32_t NativePlan::bind(const etrt_arg* args) {
+int32_t NativePlan::bind(etrt_arg* args) {
   const etrt_native_plan& p = *plan_;
   int64_t shape[kMaxOutputRank];
+  int32_t followed[kMaxOutputRank];
   for (uint64_t k = 0; k < signature_.size(); ++k) {
-    const etrt_arg& a = args[k];
+    etrt_arg& a = args[k];
     const PlanSignature::Arg& s = signature_.arg(k);
     if (bounded_ && s.output_rule == ETRT_OUTPUT_ALLOCATED && k >= num_user_inputs_) {
       continue; // onnxruntime allocates it (copy_out)
     }
     // With bounds the call's sizes (checked within them), else the signature's.
     const int32_t* sizes = bounded_ ? a.sizes : signature_.sizes(k);
+    if (bounded_ && s.output_rule == ETRT_OUTPUT_FOLLOWS) {
+      if (s.ndim > static_cast<int32_t>(kMaxOutputRank)) {
+        return fail(Error::InvalidArgument, "output %llu has rank %d (native plan: at most %zu)",
+                    static_cast<unsigned long long>(k - num_user_inputs_), s.ndim,
+                    kMaxOutputRank);
+      }
+      // The shape these inputs give it (matches() checked it fits the buffer):
+      // the output takes it now, as the executor's resize would after Run.
+      signature_.followed_sizes(args, k, followed);
+      sizes = followed;
+      if (std::memcmp(a.sizes, followed, sizeof(int32_t) * s.ndim) != 0) {
+        for (int32_t d = 0; d < s.ndim; ++d) {
+          shape[d] = followed[d];
+        }
+        if (etrt_resize_tensor(&a, s.ndim, shape) != 0) {
+          const std::string cause = last_error();
+          return fail(Error::InvalidArgument, "TensorRTBackend execute: cannot resize output "
+                      "%llu to the shape its inputs give it (%s); the program's memory plan "
+                      "holds a smaller upper bound",
+                      static_cast<unsigned long long>(k - num_user_inputs_), cause.c_str());
+        }
+      }
+      uint64_t needed = 0;
+      if (!element_bytes(followed, s.ndim, s.element_size, &needed) || needed > a.nbytes ||
+          (needed > 0 && a.data == nullptr)) {
+        return fail(Error::InvalidArgument, "TensorRTBackend execute: output %llu of the shape "
+                    "its inputs give it needs more bytes than its buffer holds (%llu)",
+                    static_cast<unsigned long long>(k - num_user_inputs_),
+                    static_cast<unsigned long long>(a.nbytes));
+      }
+    }
     int32_t* bound_sizes = bound_sizes_.data() + s.shape_at;
     if (owned_[k] != nullptr && bound_data_[k] == a.data &&
         (!bounded_ || std::memcmp(bound_sizes, sizes, sizeof(int32_t) * s.ndim) == 0)) {

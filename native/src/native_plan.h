@@ -42,7 +42,7 @@ class NativePlan {
 
  private:
   bool adopt_appended(const etrt_native_plan& plan);
-  int32_t bind(const etrt_arg* args); // any_address plans: OrtValues over this call's memory
+  int32_t bind(etrt_arg* args); // any_address plans: OrtValues over this call's memory
   int32_t copy_out(etrt_arg* args, void** outputs) const; // native_plan_outputs.cpp
   int32_t copy_one(void* value, etrt_arg& arg, uint64_t output) const;
   int32_t check_allocated(void* info, const int64_t* dims, size_t ndim, uint64_t output) const;

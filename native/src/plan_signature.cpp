@@ -14,6 +14,10 @@
 
 namespace etrt {
 
+namespace {
+constexpr int32_t kMaxRank = 16; // ExecuTorch's kTensorDimensionLimit
+} // namespace
+
 bool element_bytes(const int32_t* sizes, int32_t ndim, uint64_t element_size, uint64_t* bytes) {
   uint64_t total = element_size;
   for (int32_t d = 0; d < ndim; ++d) {
@@ -48,16 +52,35 @@ bool PlanSignature::adopt(const etrt_arg_signature* signature, const etrt_arg_bo
         return false;
       }
       Arg a{s.kind, s.dtype, s.ndim, s.device_type, s.device_index, s.data, s.nbytes,
-            sizes_.size(), 0, ETRT_OUTPUT_IN_PLACE};
+            sizes_.size(), 0, ETRT_OUTPUT_IN_PLACE, 0};
       sizes_.insert(sizes_.end(), s.sizes, s.sizes + s.ndim);
       dim_order_.insert(dim_order_.end(), s.dim_order, s.dim_order + s.ndim);
       if (match == Match::kBounded) {
         const etrt_arg_bounds& b = bounds[i];
         if (b.struct_size < sizeof(etrt_arg_bounds) || b.ndim != s.ndim || b.element_size == 0 ||
-            (b.output_rule != ETRT_OUTPUT_IN_PLACE && b.output_rule != ETRT_OUTPUT_ALLOCATED) ||
-            (s.ndim > 0 && (b.min == nullptr || b.max == nullptr))) {
+            (b.output_rule != ETRT_OUTPUT_IN_PLACE && b.output_rule != ETRT_OUTPUT_ALLOCATED &&
+             b.output_rule != ETRT_OUTPUT_FOLLOWS) ||
+            (s.ndim > 0 && (b.min == nullptr || b.max == nullptr)) ||
+            (b.output_rule == ETRT_OUTPUT_FOLLOWS && s.ndim > 0 && b.follows == nullptr)) {
           clear();
           return false;
+        }
+        if (b.output_rule == ETRT_OUTPUT_FOLLOWS) {
+          // Each size from an earlier argument's dimension (the inputs come
+          // first), or a static size.
+          a.follows_at = follows_.size();
+          for (int32_t d = 0; d < s.ndim; ++d) {
+            const int32_t source = b.follows[2 * d], value = b.follows[2 * d + 1];
+            const bool ok = source == -1 ? value >= 0
+                                         : source >= 0 && static_cast<uint64_t>(source) < i &&
+                                               value >= 0 && value < args_[source].ndim;
+            if (!ok) {
+              clear();
+              return false;
+            }
+            follows_.push_back(source);
+            follows_.push_back(value);
+          }
         }
         for (int32_t d = 0; d < s.ndim; ++d) {
           if (b.min[d] < 0 || b.min[d] > b.max[d]) {
@@ -79,7 +102,32 @@ bool PlanSignature::adopt(const etrt_arg_signature* signature, const etrt_arg_bo
   return true;
 }
 
+bool PlanSignature::adopt_equal_dims(const etrt_equal_dim* entries, uint64_t count) {
+  equal_dims_.clear();
+  if (count > 0 && entries == nullptr) {
+    return false;
+  }
+  try {
+    for (uint64_t i = 0; i < count; ++i) {
+      const etrt_equal_dim& e = entries[i];
+      if (e.struct_size < sizeof(etrt_equal_dim) || e.arg_a >= args_.size() ||
+          e.arg_b >= args_.size() || e.dim_a < 0 || e.dim_b < 0 ||
+          e.dim_a >= args_[e.arg_a].ndim || e.dim_b >= args_[e.arg_b].ndim) {
+        equal_dims_.clear();
+        return false;
+      }
+      equal_dims_.push_back(EqualDim{e.arg_a, e.arg_b, e.dim_a, e.dim_b});
+    }
+  } catch (const std::bad_alloc&) {
+    equal_dims_.clear();
+    return false;
+  }
+  return true;
+}
+
 void PlanSignature::clear() {
+  equal_dims_.clear();
+  follows_.clear();
   match_ = Match::kExact;
   args_.clear();
   sizes_.clear();
@@ -93,14 +141,30 @@ bool PlanSignature::matches(const etrt_arg* args, uint64_t num_args) const {
     return false;
   }
   for (uint64_t i = 0; i < num_args; ++i) {
-    if (!matches_one(args[i], args_[i])) {
+    if (!matches_one(args, i)) {
+      return false;
+    }
+  }
+  // Ranks matched above, so each dimension named here exists in the call.
+  for (const EqualDim& e : equal_dims_) {
+    if (args[e.arg_a].sizes[e.dim_a] != args[e.arg_b].sizes[e.dim_b]) {
       return false;
     }
   }
   return true;
 }
 
-bool PlanSignature::matches_one(const etrt_arg& a, const Arg& s) const {
+void PlanSignature::followed_sizes(const etrt_arg* args, uint64_t k, int32_t* sizes) const {
+  const Arg& s = args_[k];
+  for (int32_t d = 0; d < s.ndim; ++d) {
+    const int32_t source = follows_[s.follows_at + 2 * d], value = follows_[s.follows_at + 2 * d + 1];
+    sizes[d] = source == -1 ? value : args[source].sizes[value];
+  }
+}
+
+bool PlanSignature::matches_one(const etrt_arg* args, uint64_t k) const {
+  const etrt_arg& a = args[k];
+  const Arg& s = args_[k];
   if (a.kind != s.kind || a.dtype != s.dtype || a.ndim != s.ndim ||
       a.device_type != s.device_type || a.device_index != s.device_index) {
     return false;
@@ -117,14 +181,32 @@ bool PlanSignature::matches_one(const etrt_arg& a, const Arg& s) const {
            (s.ndim == 0 ||
             std::memcmp(a.sizes, &sizes_[s.shape_at], sizeof(int32_t) * s.ndim) == 0);
   }
+  // An output that follows the inputs is judged by the shape it will get
+  // (its sources matched first: they come before it); its buffer is checked
+  // after the adapter resizes it (native_plan.cpp bind), as a resize can
+  // grow it up to the memory plan's bound.
+  int32_t followed[kMaxRank];
+  const int32_t* sizes = a.sizes;
+  if (s.output_rule == ETRT_OUTPUT_FOLLOWS) {
+    if (s.ndim > kMaxRank) {
+      return false;
+    }
+    followed_sizes(args, k, followed);
+    sizes = followed;
+  }
   for (int32_t d = 0; d < s.ndim; ++d) {
-    if (a.sizes[d] < min_[s.shape_at + d] || a.sizes[d] > max_[s.shape_at + d]) {
+    if (sizes[d] < min_[s.shape_at + d] || sizes[d] > max_[s.shape_at + d]) {
       return false;
     }
   }
   uint64_t needed = 0;
-  return element_bytes(a.sizes, s.ndim, s.element_size, &needed) && needed <= a.nbytes &&
-         (needed == 0 || a.data != nullptr);
+  if (!element_bytes(sizes, s.ndim, s.element_size, &needed)) {
+    return false;
+  }
+  if (s.output_rule == ETRT_OUTPUT_FOLLOWS) {
+    return true;
+  }
+  return needed <= a.nbytes && (needed == 0 || a.data != nullptr);
 }
 
 } // namespace etrt

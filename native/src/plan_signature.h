@@ -29,6 +29,7 @@ class PlanSignature {
     size_t shape_at; // index of its sizes in sizes/dim_order/min/max
     uint64_t element_size; // kBounded only
     int32_t output_rule;   // kBounded only (etrt_output_rule)
+    size_t follows_at;     // ETRT_OUTPUT_FOLLOWS only: index into follows_
   };
 
   /* Copies num_args signature entries (and, for kBounded, their bounds).
@@ -37,7 +38,11 @@ class PlanSignature {
   bool adopt(const etrt_arg_signature* signature, const etrt_arg_bounds* bounds,
              uint64_t num_args, Match match);
   void clear();
-  /* True when every argument passes the signature under its Match rule. */
+  /* Copies kBounded's equal-dimension constraints; false (holding none) for
+   * an entry outside the signature's arguments or ranks. */
+  bool adopt_equal_dims(const etrt_equal_dim* entries, uint64_t count);
+  /* True when every argument passes the signature under its Match rule (and
+   * the equal dimensions agree). */
   bool matches(const etrt_arg* args, uint64_t num_args) const;
 
   uint64_t size() const {
@@ -55,18 +60,27 @@ class PlanSignature {
   const int32_t* max(uint64_t k) const {
     return max_.data() + args_[k].shape_at;
   }
+  /* ETRT_OUTPUT_FOLLOWS: argument k's shape for this call's inputs (rank
+   * entries; matches() checked that it lies within its bounds). */
+  void followed_sizes(const etrt_arg* args, uint64_t k, int32_t* sizes) const;
   Match match() const {
     return match_;
   }
 
  private:
-  bool matches_one(const etrt_arg& a, const Arg& s) const;
+  bool matches_one(const etrt_arg* args, uint64_t k) const; // argument k of the call
 
   Match match_ = Match::kExact;
   std::vector<Arg> args_;
   std::vector<int32_t> sizes_;
   std::vector<uint8_t> dim_order_;
   std::vector<int32_t> min_, max_;
+  std::vector<int32_t> follows_; // 2 per dimension (ETRT_OUTPUT_FOLLOWS args only)
+  struct EqualDim {
+    uint64_t arg_a, arg_b;
+    int32_t dim_a, dim_b;
+  };
+  std::vector<EqualDim> equal_dims_;
 };
 
 /* Bytes of `count` elements of `element_size` for the sizes given, or false

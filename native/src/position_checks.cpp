@@ -25,7 +25,7 @@ std::string first_positions(const int64_t* positions, int64_t count) {
 
 bool PositionChecks::adopt(const etrt_position_check* checks, uint64_t count,
                            const PlanSignature& signature, uint64_t num_user_inputs,
-                           bool any_address) {
+                           bool any_address, bool bounded) {
   clear();
   if (count > 0 && checks == nullptr) {
     return false;
@@ -41,10 +41,14 @@ bool PositionChecks::adopt(const etrt_position_check* checks, uint64_t count,
       // The positions are read before every run: int64 host memory whose size
       // the signature pins (a call with another shape or address never runs here).
       const PlanSignature::Arg& a = signature.arg(check.arg_index);
-      const int64_t n = a.ndim > 0 ? signature.sizes(check.arg_index)[0] : 1;
-      if (a.dtype != kScalarTypeLong || a.device_type != ETRT_DEVICE_CPU || n < 0 ||
-          (n > 0 && a.data == nullptr && !any_address) ||
-          static_cast<uint64_t>(n) > a.nbytes / sizeof(int64_t)) {
+      if (a.dtype != kScalarTypeLong || a.device_type != ETRT_DEVICE_CPU) {
+        clear();
+        return false;
+      }
+      // With bounds the signature pins dtype and device only: the count is each call's.
+      const int64_t n = bounded ? -1 : a.ndim > 0 ? signature.sizes(check.arg_index)[0] : 1;
+      if (!bounded && (n < 0 || (n > 0 && a.data == nullptr && !any_address) ||
+                       static_cast<uint64_t>(n) > a.nbytes / sizeof(int64_t))) {
         clear();
         return false;
       }
@@ -59,15 +63,27 @@ bool PositionChecks::adopt(const etrt_position_check* checks, uint64_t count,
 
 int32_t PositionChecks::check(const etrt_arg* args) const {
   for (const Check& c : checks_) {
-    const auto* positions = static_cast<const int64_t*>(args[c.arg].data);
+    const etrt_arg& arg = args[c.arg];
+    const auto* positions = static_cast<const int64_t*>(arg.data);
     const char* what = c.what.c_str();
-    if (c.count > c.capacity) {
+    int64_t count = c.count;
+    if (count < 0) { // a plan with bounds: this call's count, within the bytes it passed
+      count = arg.ndim > 0 ? arg.sizes[0] : 1;
+      if (count < 0 || static_cast<uint64_t>(count) > arg.nbytes / sizeof(int64_t) ||
+          (count > 0 && positions == nullptr)) {
+        return fail(Error::InvalidArgument,
+                    "TensorRTBackend execute: the positions input holds %llu bytes, fewer than "
+                    "its %lld positions need; pass a contiguous int64 tensor",
+                    static_cast<unsigned long long>(arg.nbytes), static_cast<long long>(count));
+      }
+    }
+    if (count > c.capacity) {
       return fail(Error::InvalidArgument,
                   "TensorRTBackend execute: a sequence of %lld tokens is longer than the cache: "
                   "%s; split the prompt or export with a larger cache",
-                  static_cast<long long>(c.count), what);
+                  static_cast<long long>(count), what);
     }
-    for (int64_t i = 0; i < c.count; ++i) {
+    for (int64_t i = 0; i < count; ++i) {
       const int64_t position = positions[i];
       if (position < 0 || position >= c.capacity) {
         return fail(Error::InvalidArgument,
@@ -83,7 +99,7 @@ int32_t PositionChecks::check(const etrt_arg* args) const {
                     "TensorRTBackend execute: cache positions must be contiguous (the cache is "
                     "updated in place from position %lld), got %s for %s",
                     static_cast<long long>(positions[0]),
-                    first_positions(positions, c.count).c_str(), what);
+                    first_positions(positions, count).c_str(), what);
       }
     }
   }

@@ -24,9 +24,11 @@ class PositionChecks {
   /* Copies `count` checks. Returns false, holding none, for a check this
    * adapter cannot perform safely: a positions argument past the delegate
    * inputs, not int64 host memory, or whose element count the signature does
-   * not pin (any_address plans pin everything but the address). */
+   * not pin (any_address plans pin everything but the address). With
+   * `bounded` (a plan with bounds) the count is the call's first dimension,
+   * read before every check against the bytes the call passed. */
   bool adopt(const etrt_position_check* checks, uint64_t count, const PlanSignature& signature,
-             uint64_t num_user_inputs, bool any_address);
+             uint64_t num_user_inputs, bool any_address, bool bounded);
   void clear() {
     checks_.clear();
   }
@@ -40,7 +42,7 @@ class PositionChecks {
  private:
   struct Check {
     uint64_t arg;   // delegate input holding the int64 positions
-    int64_t count;  // how many (its first dimension, 1 for a 0-dim tensor)
+    int64_t count;  // how many (its first dimension, 1 for a 0-dim tensor); -1: the call's
     int64_t capacity;
     bool in_place;
     std::string what;

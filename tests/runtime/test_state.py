@@ -53,8 +53,10 @@ def test_initial_value_from_section_and_ping_pong():
     st = ExecutorState([s])
     assert np.array_equal(st.buffers[0].flatten(), np.arange(64, dtype=np.float32))
     first, spare = st.buffers[0], st.spares[0]
-    st.swap()
-    assert st.buffers[0] is spare and st.spares[0] is first  # no copy, the roles swap
-    st.buffers[0].fill(5)
+    assert st.current(0) is first and st.writes_to(0) is spare
+    st.advance()  # no copy, no move: the parity says which buffer is current
+    assert st.current(0) is spare and st.writes_to(0) is first
+    assert st.buffers[0] is first and st.spares[0] is spare
+    st.current(0).fill(5)
     st.reset()
     assert np.array_equal(st.value("k").flatten(), np.arange(64, dtype=np.float32))

@@ -27,7 +27,9 @@
 extern "C" {
 #endif
 
-#define ETRT_EXECUTOR_ABI_VERSION 1u
+/* 2: plans with bounds may carry equal-dimension constraints (equal_dims),
+ * which an adapter of version 1 would not read, matching calls it must not. */
+#define ETRT_EXECUTOR_ABI_VERSION 2u
 
 /* Kinds of delegate arguments. */
 enum etrt_arg_kind {
@@ -245,6 +247,8 @@ typedef struct etrt_index_check {
 enum etrt_output_rule {
   ETRT_OUTPUT_IN_PLACE = 0,  /* bound over the call's output memory (its shape fixed) */
   ETRT_OUTPUT_ALLOCATED = 1, /* onnxruntime allocates it; checked, resized and copied */
+  ETRT_OUTPUT_FOLLOWS = 2,   /* its shape is a function of the inputs' (`follows`): the
+                              * adapter resizes the output to it and binds it in place */
 };
 
 /* One argument's accepted shapes in a plan with bounds (issue 19). */
@@ -256,7 +260,23 @@ typedef struct etrt_arg_bounds {
   uint64_t element_size;  /* bytes per element of the signature's dtype */
   int32_t output_rule;    /* etrt_output_rule (outputs; 0 for inputs) */
   int32_t reserved0;
+  /* ETRT_OUTPUT_FOLLOWS (abi_version 2): 2 x ndim entries, per dimension
+   * (input, dimension of that input) whose size it takes, or (-1, size) for
+   * a static one. onnxruntime refuses a bound output whose shape differs
+   * from the one it computes, so a wrong rule fails the call. NULL otherwise. */
+  const int32_t* follows;
 } etrt_arg_bounds;
+
+/* Two delegate arguments' dimensions that must have one size (a plan with
+ * bounds; see `equal_dims` below). */
+typedef struct etrt_equal_dim {
+  uint32_t struct_size;   /* sizeof(etrt_equal_dim) */
+  int32_t dim_a;          /* a dimension of argument arg_a */
+  uint64_t arg_a;
+  uint64_t arg_b;
+  int32_t dim_b;          /* ... equal to this dimension of argument arg_b */
+  int32_t reserved0;
+} etrt_equal_dim;
 
 typedef struct etrt_native_plan {
   uint32_t struct_size;   /* sizeof(etrt_native_plan) */
@@ -377,9 +397,22 @@ typedef struct etrt_native_plan {
    * onnxruntime allocates: after Run the adapter checks its element type
    * (ort_get_tensor_element_type), rank and bounds, resizes the ExecuTorch
    * output to it, checks the bytes against the output's buffer and copies
-   * them in. ---- */
+   * them in. State values, the ping-pong pair and position checks work as
+   * in any plan; a position check then reads as many positions as the
+   * call's first dimension of its argument says (refusing a buffer too
+   * small for them). An adapter from before this refuses such plans, and
+   * the executor runs those calls. ---- */
   const struct etrt_arg_bounds* bounds; /* num_args entries, or NULL */
   void* (*ort_get_tensor_element_type)(const void* info, int32_t* element_type);
+  /* ---- Appended (issue 24; abi_version 2): equal dimensions. A plan with
+   * bounds matches a call only when, for every entry, the two sizes are
+   * equal (the export gave both one symbol: one position per token); a call
+   * where they differ goes to the executor, which refuses it in its own
+   * words. An entry naming an argument or dimension the signature does not
+   * have makes the adapter refuse the plan. Ignored without bounds (exact
+   * sizes already agree). ---- */
+  const etrt_equal_dim* equal_dims; /* num_equal_dims entries */
+  uint64_t num_equal_dims;
 } etrt_native_plan;
 
 

@@ -94,15 +94,21 @@ class ArgBounds:
     max: tuple[int, ...]
     element_size: int
     allocated: bool = False  # an output of dynamic shape: onnxruntime allocates it
+    # An output of dynamic shape whose sizes the inputs' give (output_shapes.py):
+    # per dimension (input, dimension) or a static size; the adapter binds it.
+    follows: tuple | None = None
 
 
-def binding_bounds(inputs, outputs) -> list[ArgBounds] | None:
+def binding_bounds(inputs, outputs, output_sources: Sequence = ()) -> list[ArgBounds] | None:
     """Bounds for a plan that serves every call check_args would accept for
-    these bindings (a stateless partition with dynamic shapes), or None when a
-    binding leaves something only the executor can decide (no dtype or rank
-    recorded, a profile of another rank)."""
+    these bindings (dynamic shapes), or None when a binding leaves something
+    only the executor can decide (no dtype or rank recorded, a profile of
+    another rank). `output_sources`: output_shapes.output_dim_sources() per
+    output; an output of dynamic shape with sources from the inputs follows
+    them, any other is allocated by onnxruntime and copied."""
     bounds = []
-    for b in list(inputs) + list(outputs):
+    sources = list(output_sources) + [None] * (len(outputs) - len(output_sources))
+    for k, b in enumerate(list(inputs) + list(outputs)):
         if b.dtype is None or b.shape is None:
             return None
         lo = [e if e >= 0 else 0 for e in b.shape]
@@ -114,8 +120,15 @@ def binding_bounds(inputs, outputs) -> list[ArgBounds] | None:
             hi = [min(a, p) for a, p in zip(hi, b.max_shape)]
         if any(a > z or z < 0 for a, z in zip(lo, hi)):
             return None  # no shape passes: every call goes to the executor's error
+        follows = None
+        if not b.is_input and -1 in b.shape:
+            follows = sources[k - len(inputs)]
+            if follows is not None and not (len(follows) == len(b.shape) and all(
+                    isinstance(f, int) or f[0] < len(inputs) for f in follows)):
+                follows = None  # a size from no delegate input: onnxruntime allocates it
         bounds.append(ArgBounds(tuple(lo), tuple(min(z, _INT32_MAX) for z in hi),
-                                b.dtype.itemsize, not b.is_input and -1 in b.shape))
+                                b.dtype.itemsize, not b.is_input and -1 in b.shape
+                                and follows is None, follows))
     return bounds
 
 
@@ -134,7 +147,8 @@ class OrtRunPlan:
     def __init__(self, session, bound, args: Sequence[abi.EtrtArg], num_args: int,
                  key: tuple, copied_bytes: ctypes.c_uint64 | None = None,
                  element_types: Sequence[int] | None = None,
-                 bounds: Sequence[ArgBounds] | None = None, index_checks: Sequence = ()):
+                 bounds: Sequence[ArgBounds] | None = None, index_checks: Sequence = (),
+                 equal_dims: Sequence[tuple[tuple[int, int], ...]] = ()):
         """`element_types` (ONNX element type per argument): the adapter binds
         any address itself (any_address), so the plan serves every call with
         these shapes, the first one included; every output must then be fixed.
@@ -142,7 +156,10 @@ class OrtRunPlan:
         shape within them; outputs marked `allocated` are onnxruntime's (NULL
         entries in `bound.outputs`), the adapter checks and copies them.
         `index_checks` (input_checks.IndexRange): inputs whose values the
-        adapter checks before each run, in the executor's words."""
+        adapter checks before each run, in the executor's words.
+        `equal_dims` (with bounds; input_checks.InputChecks.equal_dims): groups
+        of (input, dimension) that a call must give one size, else it goes to
+        the executor's gate."""
         api = session.api
         self.key = key
         self._signature, self._shapes = make_signature(args, num_args)
@@ -155,16 +172,13 @@ class OrtRunPlan:
                                                                            bound.outputs)
             num_state = len(inputs) - len(bound.inputs)
             checks = session.state.position_checks()
-            swaps = session.state.plan_swaps
+            swaps = session.state.swaps
         self._checks, self._whats = position_check_array(checks)
         self._index_checks = (abi.EtrtIndexCheck * len(index_checks))()
         self._index_words = [(r.what().encode(), r.advice().encode()) for r in index_checks]
         for c, r, (what, advice) in zip(self._index_checks, index_checks, self._index_words):
             c.struct_size = ctypes.sizeof(abi.EtrtIndexCheck)
             c.arg_index, c.lo, c.hi, c.what, c.advice = r.input, r.lo, r.hi, what, advice
-        # A plan over ping-pong buffers assumes the executor's current buffers
-        # are its even pair: build a new one rather than reuse it.
-        self.reusable = alt_inputs is None
         # names, OrtValues and arrays the struct points into
         self._keep = (session, bound, inputs, outputs, alt_inputs, alt_outputs, copied_bytes,
                       swaps)
@@ -215,9 +229,22 @@ class OrtRunPlan:
                 entry.min = ctypes.cast(lo, ctypes.POINTER(ctypes.c_int32))
                 entry.max = ctypes.cast(hi, ctypes.POINTER(ctypes.c_int32))
                 entry.output_rule = (abi.ETRT_OUTPUT_ALLOCATED if b.allocated
+                                     else abi.ETRT_OUTPUT_FOLLOWS if b.follows is not None
                                      else abi.ETRT_OUTPUT_IN_PLACE)
+                if b.follows is not None:
+                    rule = (ctypes.c_int32 * max(2 * len(b.follows), 1))(*[
+                        v for f in b.follows for v in ((-1, f) if isinstance(f, int) else f)])
+                    self._bound_arrays.append(rule)
+                    entry.follows = ctypes.cast(rule, ctypes.POINTER(ctypes.c_int32))
             p.bounds = ctypes.cast(self._bounds, ctypes.POINTER(abi.EtrtArgBounds))
             p.ort_get_tensor_element_type = _address(api.GetTensorElementType)
+            pairs = [(group[0], other) for group in equal_dims for other in group[1:]]
+            self._equal_dims = (abi.EtrtEqualDim * len(pairs))()
+            for entry, ((arg_a, dim_a), (arg_b, dim_b)) in zip(self._equal_dims, pairs):
+                entry.struct_size = ctypes.sizeof(abi.EtrtEqualDim)
+                entry.arg_a, entry.dim_a, entry.arg_b, entry.dim_b = arg_a, dim_a, arg_b, dim_b
+            p.equal_dims = ctypes.cast(self._equal_dims, ctypes.POINTER(abi.EtrtEqualDim))
+            p.num_equal_dims = len(pairs)
         if alt_inputs is not None:  # functional states: the adapter alternates the pairs
             p.alt_inputs = ctypes.cast(alt_inputs, ctypes.POINTER(ctypes.c_void_p))
             p.alt_outputs = ctypes.cast(alt_outputs, ctypes.POINTER(ctypes.c_void_p))

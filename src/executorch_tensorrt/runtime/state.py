@@ -128,34 +128,39 @@ def check_positions(spec: StateSpec, positions: Sequence[int]) -> None:
 
 
 class ExecutorState:
-    """Host-memory states for one executor; `buffers[k]` is state k's current value."""
+    """Host-memory states for one executor. An in-place state is one buffer;
+    a functional one two (`buffers[k]`, `spares[k]`) that calls alternate
+    (ping-pong): which one holds the current value is the parity of `swaps`,
+    so the pairs never move and every plan made over them stays valid."""
 
     def __init__(self, specs: list[StateSpec]):
         self.specs = specs
         self.buffers = [initial_value(s) for s in specs]
-        # functional states: the buffer the next call writes (ping-pong)
         self.spares = [None if s.in_place else np.empty_like(b)
                        for s, b in zip(specs, self.buffers)]
-        self.calls = 0
+        self.calls = 0  # calls the executor ran (the adapter's plans do not count)
         self.method: str | None = None
         self._lock = threading.Lock()
-        # Runs of a native plan since the executor last looked (the adapter adds
-        # 1 per run): when odd, each functional state's value is in its spare.
-        self.plan_swaps = ctypes.c_uint64(0)
+        # Calls run, by the executor (advance) or by a native plan (the adapter
+        # adds 1 per run): when odd, each functional state's value is in its spare.
+        self.swaps = ctypes.c_uint64(0)
 
-    def current(self, k: int) -> np.ndarray:
-        """State k's current value, wherever the plans' ping-pong left it."""
+    def current(self, k: int):
+        """State k's current value, wherever the ping-pong left it."""
         spare = self.spares[k]
-        return spare if spare is not None and self.plan_swaps.value & 1 else self.buffers[k]
+        return spare if spare is not None and self.swaps.value & 1 else self.buffers[k]
 
-    def sync_plan_swaps(self) -> None:
-        """Takes the plans' ping-pong into `buffers` (only while no plan can run:
-        inside the executor's execute, the adapter having forgotten its plan)."""
-        if self.plan_swaps.value & 1:
-            for k, spare in enumerate(self.spares):
-                if spare is not None:
-                    self.buffers[k], self.spares[k] = spare, self.buffers[k]
-        self.plan_swaps.value = 0
+    def writes_to(self, k: int):
+        """Where the next call writes state k (its buffer again when in place)."""
+        spare = self.spares[k]
+        if spare is None:
+            return self.buffers[k]
+        return self.buffers[k] if self.swaps.value & 1 else spare
+
+    def advance(self) -> None:
+        """After a call: functional states now live in the buffers just written."""
+        self.swaps.value += 1
+        self.calls += 1
 
     def check_call(self, args, shapes: Sequence[Sequence[int]], staged=None) -> None:
         for spec in self.specs:
@@ -171,13 +176,6 @@ class ExecutorState:
         in check_call's order: what a native plan checks in the adapter."""
         return [(s.positions_input, s.capacity, s.in_place, describe_cache(s))
                 for s in self.specs if s.positions_input is not None]
-
-    def swap(self) -> None:
-        """After a call: functional states now live in the buffer just written."""
-        for k, spare in enumerate(self.spares):
-            if spare is not None:
-                self.buffers[k], self.spares[k] = spare, self.buffers[k]
-        self.calls += 1
 
     def reset(self) -> None:
         with self._lock:  # both buffers of a functional state: a plan may read either

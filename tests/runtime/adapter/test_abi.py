@@ -44,11 +44,13 @@ STRUCTS = {
     "etrt_staged_copy": abi.EtrtStagedCopy,
     "etrt_cuda_graph_plan": abi.EtrtCudaGraphPlan,
     "etrt_arg_bounds": abi.EtrtArgBounds,
+    "etrt_equal_dim": abi.EtrtEqualDim,
 }
 CONSTANTS = [
     "ETRT_EXECUTOR_ABI_VERSION", "ETRT_ARG_TENSOR", "ETRT_ARG_INT", "ETRT_ARG_DOUBLE",
     "ETRT_ARG_BOOL", "ETRT_ARG_NONE", "ETRT_DEVICE_CPU", "ETRT_DEVICE_CUDA",
     "ETRT_PLAN_ORT_RUN", "ETRT_PLAN_CUDA_GRAPH", "ETRT_OUTPUT_IN_PLACE", "ETRT_OUTPUT_ALLOCATED",
+    "ETRT_OUTPUT_FOLLOWS",
 ]
 
 

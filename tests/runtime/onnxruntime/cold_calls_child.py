@@ -15,7 +15,7 @@ from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 path, threads, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 sys.setswitchinterval(1e-5)
 if os.environ.get("DISABLE_BOUNDED_PLAN"):  # to show the test can fail
-    OnnxRuntimeExecutor._bounded_plan = lambda self: None
+    OnnxRuntimeExecutor._lasting_plan = lambda self: None
 torch.manual_seed(1)
 inputs = [torch.randn(lo + t % (hi - lo + 1), 64) for t in range(threads)]
 reference = Runtime.get().load_program(path).load_method("forward")

@@ -24,7 +24,7 @@ import torch
 
 import executorch_tensorrt
 from executorch_tensorrt.examples.models import Mlp
-from executorch_tensorrt.runtime import native_plan
+from executorch_tensorrt.runtime import callbacks, native_plan
 from executorch_tensorrt.runtime.onnxruntime import executor as ort_executor
 from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 
@@ -107,8 +107,8 @@ def _tampered(monkeypatch, change):
     hostile executor could hand the adapter)."""
     original = native_plan.binding_bounds
 
-    def tampered(inputs, outputs):
-        bounds = original(inputs, outputs)
+    def tampered(*args):
+        bounds = original(*args)
         return change(bounds) if bounds is not None else None
 
     monkeypatch.setattr(ort_executor, "binding_bounds", tampered)
@@ -133,17 +133,89 @@ def test_an_allocated_output_outside_its_bounds_is_refused_by_the_adapter(
     assert entries == [(True, 4)]  # the refusal was the adapter's
 
 
+def _follows(bounds, rule):
+    """The output's bounds with another ETRT_OUTPUT_FOLLOWS rule."""
+    out = bounds[1]
+    assert out.follows == ((0, 0), 16), out  # the batch of input 0, then 16 (output_shapes.py)
+    return [bounds[0], native_plan.ArgBounds(out.min, out.max, out.element_size, follows=rule)]
+
+
+def test_an_output_that_follows_its_input_is_bound_without_a_copy(mlp, allow_fallback,
+                                                                 entries):
+    """The output's shape is the input's batch: the adapter resizes it and
+    onnxruntime writes it in place (the executor counts no copied byte)."""
+    _, path = mlp
+    method = _load(path)
+    [executor] = [e for e in callbacks.install().live_executors()
+                  if getattr(e, "lasting_plan", None) is not None][-1:]
+    before = executor.copied_bytes
+    for batch in (BATCH_MAX, BATCH_MIN, 5):
+        assert method.execute([torch.randn(batch, 64)])[0].shape == (batch, 16)
+    assert executor.copied_bytes == before and entries == []
+
+
+def test_a_rule_that_grows_the_output_past_its_memory_plan_is_refused_by_the_adapter(
+        mlp, allow_fallback, monkeypatch, entries):
+    """A rule taking the output's batch from the input's 64 features: within
+    the output's bounds, but more than ExecuTorch planned for it. The resize
+    fails and nothing is written."""
+    _, path = mlp
+    _tampered(monkeypatch, lambda b: _follows(b, ((0, 1), 16)))
+    method = _load(path)
+    with pytest.raises(RuntimeError):
+        method.execute([torch.randn(BATCH_MIN, 64)])
+    cause = executorch_tensorrt.last_error()
+    assert "cannot resize output 0 to the shape its inputs give it" in cause, cause
+    assert entries == []
+
+
+def test_a_rule_that_gives_a_wrong_shape_fails_the_call_in_onnxruntime(
+        mlp, allow_fallback, monkeypatch, entries):
+    """A static batch of 5 for every call: onnxruntime refuses to write a bound
+    output of another shape than the one it computes."""
+    _, path = mlp
+    _tampered(monkeypatch, lambda b: _follows(b, (5, 16)))
+    method = _load(path)
+    with pytest.raises(RuntimeError):
+        method.execute([torch.randn(4, 64)])
+    cause = executorch_tensorrt.last_error()
+    assert "onnxruntime Run failed (native plan" in cause, cause
+    assert entries == []
+
+
+@pytest.mark.parametrize("rule", [((1, 0), 16), ((0, 2), 16), ((0, -1), 16)],
+                         ids=["the-output-itself", "no-such-dimension", "negative-dimension"])
+def test_a_malformed_rule_makes_the_adapter_refuse_the_plan(rule, mlp, allow_fallback,
+                                                           monkeypatch, entries):
+    """A size taken from the output itself or from a dimension the input does
+    not have: the adapter takes no plan, so every call goes to the executor,
+    which answers it right."""
+    model, path = mlp
+    _tampered(monkeypatch, lambda b: _follows(b, rule))
+    method = _load(path)
+    x = torch.randn(4, 64)
+    got = method.execute([x])[0]
+    with torch.no_grad():
+        assert torch.allclose(got, model(x), atol=1e-5, rtol=1e-5)
+    assert entries == [(True, 4)]
+
+
 def test_an_allocated_output_of_another_element_type_is_refused_by_the_adapter(
         mlp, allow_fallback, monkeypatch, entries):
     _, path = mlp
-    types = OnnxRuntimeExecutor._bounded_plan
+    types = OnnxRuntimeExecutor._lasting_plan
+
+    # onnxruntime allocates the output (else it is bound in place, and
+    # onnxruntime's wrap refuses the lie first: int64 needs twice the bytes).
+    _tampered(monkeypatch, lambda b: [b[0], native_plan.ArgBounds(
+        b[1].min, b[1].max, b[1].element_size, allocated=True)])
 
     def lying(self):  # the plan claims int64 for the float output
         plan = types(self)
         plan._element_types[1] = 7
         return plan
 
-    monkeypatch.setattr(OnnxRuntimeExecutor, "_bounded_plan", lying)
+    monkeypatch.setattr(OnnxRuntimeExecutor, "_lasting_plan", lying)
     method = _load(path)
     with pytest.raises(RuntimeError):
         method.execute([torch.randn(BATCH_MIN, 64)])
@@ -183,14 +255,17 @@ def test_dropping_the_last_references_during_a_call_destroys_only_after_it(
     order, inside, dropped = [], threading.Event(), threading.Event()
     execute, close = OnnxRuntimeExecutor.execute, OnnxRuntimeExecutor.close
 
+    mine = []  # the executor of this test's call (other tests' may be collected here)
+
     def held(self, args, num_args=None):
+        mine.append(id(self))
         inside.set()
         assert dropped.wait(timeout=30)
         order.append("call returns")
         return execute(self, args, num_args)
 
     def closing(self):
-        if self.session is not None:
+        if self.session is not None and id(self) in mine:
             order.append("close")
         return close(self)
 

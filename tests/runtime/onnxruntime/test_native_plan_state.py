@@ -1,8 +1,8 @@
-"""Native plans of stateful partitions (issue 13): a decode call identical to
-a checked one runs in the adapter (native/src/native_plan.cpp), which first
-checks the cache positions the way runtime/state.py does, then runs
-onnxruntime over the state the executor bound, and copies out the logits
-(an output of dynamic shape).
+"""Native plans of stateful partitions (issues 13, 24): the plan with bounds
+made at init runs every call in the adapter (native/src/native_plan.cpp),
+which first checks the cache positions the way runtime/state.py does, then
+runs onnxruntime over the state the executor bound, its logits bound in
+place; without it, a call identical to a checked one runs there.
 
 Real programs (the hand-written cached decoder, lowered once per module)
 through the real ExecuTorch runtime and onnxruntime; the only instrumentation
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import executorch_tensorrt
-from executorch_tensorrt.runtime import state as rt_state
+from executorch_tensorrt.runtime import native_plan, state as rt_state
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.examples import llm as lm
 from helpers import lower_to_buffer
@@ -60,8 +60,11 @@ def _release_programs():
     gc.collect()
 
 
-def _load(buffer: bytes, monkeypatch, plans: bool = True):
-    """The method and its partition's state (one TensorRT partition)."""
+def _load(buffer: bytes, monkeypatch, plans: bool = True, lasting: bool = True):
+    """The method and its partition's state (one TensorRT partition).
+    `lasting=False` withdraws the plan made at init (the one with bounds,
+    which serves every call), leaving the per-call plans the executor hands
+    out after each Python call: the path of partitions without bounds."""
     from executorch.runtime import Runtime
 
     before = set(map(id, rt_state.live_states("forward")))
@@ -72,6 +75,9 @@ def _load(buffer: bytes, monkeypatch, plans: bool = True):
     method = program.load_method("forward")
     monkeypatch.delenv(PLAN_ENV, raising=False)
     [state] = [s for s in rt_state.live_states("forward") if id(s) not in before]
+    if plans and not lasting:
+        assert _executor(state).lasting_plan is not None
+        _executor(state).withdraw_native_plan()
     return method, state, id(_executor(state))
 
 
@@ -86,19 +92,18 @@ def _executor(state):
 @pytest.mark.parametrize("flow,vocab", [("decoder", VOCAB), ("hf_llama", 128)])
 def test_decode_runs_in_the_adapter_and_matches_eager(flow, vocab, request, allow_fallback,
                                                       monkeypatch, python_calls):
-    """Python runs the prompt and the first single token (each a new shape);
-    every later token is the adapter's, with the same tokens and logits as
-    eager and as the Python path. Only those two calls copy their logits (the
-    executor then binds the output: output_shapes.py); the adapter's copy none."""
+    """The plan with bounds made at init serves the prompt and every token:
+    no call enters Python, and the tokens and logits equal eager's and the
+    Python path's. The logits follow the tokens' shape (output_shapes.py),
+    so the adapter resizes and binds them in place: it copies no byte."""
     eager, buffer = request.getfixturevalue(flow)
     planned, state, planned_id = _load(buffer, monkeypatch)
     python, _, python_id = _load(buffer, monkeypatch, plans=False)
     executor = _executor(state)
     before = executor.copied_bytes
     got = greedy_decode(planned, PROMPT, 32)
-    assert python_calls[planned_id] == 2, "decode tokens entered Python"
-    # Prompt logits [1, 8, V] and the first single token's [1, 1, V], copied by the executor.
-    assert executor.copied_bytes - before == (len(PROMPT) + 1) * vocab * 4
+    assert python_calls[planned_id] == 0, "a call entered Python"
+    assert executor.copied_bytes - before == 0
     want = greedy_decode(eager(), PROMPT, 32)
     slow = greedy_decode(python, PROMPT, 32)
     assert python_calls[python_id] == 32
@@ -167,15 +172,16 @@ def test_reset_with_a_plan_installed_starts_from_an_empty_cache(
     assert greedy_decode(planned, PROMPT, tokens).tokens == first.tokens
 
 
+@pytest.mark.parametrize("lasting", [True, False])
 @pytest.mark.parametrize("flow", ["decoder", "hf_llama"])
-def test_states_after_planned_runs_equal_the_python_paths(flow, request, allow_fallback,
+def test_states_after_planned_runs_equal_the_python_paths(flow, lasting, request, allow_fallback,
                                                           monkeypatch, python_calls):
     """The same calls on a planned method and on one without plans: every
-    state's value is the same after each call, including when Python takes
-    over after an odd number of planned runs (it must read the ping-pong
-    buffer the adapter wrote last)."""
+    state's value is the same after each call. With per-call plans Python
+    also takes over after an odd number of planned runs (it must read the
+    ping-pong buffer the adapter wrote last)."""
     _eager, buffer = request.getfixturevalue(flow)
-    planned, state, planned_id = _load(buffer, monkeypatch)
+    planned, state, planned_id = _load(buffer, monkeypatch, lasting=lasting)
     python, reference, _ = _load(buffer, monkeypatch, plans=False)
     calls = [[0, 1, 2], [3], [4], [5], [6, 7], [8], [9], [10, 11, 12], [13], [14]]
     for positions in calls:
@@ -183,7 +189,8 @@ def test_states_after_planned_runs_equal_the_python_paths(flow, request, allow_f
         assert torch.equal(planned.execute(args)[0], python.execute(args)[0]), positions
         for spec in state.specs:
             assert np.array_equal(state.value(spec.fqn), reference.value(spec.fqn)), spec.fqn
-    assert python_calls[planned_id] < len(calls)  # some ran in the adapter
+    # every call ran in the adapter, or some did
+    assert python_calls[planned_id] == 0 if lasting else python_calls[planned_id] < len(calls)
 
 
 class _Scatter(torch.nn.Module):
@@ -200,12 +207,14 @@ class _Scatter(torch.nn.Module):
         return self.k.sum(1)
 
 
+@pytest.mark.parametrize("lasting", [True, False])
 def test_python_after_an_odd_number_of_planned_runs_reads_the_buffer_written_last(
-        allow_fallback, monkeypatch, python_calls):
+        lasting, allow_fallback, monkeypatch, python_calls):
     """A functional state alternates two buffers; the adapter's plan swaps
-    them per run (counting in state.plan_swaps). When Python takes a call
-    after an odd number of planned runs, it must continue from the buffer the
-    adapter wrote last: every output equals eager's."""
+    them per run (counting in state.swaps). When Python takes a call after
+    an odd number of planned runs (per-call plans), it must continue from the
+    buffer the adapter wrote last, and a plan made at either parity must
+    start from the current one: every output equals eager's."""
     from executorch_tensorrt.blob import read_blob
 
     torch.manual_seed(0)
@@ -219,7 +228,11 @@ def test_python_after_an_odd_number_of_planned_runs_reads_the_buffer_written_las
     program = deserialize_pte_binary(buffer).program
     [entry] = read_blob(bytes(program.backend_delegate_data[0].data)).state
     assert entry["update"] == "functional"
-    planned, state, planned_id = _load(buffer, monkeypatch)
+    planned, state, planned_id = _load(buffer, monkeypatch, lasting=lasting)
+    made = []
+    original = native_plan.OrtRunPlan.__init__
+    monkeypatch.setattr(native_plan.OrtRunPlan, "__init__",
+                        lambda self, *a, **k: (made.append(1), original(self, *a, **k))[1])
     calls = [[0, 1], [2, 3], [4], [5], [0], [1, 2], [3, 4], [5, 0], [1]]
     for positions in calls:
         x = torch.randn(1, len(positions), 8)
@@ -228,16 +241,22 @@ def test_python_after_an_odd_number_of_planned_runs_reads_the_buffer_written_las
             want = eager(x, torch.tensor(positions))
         torch.testing.assert_close(got, want)
         torch.testing.assert_close(torch.from_numpy(state.value("k")), eager.k)
-    assert python_calls[planned_id] == 4  # each new shape; the rest ran in the adapter
-    # Reset with the plan installed, after an even and then an odd number of
-    # planned runs (the value in either buffer): the next planned run starts
-    # from zeros (reset writes both buffers).
-    for swaps in (0, 1):
-        assert state.plan_swaps.value % 2 == swaps
+    # Per-call plans: each new shape (the plans of earlier shapes are reused
+    # at either parity); the rest ran in the adapter.
+    entered = 0 if lasting else 4
+    assert python_calls[planned_id] == entered
+    assert len(made) == (0 if lasting else 2)  # one plan per shape, whatever the parity
+    # Reset with the plan installed, with the value in one buffer and then in
+    # the other (one run apart): the next planned run starts from zeros
+    # (reset writes both buffers).
+    parities = []
+    for i in range(2):
+        parities.append(state.swaps.value % 2)
         executorch_tensorrt.reset_state("forward")
         eager.k.zero_()
-        x, where = torch.randn(1, 1, 8), torch.tensor([3 + swaps])
+        x, where = torch.randn(1, 1, 8), torch.tensor([3 + i])
         got = planned.execute([x, where])[0]
         with torch.no_grad():
             torch.testing.assert_close(got, eager(x, where))
-    assert python_calls[planned_id] == 4
+    assert sorted(parities) == [0, 1]
+    assert python_calls[planned_id] == entered

@@ -36,7 +36,9 @@ __all__ = [
     "EtrtIndexCheck",
     "ETRT_OUTPUT_IN_PLACE",
     "ETRT_OUTPUT_ALLOCATED",
+    "ETRT_OUTPUT_FOLLOWS",
     "EtrtArgBounds",
+    "EtrtEqualDim",
     "EtrtNativePlan",
     "NativePlanFn",
     "IsAvailableFn",
@@ -46,7 +48,7 @@ __all__ = [
     "make_table",
 ]
 
-ETRT_EXECUTOR_ABI_VERSION = 1
+ETRT_EXECUTOR_ABI_VERSION = 2  # 2: equal_dims in plans with bounds (executor_table.h)
 
 # enum etrt_arg_kind
 ETRT_ARG_TENSOR = 0
@@ -66,6 +68,7 @@ ETRT_PLAN_CUDA_GRAPH = 2
 # enum etrt_output_rule
 ETRT_OUTPUT_IN_PLACE = 0
 ETRT_OUTPUT_ALLOCATED = 1
+ETRT_OUTPUT_FOLLOWS = 2
 
 
 class EtrtArg(ctypes.Structure):
@@ -254,6 +257,21 @@ class EtrtArgBounds(ctypes.Structure):
         ("element_size", ctypes.c_uint64),
         ("output_rule", ctypes.c_int32),
         ("reserved0", ctypes.c_int32),
+        ("follows", ctypes.POINTER(ctypes.c_int32)),  # ETRT_OUTPUT_FOLLOWS: 2 per dimension
+    ]
+
+
+class EtrtEqualDim(ctypes.Structure):
+    """``etrt_equal_dim``: two delegate arguments' dimensions that a call must
+    give one size (a plan with bounds; runtime/input_checks.py equal_dims)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dim_a", ctypes.c_int32),
+        ("arg_a", ctypes.c_uint64),
+        ("arg_b", ctypes.c_uint64),
+        ("dim_b", ctypes.c_int32),
+        ("reserved0", ctypes.c_int32),
     ]
 
 
@@ -310,6 +328,9 @@ class EtrtNativePlan(ctypes.Structure):
         # Appended (issue 19, part 2): dynamic shapes within bounds.
         ("bounds", ctypes.POINTER(EtrtArgBounds)),
         ("ort_get_tensor_element_type", ctypes.c_void_p),
+        # Appended (issue 24, abi_version 2): equal dimensions under bounds.
+        ("equal_dims", ctypes.POINTER(EtrtEqualDim)),
+        ("num_equal_dims", ctypes.c_uint64),
     ]
 
 

@@ -35,7 +35,7 @@ from .upcast import has_bfloat16, upcast_to_fp32
 from ..named_data import NamedData, blob_weights
 from .capi import ELEMENT_TYPE_NAMES, OrtApi, OrtSession
 from .named_weights import OrtNamedWeights, layout_movable, packable
-from .output_shapes import outputs_follow_input_shapes
+from .output_shapes import output_dim_sources
 from .node_timings import OrtNodeTimings
 from .threads import OrtThreads
 from ..state import ExecutorState, aliased_pairs, fp32_state, state_specs
@@ -132,8 +132,9 @@ class OnnxRuntimeExecutor(Executor):
         self.fixed_outputs = all(b.shape is not None and -1 not in b.shape for b in self.outputs)
         # ... unless their shapes follow the inputs' shapes: then they are bound
         # after the first call of each input shape (a decode step's logits).
+        self.output_sources = output_dim_sources(model, len(self.outputs))
         self.bind_dynamic_outputs = not self.fixed_outputs and all(
-            outputs_follow_input_shapes(model, len(self.outputs)))
+            sources is not None for sources in self.output_sources)
         self.bound: dict[tuple, _BoundValues] = {}
         # Argument bytes this executor copied (outputs onnxruntime allocated, staging),
         # and those the adapter copied running its plans (copied_bytes adds both).
@@ -146,47 +147,35 @@ class OnnxRuntimeExecutor(Executor):
         self.aliases = aliased_pairs(blob, self.inputs, self.outputs)
         self.publish_plans = native_plans_enabled() and not self.aliases
         self.plan: OrtRunPlan | None = None
-        # Every shape static and every output written in place: the adapter
-        # can bind any address itself, so a plan exists before the first call
-        # and no call runs Python (docs/concurrency.md, cold first calls).
-        static = all(b.dtype is not None and b.shape is not None and -1 not in b.shape
-                     for b in self.inputs + self.outputs)
-        # Not for delegate-owned state: its values join the plan after a Python
-        # call; not with per-node timings: a traced call replaces the session.
-        self.any_address = (self.publish_plans and self.fixed_outputs and static
-                            and self.state is None and self.node_timings is None)
-        if self.any_address:
-            args = binding_args(self.inputs + self.outputs)
-            n = len(args)
-            unbound = _BoundValues(self.api, OrtSession.values([None] * len(self.inputs)),
-                                   OrtSession.values([None] * len(self.outputs)), [])
-            static_plan = OrtRunPlan(self.session, unbound, args, n, signature_key(args, n),
-                                     self._plan_copied, self.input_types + self.output_types,
-                                     index_checks=self.input_checks.ranges)
-        # Dynamic shapes (issue 19, part 2): a plan with bounds serves every call
-        # the gate would accept, from the first. Either plan made here outlives
-        # the calls: the adapter takes it back after each Python call, a refused
-        # one included, so no later first call needs Python. None without one.
-        self.lasting_plan = static_plan if self.any_address else self._bounded_plan()
+        self.lasting_plan = self._lasting_plan()
 
-    def _bounded_plan(self) -> OrtRunPlan | None:
-        # Not with equal_dims: the adapter does not compare sizes across inputs
-        # (only the Python gate does), and a plan with bounds serves any sizes.
-        if not (self.publish_plans and self.state is None and self.node_timings is None
-                and not self.input_checks.equal_dims):
+    def _lasting_plan(self) -> OrtRunPlan | None:
+        """A plan that serves every call the gate would accept, from the first
+        (docs/concurrency.md, cold first calls): for any address when every
+        shape is static and every output written in place, else with bounds
+        (issue 19, part 2; with the partition's state: issue 24). It outlives
+        the calls: the adapter takes it back after each Python call, a refused
+        one included. None when there can be none; not with per-node timings
+        (a traced call replaces the session)."""
+        if not (self.publish_plans and self.node_timings is None):
             return None
-        bounds = binding_bounds(self.inputs, self.outputs)
+        bindings = self.inputs + self.outputs
         types = self.input_types + self.output_types
-        if bounds is None or any(_ORT_ELEMENT_TYPES.get(b.dtype) != t
-                                 for b, t in zip(self.inputs + self.outputs, types)):
-            return None  # the executor's own checks refuse such calls: leave it to them
-        args = binding_args(self.inputs + self.outputs)
+        bounds = None
+        if not (self.fixed_outputs and all(b.dtype is not None and b.shape is not None
+                                           and -1 not in b.shape for b in self.inputs)):
+            bounds = binding_bounds(self.inputs, self.outputs, self.output_sources)
+            if bounds is None or any(_ORT_ELEMENT_TYPES.get(b.dtype) != t
+                                     for b, t in zip(bindings, types)):
+                return None  # the executor's own checks refuse such calls: leave it to them
+        args = binding_args(bindings)
         n = len(args)
         unbound = _BoundValues(self.api, OrtSession.values([None] * len(self.inputs)),
                                OrtSession.values([None] * len(self.outputs)), [])
         return OrtRunPlan(self.session, unbound, args, n, signature_key(args, n),
                           self._plan_copied, types, bounds,
-                          index_checks=self.input_checks.ranges)
+                          index_checks=self.input_checks.ranges,
+                          equal_dims=self.input_checks.equal_dims if bounds else ())
 
     @property
     def copied_bytes(self) -> int:
@@ -261,10 +250,8 @@ class OnnxRuntimeExecutor(Executor):
 
     def _plan_for(self, bound: "_BoundValues", args, n: int) -> OrtRunPlan:
         key = signature_key(args, n)
-        if bound.plan is None or bound.plan.key != key or not bound.plan.reusable:
+        if bound.plan is None or bound.plan.key != key:
             bound.plan = OrtRunPlan(self.session, bound, args, n, key, self._plan_copied,
-                                    (self.input_types + self.output_types)
-                                    if self.any_address else None,
                                     index_checks=self.input_checks.ranges)
         return bound.plan
 

@@ -64,11 +64,6 @@ class OrtStatefulSession:
                 address, array.nbytes, array.shape, self._types[array.dtype])
         return v
 
-    def _written(self) -> list[np.ndarray]:
-        """Where each state's next value goes: its buffer (in place) or its spare."""
-        st = self.state
-        return [b if s is None else s for b, s in zip(st.buffers, st.spares)]
-
     def _full(self, inputs: ctypes.Array, outputs: ctypes.Array, reads, writes):
         """The model's value arrays: the user values, then the states' OrtValues."""
         ins = [getattr(v, "value", v) for v in map(self._value, reads)]
@@ -80,11 +75,12 @@ class OrtStatefulSession:
 
     def run(self, inputs: ctypes.Array, outputs: ctypes.Array) -> None:
         st = self.state
-        st.sync_plan_swaps()  # the adapter forgot its plan before calling the executor
-        full_in, full_out = self._full(inputs, outputs, st.buffers, self._written())
         with st._lock:
+            n = len(st.specs)
+            full_in, full_out = self._full(inputs, outputs, map(st.current, range(n)),
+                                           map(st.writes_to, range(n)))
             self.inner.run(full_in, full_out)
-            st.swap()
+            st.advance()
         for j in range(self.n_out):  # outputs onnxruntime allocated: the caller releases them
             outputs[j] = full_out[j]
 
@@ -92,17 +88,16 @@ class OrtStatefulSession:
         """The arrays a native plan runs: (inputs, outputs, alt_inputs,
         alt_outputs), each the user values then the states' OrtValues. An
         in-place state is one OrtValue at both ends; a functional one reads
-        buffer A and writes B, and the alt pair (None without functional
-        states) the reverse; the adapter alternates them, counting in
-        state.plan_swaps. Buffers stay where they are; reset() rewrites them
-        in place."""
+        its buffer and writes its spare in the even pair, the reverse in the
+        alt pair (None without functional states); the adapter picks the pair
+        by the parity of state.swaps and adds 1 per run, as the executor's
+        own calls do, so a plan stays valid whoever ran the calls before it."""
         st = self.state
-        st.sync_plan_swaps()
-        other = self._written()
-        full_in, full_out = self._full(inputs, outputs, st.buffers, other)
+        writes = [b if s is None else s for b, s in zip(st.buffers, st.spares)]
+        full_in, full_out = self._full(inputs, outputs, st.buffers, writes)
         if all(s is None for s in st.spares):
             return full_in, full_out, None, None
-        alt_in, alt_out = self._full(inputs, outputs, other, st.buffers)
+        alt_in, alt_out = self._full(inputs, outputs, writes, st.buffers)
         return full_in, full_out, alt_in, alt_out
 
     def end_profiling(self) -> str:

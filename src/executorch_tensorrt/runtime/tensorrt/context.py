@@ -362,5 +362,5 @@ class BoundContext:
             if source != target:
                 copy_device(target, source, nbytes, self.stream)
         if self.state is not None:
-            self.state.swap()  # the next call reads what this one wrote (stream order)
+            self.state.advance()  # the next call reads what this one wrote (stream order)
         return t1, profiling.now() if recorder else 0, replayed

@@ -63,13 +63,14 @@ class DeviceState(ExecutorState):
             self.epoch.value += 1  # before the new values: no plan runs over them
             make_current(self.device)
             check(driver().cuCtxSynchronize(), "waiting for the calls that use the state")
-            for spec, buf in zip(self.specs, self.buffers):
-                _upload(buf, initial_value(spec))
+            for k, spec in enumerate(self.specs):
+                _upload(self.current(k), initial_value(spec))
 
     def value(self, fqn: str) -> np.ndarray:
         """A host copy of the state's current value (waits for queued calls)."""
-        for spec, buf in zip(self.specs, self.buffers):
+        for k, spec in enumerate(self.specs):
             if spec.fqn == fqn:
+                buf = self.current(k)
                 make_current(self.device)
                 check(driver().cuCtxSynchronize(), "waiting for the calls that use the state")
                 host = np.empty(spec.shape, dtype=spec.dtype)
@@ -81,11 +82,10 @@ class DeviceState(ExecutorState):
 
     def bind(self, context) -> None:
         """Sets the state tensors' addresses on the execution context (before enqueue)."""
-        for spec, buf, spare in zip(self.specs, self.buffers, self.spares):
+        for k, spec in enumerate(self.specs):
             context.set_input_shape(spec.onnx_input, spec.shape)
-            context.set_tensor_address(spec.onnx_input, buf.address)
-            context.set_tensor_address(spec.onnx_output,
-                                       buf.address if spare is None else spare.address)
+            context.set_tensor_address(spec.onnx_input, self.current(k).address)
+            context.set_tensor_address(spec.onnx_output, self.writes_to(k).address)
 
 
 def _upload(buf: DeviceBuffer, host: np.ndarray) -> None:
