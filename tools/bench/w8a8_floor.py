@@ -2,10 +2,12 @@
 are apart, in output steps: the floor under "within 2 quantization steps on
 every element" (issue #22; docs/quantization.md).
 
-    nice -n 10 .venv/bin/python tools/bench/w8a8_floor.py [cnn] [vit]
+    nice -n 10 .venv/bin/python tools/bench/w8a8_floor.py [cnn] [vit] [--inputs 1000]
 
-The models, inputs (1000 per model) and calibration are exactly those of
-tools/bench/quantization_pt2e.py's int8_w8a8 and fp8_w8a8 rows, and so is
+The models, inputs (--inputs per model) and calibration are exactly those of
+tools/bench/quantization_pt2e.py's int8_w8a8 and fp8_w8a8 rows run with the
+same --inputs (its calibration batches come after the inputs from one
+generator, so --inputs changes the calibration too), and so is
 each graph (lowered as that bench lowers its reference: int8 for standard
 TensorRT, fp8 for its FP8 targets). Run A is the eager quantized graph as
 torch computes it (float32 sums: the reference of that bench). Run B is the
@@ -16,7 +18,7 @@ steps (output_steps.py) and the elements over 2.
 """
 from __future__ import annotations
 
-import sys
+import argparse
 import warnings
 
 import torch
@@ -44,12 +46,12 @@ class Float64Sums(Interpreter):
 LOWERING = {"int8_w8a8": ("tensorrt", None), "fp8_w8a8": ("tensorrt_rtx", bench.FP8_TARGETS)}
 
 
-def floor(model_name: str) -> list[tuple[str, str, float, int, int]]:
+def floor(model_name: str, n_inputs: int) -> list[tuple[str, str, float, int, int]]:
     """(model, scheme, largest diff in steps, elements > 2 steps, elements) per scheme."""
     from executorch_tensorrt.aot.export import lower_qdq
 
     name, fp32, shape = getattr(bench, model_name)()
-    inputs, models = bench.inputs_and_models(fp32, shape, 1000)
+    inputs, models = bench.inputs_and_models(fp32, shape, n_inputs)
     rows = []
     for scheme, (flavor, targets) in LOWERING.items():
         graph = lower_qdq(models[scheme], flavor, targets, False)[0]
@@ -67,12 +69,18 @@ def floor(model_name: str) -> list[tuple[str, str, float, int, int]]:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="*", help="cnn, vit (default: both)")
+    ap.add_argument("--inputs", type=int, default=1000)
+    args = ap.parse_args()
     warnings.simplefilter("ignore")
     print("| model | scheme | float32 sums vs float64 sums, largest diff in output steps "
           "| elements > 2 steps |")
     print("|---|---|---|---|")
-    for model_name in sys.argv[1:] or ["cnn", "vit"]:
-        for name, scheme, worst, over, elements in floor(model_name):
+    for model_name in args.models or ["cnn", "vit"]:
+        if model_name not in ("cnn", "vit"):
+            ap.error(f"unknown model {model_name!r}; the models are cnn and vit")
+        for name, scheme, worst, over, elements in floor(model_name, args.inputs):
             print(f"| {name} | {scheme} | {worst:.2f} | {over} of {elements:,} |", flush=True)
 
 
