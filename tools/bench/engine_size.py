@@ -165,8 +165,9 @@ def main() -> int:
                     model = quantize(fp32, (x,), scheme=scheme, calibration=batches)
                 else:
                     model = quantize(fp32, scheme=scheme, group_size=GROUP)
-                found = sizes(model, x, Path(tmp) / f"{width}-{scheme}", scheme_targets(scheme))
-                if scheme_targets(scheme) and probe is None:  # the smallest model is enough
+                targets = scheme_targets(scheme)
+                found = sizes(model, x, Path(tmp) / f"{width}-{scheme}", targets)
+                if targets and probe is None:  # the smallest model is enough
                     probe = f"d = {width}, {scheme}: {builder_says(found['onnx'])}"
                 del found["onnx"]
                 rows.append({"width": width, "scheme": scheme,
@@ -179,8 +180,8 @@ def main() -> int:
             f"{tensorrt_rtx.__version__} (CPU builder; engines of every default capability, "
             f"{newer}), int4 group {GROUP}, fp8_w8a8 calibrated on {CALIBRATION} random "
             f"batches, load average {load:.1f} at the end.\n\n" + table(rows)
-            + (f"\n\nThe builder given the whole default list ({', '.join(RTX_DEFAULT_CAPABILITIES)}): {probe}"
-               if probe else ""))
+            + (f"\n\nThe builder given the whole default list "
+               f"({', '.join(RTX_DEFAULT_CAPABILITIES)}): {probe}" if probe else ""))
     print(text)
     if not args.no_write:
         write_doc(text, MARKS, "tools/bench/engine_size.py")
