@@ -32,6 +32,7 @@ from ..input_checks import InputChecks
 from ..native_plan import OrtRunPlan, binding_args, binding_bounds, signature_key
 from ..onnx_safety import self_contained_onnx
 from .upcast import has_bfloat16, upcast_to_fp32
+from .fp4 import fp4_as_float16
 from ..named_data import NamedData, blob_weights
 from .capi import ELEMENT_TYPE_NAMES, OrtApi, OrtSession
 from .named_weights import OrtNamedWeights, layout_movable, packable
@@ -84,6 +85,8 @@ class OnnxRuntimeExecutor(Executor):
         model = self_contained_onnx(blob)  # refuses external data before anything reads it
         weights = blob_weights(blob, named_data)  # named-data weights, sizes checked
         self.inputs, self.outputs = split_bindings(blob.meta)
+        # FP4 weights: onnxruntime has no FLOAT4E2M1 kernels; float16 values (fp4.py).
+        model = fp4_as_float16(model)
         # What eager would refuse (../input_checks.py): the gate and the plans check it.
         self.input_checks = InputChecks.from_metadata(blob.meta, [b.name for b in self.inputs])
         # Reduced-precision builds, and bf16 models (onnxruntime's CPU provider

@@ -31,6 +31,9 @@ own copy, which it may re-lay out. Those are biases, norms, scales and
 position embeddings: small next to the matrices (docs/named-data.md measures
 it).
 
+FP4 weights are decoded into float16 arrays owned here (fp4.py: onnxruntime
+has no FLOAT4E2M1 kernels), a copy of 2 bytes per weight.
+
 fp16/bf16 weights of a partition that the fallback upcasts (onnx_upcast.py;
 onnxruntime's CPU kernels lack fp16) are converted into float32 arrays owned
 here: that copy is the upcast itself and cannot be avoided.
@@ -47,12 +50,14 @@ import onnx
 from ...errors import ArgumentError
 from ..named_data import WeightBuffer
 from ..onnx_safety import ONNX_DTYPES
+from .fp4 import FP4_DTYPE, decode_e2m1
 
 __all__ = ["PREPACK_ENV", "PREPACK_LIMIT", "IN_PLACE_CONSUMERS", "OrtNamedWeights",
            "layout_movable", "packable", "prepacking_requested"]
 
 PREPACK_ENV = "EXECUTORCH_TENSORRT_ORT_PREPACK"
 _FLOAT = ONNX_DTYPES["float32"]
+_FLOAT16 = ONNX_DTYPES["float16"]
 _EMPTY = ctypes.c_uint64(0)  # onnxruntime refuses a NULL buffer, even for an empty tensor
 
 
@@ -149,7 +154,13 @@ class OrtNamedWeights:
         self._array = (ctypes.c_void_p * len(weights))(*(v.value for v in self.values))
 
     def _value(self, w: WeightBuffer, upcast: bool) -> ctypes.c_void_p:
-        if upcast and w.dtype in ("float16", "bfloat16"):
+        if w.dtype == FP4_DTYPE:  # its values as float16 (fp4.py), float32 when upcast
+            array = decode_e2m1(w.view, w.shape, np.float32 if upcast else np.float16)
+            self._arrays.append(array)
+            self.copied_bytes += array.nbytes
+            address, nbytes = array.ctypes.data, array.nbytes
+            element = _FLOAT if upcast else _FLOAT16
+        elif upcast and w.dtype in ("float16", "bfloat16"):
             array = _as_float32(w)
             self._arrays.append(array)
             self.copied_bytes += array.nbytes
