@@ -93,9 +93,10 @@ def test_every_dtype_table_is_a_view_of_the_rows():
     assert READ_DTYPES == WRITE_DTYPES | {str(getattr(torch, d.torch)) for d in dtypes.DTYPES}
     for d in blob_rows:
         assert ONNX_DTYPES[d.blob_name] == getattr(onnx.TensorProto, _ONNX.get(d.blob_name, d.blob_name.upper()))
-    # besides the rows: the packed weight dtypes (int4), which ExecuTorch has no ScalarType for
+    # besides the rows: the packed weight dtypes (int4, fp4), which ExecuTorch has no ScalarType for
     from executorch_tensorrt.blob.format import PACKED_WEIGHT_DTYPES
-    assert PACKED_WEIGHT_DTYPES == {"int4": onnx.TensorProto.INT4}
+    assert PACKED_WEIGHT_DTYPES == {"int4": onnx.TensorProto.INT4,
+                                    "float4_e2m1": onnx.TensorProto.FLOAT4E2M1}
     assert len(ONNX_DTYPES) == len(blob_rows) + len(PACKED_WEIGHT_DTYPES)
     assert all(ONNX_DTYPES[name] == code for name, code in PACKED_WEIGHT_DTYPES.items())
     for d in dtypes.DTYPES:
