@@ -50,6 +50,10 @@ def decode_e2m1(packed, shape: tuple[int, ...], dtype=np.float16) -> np.ndarray:
     return E2M1_FLOAT16[codes[:count]].astype(dtype, copy=False).reshape(shape)
 
 
+# TensorProto.data_type (field 2, varint) = FLOAT4E2M1 (23), as serialized.
+_FP4_FIELD = bytes([2 << 3, TensorProto.FLOAT4E2M1])
+
+
 def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
     return next((int(a.i) for a in node.attribute if a.name == name), default)
 
@@ -73,6 +77,8 @@ def fp4_as_float16(model_bytes: bytes) -> bytes:
     """The model with every DequantizeLinear over a FLOAT4E2M1 initializer
     rewritten as above (the bytes unchanged when there is none);
     InvalidProgramError for a form it does not take."""
+    if _FP4_FIELD not in model_bytes:  # no tensor can be FLOAT4E2M1: skip the parse
+        return model_bytes
     model = onnx.load_model_from_string(model_bytes)
     graph = model.graph
     fp4 = {t.name: t for t in graph.initializer if t.data_type == TensorProto.FLOAT4E2M1}
