@@ -139,6 +139,30 @@ def test_fp4_fallback_matches_the_eager_quantized_model(fp4, monkeypatch):
     assert _close(eager, eager_fp32) > 1e-2
 
 
+def test_the_fallback_frees_its_float16_copies_once_onnxruntime_holds_them(fp4, monkeypatch):
+    """onnxruntime copies (and folds) the decoded fp4 weights when it builds the
+    session, so the fallback frees its own float16 copies then: poisoned with
+    NaN just before, the outputs stay equal to eager."""
+    from executorch_tensorrt.runtime.onnxruntime.named_weights import OrtNamedWeights
+
+    fp32, model, x, result, _ = fp4
+    freed = []
+    release = OrtNamedWeights.release_onnxruntime_copies
+
+    def poisoned(self):
+        for array in self._owned.values():
+            array.fill(np.nan)
+        freed.append(release(self))
+        return freed[-1]
+
+    monkeypatch.setattr(OrtNamedWeights, "release_onnxruntime_copies", poisoned)
+    for key, value in FALLBACK.items():
+        monkeypatch.setenv(key, value)
+    out = run_forward(result, x)
+    assert freed == [(512 * 256 + 64 * 512) * 2]  # both weights' float16 values
+    assert _close(out, model(x)) <= 1e-5
+
+
 def test_fp4_engine_is_built_and_smaller_than_the_fp32_engine(tmp_path):
     fp32 = _mlp()
     x = torch.randn(4, 256, generator=torch.Generator().manual_seed(1))

@@ -114,6 +114,8 @@ class OnnxRuntimeExecutor(Executor):
             if self.weights is not None:
                 self.weights.release()
             raise
+        if self.weights is not None and self.node_timings is None:  # no further session
+            self.weights.release_onnxruntime_copies()
         self.api = self.session.api
         # Delegate-owned state (KV caches): extra model inputs/outputs (../state.py, ./state.py).
         specs = state_specs(blob, self.inputs) if blob.meta.state else None

@@ -11,9 +11,13 @@ FLOAT4E2M1 initializer becomes
 
 i.e. a Mul with each block scale repeated over its block, and the initializer
 holds the E2M1 values as float16, which represents every one of them exactly.
-Exact in values, but the fallback then holds 2 bytes per weight (4x the
-packed bytes) and cannot read the packed named data in place
-(docs/quantization.md). Only 2-D weights dequantized along axis 1 (what
+The DequantizeLinear of the FP8 block scales becomes Cast + Mul by the
+per-tensor scale (the same single float32 product), because onnxruntime never
+constant-folds a DequantizeLinear: so the whole chain is constant and
+onnxruntime folds it, at session build, into one float32 weight that the
+MatMul reads, with no dequantizing per call. Exact in values, but the fallback
+then holds 4 bytes per weight (8x the packed bytes) and cannot read the
+packed named data in place (docs/quantization.md). Only 2-D weights dequantized along axis 1 (what
 quantization/fp4.py writes) are taken; anything else is refused by name.
 """
 from __future__ import annotations
@@ -73,6 +77,28 @@ def _as_float16(t: TensorProto) -> None:
     t.CopyFrom(numpy_helper.from_array(values, t.name))
 
 
+def _foldable_block_scales(graph: onnx.GraphProto, fp4: dict) -> set[str]:
+    """The DequantizeLinear nodes (by output name) that make an fp4 weight's scale from
+    constant FP8 block scales, a float32 per-tensor scale and a zero point of 0
+    (or none): each is float(x) * scale, which Cast + Mul compute alike."""
+    inits = {t.name: t for t in graph.initializer}
+    producer = {out: node for node in graph.node for out in node.output}
+    found = set()
+    for node in graph.node:
+        if node.op_type != "DequantizeLinear" or not node.input or node.input[0] not in fp4 \
+                or len(node.input) < 2 or node.input[1] not in producer:
+            continue
+        source = producer[node.input[1]]
+        x, scale = (inits.get(n) for n in (list(source.input) + ["", ""])[:2])
+        zero = inits.get(source.input[2]) if len(source.input) > 2 and source.input[2] else None
+        if source.op_type == "DequantizeLinear" and x is not None and scale is not None and \
+                x.data_type == TensorProto.FLOAT8E4M3FN and scale.data_type == TensorProto.FLOAT \
+                and (len(source.input) < 3 or not source.input[2] or (
+                    zero is not None and zero.raw_data and not any(zero.raw_data))):
+            found.add(source.output[0])
+    return found
+
+
 def fp4_as_float16(model_bytes: bytes) -> bytes:
     """The model with every DequantizeLinear over a FLOAT4E2M1 initializer
     rewritten as above (the bytes unchanged when there is none);
@@ -84,8 +110,14 @@ def fp4_as_float16(model_bytes: bytes) -> bytes:
     fp4 = {t.name: t for t in graph.initializer if t.data_type == TensorProto.FLOAT4E2M1}
     if not fp4:
         return model_bytes
+    foldable = _foldable_block_scales(graph, fp4)
     nodes = []
     for node in graph.node:
+        if node.op_type == "DequantizeLinear" and node.output and node.output[0] in foldable:
+            cast = f"{node.output[0]}__fp8"
+            nodes += [helper.make_node("Cast", [node.input[0]], [cast], to=TensorProto.FLOAT),
+                      helper.make_node("Mul", [cast, node.input[1]], [node.output[0]])]
+            continue
         name = node.input[0] if node.input else ""
         if name not in fp4:
             if any(i in fp4 for i in node.input):
