@@ -32,7 +32,9 @@ position embeddings: small next to the matrices (docs/named-data.md measures
 it).
 
 FP4 weights are decoded into float16 arrays owned here (fp4.py: onnxruntime
-has no FLOAT4E2M1 kernels), a copy of 2 bytes per weight.
+has no FLOAT4E2M1 kernels). Such copies of weights handed with
+AddExternalInitializers alone, which onnxruntime copies itself, are freed once
+the executor's session is built (release_onnxruntime_copies).
 
 fp16/bf16 weights of a partition that the fallback upcasts (onnx_upcast.py;
 onnxruntime's CPU kernels lack fp16) are converted into float32 arrays owned
