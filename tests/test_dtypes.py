@@ -116,3 +116,19 @@ def test_every_dtype_table_is_a_view_of_the_rows():
         assert torch_dtypes.TORCH_OF_ONNX[d.onnx] == t
         assert onnx.helper.tensor_dtype_to_np_dtype(d.onnx).itemsize == t.itemsize
         assert torch_dtypes.TORCH_OF_TENSORRT[d.tensorrt] == t
+
+
+def test_e2m1_values_are_onnx_float4e2m1_codes():
+    """dtypes.E2M1_VALUES (fp4: quantization and the fallback) is what onnx
+    itself reads for each of the 16 FLOAT4E2M1 codes, signed zero included."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    from executorch_tensorrt.dtypes import E2M1_VALUES
+
+    codes = bytes(lo | (hi << 4) for lo, hi in zip(range(0, 16, 2), range(1, 16, 2)))
+    tensor = onnx.helper.make_tensor("c", onnx.TensorProto.FLOAT4E2M1, [16], codes, raw=True)
+    values = numpy_helper.to_array(tensor).astype(np.float32)
+    assert values.tolist() == list(E2M1_VALUES)
+    assert np.signbit(values).tolist() == [v < 0 or str(v) == "-0.0" for v in E2M1_VALUES]

@@ -25,8 +25,9 @@ import onnxscript
 import torch
 import torch.nn.functional as F
 
+from ..dtypes import E2M1_VALUES
 from .errors import QuantizationError
-from .int4 import pack_int4
+from .int4 import declare_packed, pack_int4
 from .ops import (_LIB, PLACEHOLDER_DOMAIN, TRANSLATIONS, finish_placeholders,
                   replace_placeholder, unpack_int4)
 
@@ -34,9 +35,6 @@ BLOCK = 16  # input features per fp8 block scale (NVFP4)
 E2M1_MAX = 6.0
 FP8_MAX = 448.0
 FP8_MIN_SCALE = 2.0 ** -9  # smallest e4m3 subnormal: block scales stay positive
-# Code c (4 bits: sign, 2 exponent, 1 mantissa) -> value.
-E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
-               -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 # Midpoints between magnitude codes i and i + 1; a tie goes to the even code.
 _MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 
@@ -114,16 +112,16 @@ def _dequantize_fp4_fake(packed: torch.Tensor, block_scale: torch.Tensor,
 
 DEQUANTIZE_FP4 = torch.ops.etrt_quant.dequantize_fp4.default
 
-PLACEHOLDER_OP = "DequantizeFp4Packed"
+FP4_PLACEHOLDER_OP = "DequantizeFp4Packed"
 _PLACEHOLDER = onnxscript.values.Opset(domain=PLACEHOLDER_DOMAIN, version=1)
 _P = onnx.defs.OpSchema.FormalParameter
 # A schema of our own, given to onnxscript only (never registered with onnx).
 _SCHEMA = onnx.defs.OpSchema(
-    PLACEHOLDER_OP, PLACEHOLDER_DOMAIN, 1,
+    FP4_PLACEHOLDER_OP, PLACEHOLDER_DOMAIN, 1,
     inputs=[_P("packed", "tensor(uint8)"), _P("block_scale", "tensor(float8e4m3fn)"),
             _P("global_scale", "tensor(float)")],
     outputs=[_P("y", "tensor(float)")])
-_OP = onnxscript.values.Op(_PLACEHOLDER, PLACEHOLDER_OP, _SCHEMA)
+_OP = onnxscript.values.Op(_PLACEHOLDER, FP4_PLACEHOLDER_OP, _SCHEMA)
 
 
 def _onnx_dequantize_fp4(packed, block_scale, global_scale):
@@ -161,8 +159,9 @@ class Fp4Linear(torch.nn.Module):
         return F.linear(x, self.dequantized_weight().to(x.dtype), self.bias)
 
 
-def _constant(value, what: str, node) -> ir.Value:
-    if value is None or value.const_value is None:
+def _constant(model: ir.Model, value, what: str, node) -> ir.Value:
+    if value is None or value.const_value is None or \
+            value.name not in model.graph.initializers:
         raise QuantizationError(
             f"an fp4 {what} reached the ONNX model as a computed value ({node.name}), not a "
             "constant; TensorRT needs fp4 weights and their scales as initializers")
@@ -174,25 +173,14 @@ def lower_fp4_nodes(model: ir.Model) -> None:
     DequantizeLinear(FLOAT4E2M1 [out, in], DequantizeLinear(block_scale fp8,
     global_scale, zero fp8 0), axis=1, block_size=BLOCK)."""
     nodes = [n for n in model.graph
-             if n.domain == PLACEHOLDER_DOMAIN and n.op_type == PLACEHOLDER_OP]
+             if n.domain == PLACEHOLDER_DOMAIN and n.op_type == FP4_PLACEHOLDER_OP]
     if not nodes:
         return
     for node in nodes:
-        packed_value = _constant(node.inputs[0], "weight", node)
-        block_value = _constant(node.inputs[1], "block scale", node)
-        global_value = _constant(node.inputs[2], "global scale", node)
-        if packed_value.name not in model.graph.initializers:
-            _constant(None, "weight", node)
-        tensor = packed_value.const_value
-        packed = getattr(tensor, "raw", None)
-        if not isinstance(packed, torch.Tensor):
-            packed = torch.from_numpy(tensor.numpy())
-        rows, cols = packed.shape
-        shape = ir.Shape([rows, cols * 2])
-        packed_value.const_value = ir.PackedTensor(packed, ir.DataType.FLOAT4E2M1, shape=shape,
-                                                   name=packed_value.name)
-        packed_value.dtype = ir.DataType.FLOAT4E2M1
-        packed_value.shape = shape
+        packed_value = _constant(model, node.inputs[0], "weight", node)
+        block_value = _constant(model, node.inputs[1], "block scale", node)
+        global_value = _constant(model, node.inputs[2], "global scale", node)
+        declare_packed(packed_value, ir.DataType.FLOAT4E2M1)
         # An explicit fp8 zero point (0), as the fp8 weight path writes.
         zero = ir.Value(name=f"{node.name}_zero", type=ir.TensorType(ir.DataType.FLOAT8E4M3FN),
                         shape=ir.Shape([]),
@@ -208,7 +196,7 @@ def lower_fp4_nodes(model: ir.Model) -> None:
         weight = ir.node("DequantizeLinear", [packed_value, scales.outputs[0]],
                          attributes={"axis": 1, "block_size": BLOCK}, name=node.name)
         weight.outputs[0].dtype = node.outputs[0].dtype
-        weight.outputs[0].shape = shape
+        weight.outputs[0].shape = packed_value.shape
         replace_placeholder(model, node, weight, before=[scales])
     # FLOAT4E2M1 tensors need opset 23 and IR version 11.
     finish_placeholders(model, opset=23, ir_version=11)

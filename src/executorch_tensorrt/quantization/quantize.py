@@ -35,7 +35,7 @@ def check_plan(plan: QuantizationPlan, flavor: str, capabilities: tuple[str, ...
     run (unless allowed to run unquantized); returns the report's lines,
     layer -> how it runs or "not quantized: <why>"."""
     why = refusal(plan.scheme, flavor, capabilities)
-    if why is not None and plan.layers and plan.runs_float:
+    if why is not None and plan.layers and plan.runs_float and not allow_unquantized:
         # float_where_refused runs them float when allowed; here it was not.
         raise QuantizationError(
             f"{why}; or pass allow_unquantized=True (CLI: --allow-unquantized) to export "
@@ -120,9 +120,10 @@ def quantize(model: torch.nn.Module, example_inputs=None, scheme: str = "int8_we
     refused, not silently ignored). `group_size` (int4 only): input features
     per scale, one of 32, 64, 128, and it must divide every quantized layer's
     input features. "fp4_weight_only" needs every quantized layer's input
-    features to be a multiple of 16. A scheme TensorRT has but this package does not implement
-    (fp4_w4a4) is refused, unless `allow_unquantized=True`, which returns the model
-    float and records why for the partition report.
+    features to be a multiple of 16, and SM120+ targets at export. A scheme
+    TensorRT has but this package does not implement (fp4_w4a4) is refused,
+    unless `allow_unquantized=True`, which returns the model float and records
+    why for the partition report.
     """
     chosen: Scheme = scheme_named(scheme)
     if not isinstance(model, torch.nn.Module):

@@ -28,14 +28,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ...dtypes import E2M1_VALUES
 from ...errors import InvalidProgramError
 
 __all__ = ["E2M1_FLOAT16", "FP4_DTYPE", "decode_e2m1", "fp4_as_float16"]
 
 FP4_DTYPE = "float4_e2m1"  # the blob's name for a packed FLOAT4E2M1 weight
 #: E2M1 code (sign, 2 exponent bits, 1 mantissa bit) -> its value, exact in float16.
-E2M1_FLOAT16 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6],
-                        dtype=np.float16)
+E2M1_FLOAT16 = np.array(E2M1_VALUES, dtype=np.float16)
 
 
 def decode_e2m1(packed, shape: tuple[int, ...], dtype=np.float16) -> np.ndarray:
