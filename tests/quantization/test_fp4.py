@@ -179,6 +179,24 @@ def test_fp4_engine_is_built_and_smaller_than_the_fp32_engine(tmp_path):
     assert sizes["fp4"] < sizes["fp32"], sizes
 
 
+def test_the_runtime_builds_the_fp4_engine_from_named_data_for_sm120_only(fp4, tmp_path):
+    """`prepare` builds what a first load on the target builds: the engine from
+    the embedded ONNX and the packed named-data weights (TensorRT-RTX's CPU
+    builder). For SM89 TensorRT itself refuses, naming fp4_e2m1."""
+    from tests.helpers import cli_main
+
+    *_, result, _ = fp4
+    code, _, stderr = cli_main("prepare", result.path, "--target", "SM120",
+                               "--cache", tmp_path / "sm120")
+    assert code == 0, stderr
+    (engine,) = (tmp_path / "sm120").glob("*.engine")
+    assert engine.stat().st_size > 0
+    code, _, stderr = cli_main("prepare", result.path, "--target", "SM89",
+                               "--cache", tmp_path / "sm89")
+    assert code != 0 and "fp4_e2m1" in stderr, stderr
+    assert not list((tmp_path / "sm89").glob("*.engine"))
+
+
 def test_export_for_sm89_is_refused_unless_allowed_to_run_float(tmp_path, monkeypatch):
     torch.manual_seed(0)
     model = quantize(torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(),
