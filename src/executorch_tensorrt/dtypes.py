@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DType", "DTYPES", "E2M1_VALUES", "EXPORT_DTYPES", "by_blob_name", "by_scalar_type", "by_onnx",
-           "tensorrt_dtype"]
+__all__ = ["DType", "DTYPES", "E2M1_VALUES", "EXPORT_DTYPES", "by_blob_name", "by_scalar_type",
+           "by_onnx", "tensorrt_dtype"]
 
 
 @dataclass(frozen=True)
