@@ -222,6 +222,30 @@ def test_export_for_sm89_is_refused_unless_allowed_to_run_float(tmp_path, monkey
     assert _close(out, model(x)) <= 1e-5  # float over the same dequantized weights
 
 
+@pytest.mark.parametrize("precision, onnx_type", [("fp16", onnx.TensorProto.FLOAT16),
+                                                 ("bf16", onnx.TensorProto.BFLOAT16)])
+def test_fp4_exports_at_reduced_precision(tmp_path, precision, onnx_type):
+    """An fp16/bf16 export re-traces the model after module.to(dtype), which
+    would convert float8 buffers: the block scales travel as their uint8 bits,
+    so TensorRT still takes the fp4 layers (the run check runs the program)."""
+    torch.manual_seed(0)
+    model = quantize(torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(),
+                                         torch.nn.Linear(32, 16)).eval(),
+                     scheme="fp4_weight_only")
+    result = export_program(model, (torch.randn(2, 64),), tmp_path / "h.pte", progress=None,
+                            compute_capabilities=SM120, precision=precision)
+    (blob_bytes,) = tensorrt_blobs(result.path)
+    graph = onnx.load_from_string(read_blob(blob_bytes).onnx).graph
+    types = {t.name: t.data_type for t in graph.initializer}
+    block_scales = [n for n in graph.node if n.op_type == "DequantizeLinear"
+                    and types.get(n.input[0]) == onnx.TensorProto.FLOAT8E4M3FN]
+    assert len(block_scales) == 2
+    for node in block_scales:
+        assert types[node.input[1]] == onnx_type  # the global scale, in the export's precision
+    assert sorted(types.values()).count(onnx.TensorProto.FLOAT4E2M1) == 2
+    assert set(result.report.quantization.values()) == {"fp4 weight-only (NVFP4, block 16)"}
+
+
 @pytest.mark.parametrize("make, match", [
     (lambda: torch.nn.Linear(40, 8), "block size 16 does not divide its 40 input features"),
     (lambda: torch.nn.Linear(32, 8).requires_grad_(False).apply(

@@ -92,21 +92,28 @@ def _block_scales(block_scale: torch.Tensor, global_scale: torch.Tensor) -> torc
     return block_scale.to(torch.float32) * global_scale.to(torch.float32)
 
 
-_LIB.define("dequantize_fp4(Tensor packed, Tensor block_scale, Tensor global_scale) -> Tensor")
+# The block scales cross the op as their uint8 bits: a float8 buffer would be
+# converted by module.to(fp16) when an fp16/bf16 export re-traces the model.
+_LIB.define("dequantize_fp4(Tensor packed, Tensor block_scale_bits, Tensor global_scale) "
+            "-> Tensor")
 
 
 @torch.library.impl(_LIB, "dequantize_fp4", "CompositeExplicitAutograd")
-def _dequantize_fp4(packed: torch.Tensor, block_scale: torch.Tensor,
+def _dequantize_fp4(packed: torch.Tensor, block_scale_bits: torch.Tensor,
                     global_scale: torch.Tensor) -> torch.Tensor:
     values = e2m1_values(unpack_int4(packed))
+    block_scale = block_scale_bits.view(torch.float8_e4m3fn)
     block = values.shape[1] // block_scale.shape[1]
-    return values * _block_scales(block_scale, global_scale).repeat_interleave(block, dim=1)
+    weight = values * _block_scales(block_scale, global_scale).repeat_interleave(block, dim=1)
+    # In the global scale's dtype, as DequantizeLinear's output (fp16/bf16 exports): each
+    # float32 product above is exact, so one rounding, like ONNX's.
+    return weight.to(global_scale.dtype)
 
 
 @torch.library.register_fake("etrt_quant::dequantize_fp4")
-def _dequantize_fp4_fake(packed: torch.Tensor, block_scale: torch.Tensor,
+def _dequantize_fp4_fake(packed: torch.Tensor, block_scale_bits: torch.Tensor,
                          global_scale: torch.Tensor) -> torch.Tensor:
-    return torch.empty((packed.shape[0], packed.shape[1] * 2), dtype=torch.float32,
+    return torch.empty((packed.shape[0], packed.shape[1] * 2), dtype=global_scale.dtype,
                        device=packed.device)
 
 
@@ -118,32 +125,33 @@ _P = onnx.defs.OpSchema.FormalParameter
 # A schema of our own, given to onnxscript only (never registered with onnx).
 _SCHEMA = onnx.defs.OpSchema(
     FP4_PLACEHOLDER_OP, PLACEHOLDER_DOMAIN, 1,
-    inputs=[_P("packed", "tensor(uint8)"), _P("block_scale", "tensor(float8e4m3fn)"),
-            _P("global_scale", "tensor(float)")],
-    outputs=[_P("y", "tensor(float)")])
+    inputs=[_P("packed", "tensor(uint8)"), _P("block_scale_bits", "tensor(uint8)"),
+            _P("global_scale", "T")],
+    outputs=[_P("y", "T")],
+    type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")])
 _OP = onnxscript.values.Op(_PLACEHOLDER, FP4_PLACEHOLDER_OP, _SCHEMA)
 
 
-def _onnx_dequantize_fp4(packed, block_scale, global_scale):
-    return _OP(packed, block_scale, global_scale)
+def _onnx_dequantize_fp4(packed, block_scale_bits, global_scale):
+    return _OP(packed, block_scale_bits, global_scale)
 
 
 TRANSLATIONS[DEQUANTIZE_FP4] = onnxscript.TracedOnnxFunction(_PLACEHOLDER, _onnx_dequantize_fp4)
 
 
 class Fp4Linear(torch.nn.Module):
-    """y = x @ dequantize_fp4(packed, block_scale, global_scale).T + bias."""
+    """y = x @ dequantize_fp4(packed, block scales, global_scale).T + bias."""
 
     def __init__(self, packed: torch.Tensor, block_scale: torch.Tensor,
                  global_scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         self.register_buffer("qweight_fp4", packed)
-        self.register_buffer("block_scale", block_scale)
+        self.register_buffer("block_scale_bits", block_scale.view(torch.uint8))
         self.register_buffer("global_scale", global_scale)
         self.bias = bias
 
     def dequantized_weight(self) -> torch.Tensor:
-        return DEQUANTIZE_FP4(self.qweight_fp4, self.block_scale, self.global_scale)
+        return DEQUANTIZE_FP4(self.qweight_fp4, self.block_scale_bits, self.global_scale)
 
     def as_float_linear(self) -> torch.nn.Linear:
         """A float Linear over the dequantized weight: what this computes, unquantized."""
@@ -181,6 +189,10 @@ def lower_fp4_nodes(model: ir.Model) -> None:
         block_value = _constant(model, node.inputs[1], "block scale", node)
         global_value = _constant(model, node.inputs[2], "global scale", node)
         declare_packed(packed_value, ir.DataType.FLOAT4E2M1)
+        bits = block_value.const_value.numpy()  # the fp8 bits, [out, in / BLOCK]: small
+        block_value.const_value = ir.tensor(bits, dtype=ir.DataType.FLOAT8E4M3FN,
+                                            name=block_value.name)
+        block_value.dtype = ir.DataType.FLOAT8E4M3FN
         # An explicit fp8 zero point (0), as the fp8 weight path writes.
         zero = ir.Value(name=f"{node.name}_zero", type=ir.TensorType(ir.DataType.FLOAT8E4M3FN),
                         shape=ir.Shape([]),
@@ -191,7 +203,7 @@ def lower_fp4_nodes(model: ir.Model) -> None:
         scales = ir.node("DequantizeLinear", [block_value, global_value, zero],
                          name=f"{node.name}_block_scales")
         scales.outputs[0].name = f"{node.name}_block_scales"
-        scales.outputs[0].dtype = ir.DataType.FLOAT
+        scales.outputs[0].dtype = global_value.dtype
         scales.outputs[0].shape = block_value.shape
         weight = ir.node("DequantizeLinear", [packed_value, scales.outputs[0]],
                          attributes={"axis": 1, "block_size": BLOCK}, name=node.name)
