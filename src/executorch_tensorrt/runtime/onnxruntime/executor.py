@@ -85,8 +85,6 @@ class OnnxRuntimeExecutor(Executor):
         model = self_contained_onnx(blob)  # refuses external data before anything reads it
         weights = blob_weights(blob, named_data)  # named-data weights, sizes checked
         self.inputs, self.outputs = split_bindings(blob.meta)
-        # FP4 weights: onnxruntime has no FLOAT4E2M1 kernels; float16 values (fp4.py).
-        model = fp4_as_float16(model)
         # What eager would refuse (../input_checks.py): the gate and the plans check it.
         self.input_checks = InputChecks.from_metadata(blob.meta, [b.name for b in self.inputs])
         # Reduced-precision builds, and bf16 models (onnxruntime's CPU provider
@@ -97,6 +95,9 @@ class OnnxRuntimeExecutor(Executor):
         if upcast:
             model = upcast_to_fp32(model, [_ORT_ELEMENT_TYPES.get(b.dtype) for b in self.inputs],
                                    [_ORT_ELEMENT_TYPES.get(b.dtype) for b in self.outputs])
+        # FP4 weights: onnxruntime has no FLOAT4E2M1 kernels; float16 values (fp4.py).
+        # After the upcast, so the block scales' dequantize is float32 and folds.
+        model = fp4_as_float16(model)
         # Weights stay in the named data (ort_named_weights.py); released in close().
         names = [w.name for w in weights]
         self.weights = OrtNamedWeights(

@@ -38,7 +38,7 @@ FP4_DTYPE = "float4_e2m1"  # the blob's name for a packed FLOAT4E2M1 weight
 E2M1_FLOAT16 = np.array(E2M1_VALUES, dtype=np.float16)
 
 
-def decode_e2m1(packed, shape: tuple[int, ...], dtype=np.float16) -> np.ndarray:
+def decode_e2m1(packed, shape: tuple[int, ...]) -> np.ndarray:
     """Packed bytes (element 2j in the low nibble) -> an array of `shape`.
     `packed` must hold exactly ceil(numel / 2) bytes (named_data.py checked a
     named-data weight's size; an inline one is checked here)."""
@@ -51,7 +51,7 @@ def decode_e2m1(packed, shape: tuple[int, ...], dtype=np.float16) -> np.ndarray:
     codes = np.empty(data.size * 2, dtype=np.uint8)
     codes[0::2] = data & 0xF
     codes[1::2] = data >> 4
-    return E2M1_FLOAT16[codes[:count]].astype(dtype, copy=False).reshape(shape)
+    return E2M1_FLOAT16[codes[:count]].reshape(shape)
 
 
 # TensorProto.data_type (field 2, varint) = FLOAT4E2M1 (23), as serialized.

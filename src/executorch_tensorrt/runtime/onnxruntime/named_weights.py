@@ -157,10 +157,9 @@ class OrtNamedWeights:
         self._array = (ctypes.c_void_p * len(weights))(*(v.value for v in self.values))
 
     def _value(self, w: WeightBuffer, upcast: bool) -> ctypes.c_void_p:
-        if w.dtype == FP4_DTYPE:  # its values as float16 (fp4.py), float32 when upcast
-            address, nbytes = self._own(w, decode_e2m1(w.view, w.shape,
-                                                       np.float32 if upcast else np.float16))
-            element = _FLOAT if upcast else _FLOAT16
+        if w.dtype == FP4_DTYPE:  # its values as float16 (fp4.py rewrites after any upcast)
+            address, nbytes = self._own(w, decode_e2m1(w.view, w.shape))
+            element = _FLOAT16
         elif upcast and w.dtype in ("float16", "bfloat16"):
             address, nbytes = self._own(w, _as_float32(w))
             element = _FLOAT
