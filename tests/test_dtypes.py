@@ -93,9 +93,10 @@ def test_every_dtype_table_is_a_view_of_the_rows():
     assert READ_DTYPES == WRITE_DTYPES | {str(getattr(torch, d.torch)) for d in dtypes.DTYPES}
     for d in blob_rows:
         assert ONNX_DTYPES[d.blob_name] == getattr(onnx.TensorProto, _ONNX.get(d.blob_name, d.blob_name.upper()))
-    # besides the rows: the packed weight dtypes (int4), which ExecuTorch has no ScalarType for
+    # besides the rows: the packed weight dtypes (int4, fp4), which ExecuTorch has no ScalarType for
     from executorch_tensorrt.blob.format import PACKED_WEIGHT_DTYPES
-    assert PACKED_WEIGHT_DTYPES == {"int4": onnx.TensorProto.INT4}
+    assert PACKED_WEIGHT_DTYPES == {"int4": onnx.TensorProto.INT4,
+                                    "float4_e2m1": onnx.TensorProto.FLOAT4E2M1}
     assert len(ONNX_DTYPES) == len(blob_rows) + len(PACKED_WEIGHT_DTYPES)
     assert all(ONNX_DTYPES[name] == code for name, code in PACKED_WEIGHT_DTYPES.items())
     for d in dtypes.DTYPES:
@@ -115,3 +116,19 @@ def test_every_dtype_table_is_a_view_of_the_rows():
         assert torch_dtypes.TORCH_OF_ONNX[d.onnx] == t
         assert onnx.helper.tensor_dtype_to_np_dtype(d.onnx).itemsize == t.itemsize
         assert torch_dtypes.TORCH_OF_TENSORRT[d.tensorrt] == t
+
+
+def test_e2m1_values_are_onnx_float4e2m1_codes():
+    """dtypes.E2M1_VALUES (fp4: quantization and the fallback) is what onnx
+    itself reads for each of the 16 FLOAT4E2M1 codes, signed zero included."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    from executorch_tensorrt.dtypes import E2M1_VALUES
+
+    codes = bytes(lo | (hi << 4) for lo, hi in zip(range(0, 16, 2), range(1, 16, 2)))
+    tensor = onnx.helper.make_tensor("c", onnx.TensorProto.FLOAT4E2M1, [16], codes, raw=True)
+    values = numpy_helper.to_array(tensor).astype(np.float32)
+    assert values.tolist() == list(E2M1_VALUES)
+    assert np.signbit(values).tolist() == [v < 0 or str(v) == "-0.0" for v in E2M1_VALUES]

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DType", "DTYPES", "EXPORT_DTYPES", "by_blob_name", "by_scalar_type", "by_onnx",
-           "tensorrt_dtype"]
+__all__ = ["DType", "DTYPES", "E2M1_VALUES", "EXPORT_DTYPES", "by_blob_name", "by_scalar_type",
+           "by_onnx", "tensorrt_dtype"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,11 @@ DTYPES: tuple[DType, ...] = (
 #: Torch-TensorRT carry.
 EXPORT_DTYPES: tuple[DType, ...] = tuple(
     d for d in DTYPES if d.blob_name and d.blob_name != "float8")
+
+#: FP4 E2M1 (ONNX FLOAT4E2M1, no row: ExecuTorch has no ScalarType for it):
+#: the value of each 4-bit code (sign, 2 exponent bits, 1 mantissa bit).
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+               -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 
 _BY_BLOB = {d.blob_name: d for d in DTYPES if d.blob_name}
 _BY_CODE = {d.scalar_type: d for d in DTYPES}

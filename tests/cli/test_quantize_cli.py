@@ -97,3 +97,30 @@ def test_bad_calibration_files_are_usage_errors(tmp_path):
     r = cli("export", "qmodels:make", str(tmp_path / "b.pte"), "--calibration", str(uneven),
             cwd=tmp_path)
     assert r.returncode == 2 and "give --quantize too" in r.stderr, r.stderr
+
+
+def test_export_quantize_fp4_for_sm120_and_refused_for_the_default_targets(tmp_path,
+                                                                            monkeypatch):
+    """In process (cli_main): --quantize fp4_weight_only with --compute-capability SM120
+    stores the packed weight; without it (TensorRT-RTX's default targets, SM75..)
+    the export fails with exit 4 naming SM120, nothing written."""
+    from helpers import cli_main
+
+    (tmp_path / "qmodels_fp4.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for key, value in FALLBACK.items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "q.pte"
+    code, _, stderr = cli_main("export", "qmodels_fp4:make", out, "--quantize",
+                               "fp4_weight_only", "--compute-capability", "SM120")
+    assert code == 0, stderr
+    (blob,) = tensorrt_blobs(out)
+    weights = read_blob(blob).metadata["weights"]
+    assert [(w["dtype"], w["shape"], w["nbytes"]) for w in weights
+            if w["dtype"] == "float4_e2m1"] == [("float4_e2m1", [32, 64], 1024)]
+    refused = tmp_path / "r.pte"
+    code, _, stderr = cli_main("export", "qmodels_fp4:make", refused, "--quantize",
+                               "fp4_weight_only")
+    assert code == 4, stderr
+    assert "fp4_weight_only needs compute capability SM120" in stderr
+    assert not refused.exists()

@@ -18,7 +18,7 @@ from ..quantization.qdq_graph import (activation_quantization, check_qdq_delegat
                                       lower_qdq)
 from ..quantization.modelopt_models import has_modelopt_quantizers, lower_modelopt
 from ..quantization.plan import quantization_plan
-from ..quantization.quantize import check_plan
+from ..quantization.quantize import check_plan, float_where_refused
 from ..quantization.torchao_weights import has_torchao_weights, lower_torchao
 from ..program.references import reference_source, write_export_reference
 from ..program.info import describe_program
@@ -194,6 +194,9 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         # ModelOpt's fake quantizers likewise become our Q/DQ ops.
         traced = (lower_torchao(model) if has_torchao_weights(model) else
                   lower_modelopt(model) if has_modelopt_quantizers(model) else model)
+        # fp4 layers a target cannot run, when allowed: float over their dequantized weights.
+        traced = float_where_refused(traced, target_flavor(), options.get("compute_capabilities"),
+                                     allow_unquantized)
         quantized_layers = _quantization_lines(traced, options, allow_unquantized)
         if is_qdq_graph(model):  # a convert_pt2e graph: checked, and what runs is the reference
             traced, quantized_layers = lower_qdq(model, target_flavor(),

@@ -68,17 +68,18 @@ DTYPE_TO_SCALAR_TYPE = {d.blob_name: d.scalar_type for d in DTYPES if d.blob_nam
 #: Bytes per element of each dtype above.
 DTYPE_ITEMSIZE = {d.blob_name: d.itemsize for d in DTYPES if d.blob_name}
 #: Dtypes a named-data weight (blob "weights") may have besides those above,
-#: packed below a byte, with their ONNX TensorProto code: "int4", two per byte
-#: (element 2j in the low nibble), the weights of an INT4 weight-only layer
-#: (docs/quantization.md). ExecuTorch has no ScalarType for it, so it is no row
-#: of dtypes.py: only named data and the embedded ONNX graph carry it.
-PACKED_WEIGHT_DTYPES = {"int4": 22}  # onnx.TensorProto.INT4
+#: packed below a byte, with their ONNX TensorProto code: "int4" and
+#: "float4_e2m1", two per byte (element 2j in the low nibble), the weights of
+#: an INT4 / FP4 weight-only layer (docs/quantization.md). ExecuTorch has no
+#: ScalarType for them, so they are no rows of dtypes.py: only named data and
+#: the embedded ONNX graph carry them.
+PACKED_WEIGHT_DTYPES = {"int4": 22, "float4_e2m1": 23}  # onnx.TensorProto.INT4, FLOAT4E2M1
 WEIGHT_DTYPES = frozenset(DTYPE_ITEMSIZE) | frozenset(PACKED_WEIGHT_DTYPES)
 
 
 def weight_nbytes(dtype: str, count: int) -> int:
-    """Bytes of a named-data weight of `count` elements (ceil(count / 2) for int4)."""
-    return (count + 1) // 2 if dtype == "int4" else count * DTYPE_ITEMSIZE[dtype]
+    """Bytes of a named-data weight of `count` elements (ceil(count / 2) when packed)."""
+    return (count + 1) // 2 if dtype in PACKED_WEIGHT_DTYPES else count * DTYPE_ITEMSIZE[dtype]
 
 
 #: What write_blob accepts as a dtype: the names above, or "" for "not

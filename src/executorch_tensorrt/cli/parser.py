@@ -234,8 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _quantize_options(p, note: str = "") -> None:
     """--quantize and --group-size: the same for `export` and `llm-export`."""
     p.add_argument("--quantize", metavar="SCHEME",
-                   help="quantize the model first: int8_weight_only or int4_weight_only "
-                        "(Linear weights), or int8_w8a8 / fp8_w8a8 (Linear and Conv2d weights "
+                   help="quantize the model first: int8_weight_only, int4_weight_only or "
+                        "fp4_weight_only (Linear weights; fp4 needs --compute-capability SM120 "
+                        "targets only), or int8_w8a8 / fp8_w8a8 (Linear and Conv2d weights "
                         f"and activations, calibrated) (docs/quantization.md){note}")
     p.add_argument("--group-size", type=int, default=128, metavar="N",
                    help="int4_weight_only: input features per scale, 32, 64 or 128 "

@@ -35,9 +35,13 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
            why_not_rtx="TensorRT-RTX has no INT8 activation quantization (INT8 is weight-only "
                        "there); use int8_weight_only, or standard TensorRT"),
     Scheme("fp8_w8a8", "FP8 (e4m3) weights and activations, per tensor", min_capability=89),
+    Scheme("fp4_weight_only", "NVFP4 weights (E2M1 packed two per byte, an FP8 E4M3 scale per "
+                              "16 input features, a float32 scale per tensor), float "
+                              "activations", min_capability=120),
     Scheme("fp4_w4a4", "NVFP4 weights and activations, block scales", min_capability=120),
 )}
-IMPLEMENTED = frozenset({"int8_weight_only", "int4_weight_only", "int8_w8a8", "fp8_w8a8"})
+IMPLEMENTED = frozenset({"int8_weight_only", "int4_weight_only", "fp4_weight_only", "int8_w8a8",
+                         "fp8_w8a8"})
 # Asked for by users, never runnable by TensorRT: say so, not "unknown".
 _NOT_IN_TENSORRT = {
     "uint4": "TensorRT's quantized types are signed and symmetric (zero point 0): there is no "

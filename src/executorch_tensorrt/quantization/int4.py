@@ -82,6 +82,20 @@ class Int4Linear(torch.nn.Module):
         return F.linear(x, weight, self.bias)
 
 
+def declare_packed(value: ir.Value, dtype: ir.DataType) -> None:
+    """Declares a packed uint8 initializer [out, in / 2] as `dtype` [out, in]
+    (INT4, or fp4.py's FLOAT4E2M1) over the same bytes, no copy: ONNX has no
+    bitcast, and torch no 4-bit tensors the exporter could carry."""
+    packed = getattr(value.const_value, "raw", None)
+    if not isinstance(packed, torch.Tensor):
+        packed = torch.from_numpy(value.const_value.numpy())
+    rows, cols = packed.shape
+    shape = ir.Shape([rows, cols * 2])
+    value.const_value = ir.PackedTensor(packed, dtype, shape=shape, name=value.name)
+    value.dtype = dtype
+    value.shape = shape
+
+
 def lower_int4_nodes(model: ir.Model) -> None:
     """Rewrites each placeholder node of an exported model, in place, into
     DequantizeLinear(INT4 [out, in], scale, axis=1, block_size=group): the
@@ -97,15 +111,7 @@ def lower_int4_nodes(model: ir.Model) -> None:
             raise QuantizationError(
                 f"an int4 weight reached the ONNX model as a computed value ({node.name}), not "
                 "a constant; TensorRT needs int4 weights as initializers")
-        packed = getattr(tensor, "raw", None)
-        if not isinstance(packed, torch.Tensor):
-            packed = torch.from_numpy(tensor.numpy())
-        rows, cols = packed.shape
-        shape = ir.Shape([rows, cols * 2])
-        packed_value.const_value = ir.PackedTensor(packed, ir.DataType.INT4, shape=shape,
-                                                   name=packed_value.name)
-        packed_value.dtype = ir.DataType.INT4
-        packed_value.shape = shape
+        declare_packed(packed_value, ir.DataType.INT4)
         group = node.attributes["group_size"].as_int()
         replacement = ir.node("DequantizeLinear", [packed_value, scale_value],
                               attributes={"axis": 1, "block_size": group}, name=node.name)

@@ -105,20 +105,23 @@ def register_quant_ops(registry) -> None:
             registry.register_op(target, function, is_complex=False)
 
 
-def replace_placeholder(model, node, replacement) -> None:
-    """Puts `replacement` (a standard ONNX node, onnx_ir) where the placeholder
-    `node` was, its output keeping the placeholder's name."""
+def replace_placeholder(model, node, replacement, before=()) -> None:
+    """Puts `replacement` (a standard ONNX node, onnx_ir), preceded by the
+    nodes `before` it reads, where the placeholder `node` was, its output
+    keeping the placeholder's name."""
     import onnx_ir as ir
 
     replacement.outputs[0].name = node.outputs[0].name
-    ir.convenience.replace_nodes_and_values(model.graph, node, [node], [replacement],
-                                            node.outputs, replacement.outputs)
+    ir.convenience.replace_nodes_and_values(model.graph, node, [node],
+                                            [*before, replacement], node.outputs,
+                                            replacement.outputs)
 
 
-def finish_placeholders(model) -> None:
-    """Once every placeholder is replaced: opset 21 and IR version 10 (block
-    and float8 Q/DQ, INT4 tensors; the int4 and fp8 paths can meet in one
-    model), and no placeholder domain left."""
-    model.opset_imports[""] = max(model.opset_imports.get("", 21), 21)
+def finish_placeholders(model, opset: int = 21, ir_version: int = 10) -> None:
+    """Once every placeholder is replaced: at least opset 21 and IR version 10
+    (block and float8 Q/DQ, INT4 tensors; FLOAT4E2M1 asks for 23 and 11; the
+    int4, fp8 and fp4 paths can meet in one model), and no placeholder domain
+    left."""
+    model.opset_imports[""] = max(model.opset_imports.get("", opset), opset)
     model.opset_imports.pop(PLACEHOLDER_DOMAIN, None)
-    model.ir_version = max(model.ir_version or 10, 10)
+    model.ir_version = max(model.ir_version or ir_version, ir_version)

@@ -18,6 +18,9 @@ class QuantizationPlan:
     scheme: str
     layers: dict[str, str] = field(default_factory=dict)
     unquantized: dict[str, str] = field(default_factory=dict)  # layer -> why float
+    # The quantized layers can run float over their dequantized weights (the
+    # same values) where the targets cannot run the scheme, when allowed.
+    runs_float: bool = False
 
 
 def quantization_plan(model: torch.nn.Module) -> QuantizationPlan | None:

@@ -6,7 +6,9 @@ structural copy that shares the model's other tensors: "int8_weight_only" by a
 per-output-channel symmetric int8 weight (torchao_weights.DequantizedLinear,
 the same module and DequantizeLinear the torchao path lowers to),
 "int4_weight_only" by a per-group symmetric int4 weight packed two per byte
-(int4.Int4Linear). The returned model is the eager quantized reference (it
+(int4.Int4Linear), "fp4_weight_only" by NVFP4 weights: E2M1 packed two per
+byte, an FP8 scale per 16 input features, a float32 scale per tensor
+(fp4.Fp4Linear; SM120+). The returned model is the eager quantized reference (it
 dequantizes in torch), and records which layers it quantized
 (`quantization_plan`), which export checks against the TensorRT flavour and
 writes into the partition report (capability.py).
@@ -21,8 +23,9 @@ import torch
 
 from .capability import IMPLEMENTED, Scheme, refusal, scheme_named
 from .errors import QuantizationError
+from .fp4 import Fp4Linear, quantize_fp4
 from .int4 import GROUP_SIZES, Int4Linear, quantize_int4
-from .plan import QuantizationPlan, shared_copy, with_plan
+from .plan import QuantizationPlan, quantization_plan, shared_copy, with_plan
 from .pt2e import quantize_pt2e
 from .torchao_weights import DequantizedLinear
 
@@ -32,6 +35,12 @@ def check_plan(plan: QuantizationPlan, flavor: str, capabilities: tuple[str, ...
     run (unless allowed to run unquantized); returns the report's lines,
     layer -> how it runs or "not quantized: <why>"."""
     why = refusal(plan.scheme, flavor, capabilities)
+    if why is not None and plan.layers and plan.runs_float and not allow_unquantized:
+        # float_where_refused runs them float when allowed; here it was not.
+        raise QuantizationError(
+            f"{why}; or pass allow_unquantized=True (CLI: --allow-unquantized) to export "
+            f"layers {sorted(plan.layers)[:3]} float over their dequantized weights. Nothing "
+            "was exported")
     if why is not None and plan.layers:
         # The weights are already quantized: running them float is not ours to
         # choose, so allow_unquantized does not apply (the remedy is in `why`).
@@ -47,6 +56,33 @@ def check_plan(plan: QuantizationPlan, flavor: str, capabilities: tuple[str, ...
                                     "(CLI: --allow-unquantized) to export it unquantized")
         lines[layer] = f"not quantized: {reason}"
     return lines
+
+
+def float_where_refused(model: torch.nn.Module, flavor: str,
+                        capabilities: tuple[str, ...] | None,
+                        allow_unquantized: bool) -> torch.nn.Module:
+    """At export, before check_plan: a model whose scheme these targets cannot
+    run but whose layers can run float (plan.runs_float: fp4), allowed to run
+    unquantized, becomes a copy with each such layer a float Linear over its
+    dequantized weight (the values the eager model computes); its plan lists
+    them as unquantized. Any other model is returned as it is."""
+    plan = quantization_plan(model)
+    if plan is None or not plan.runs_float or not plan.layers or not allow_unquantized:
+        return model
+    if refusal(plan.scheme, flavor, capabilities) is None:
+        return model
+    result = shared_copy(model)
+    layers = dict(plan.layers)
+    for name, module in list(result.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full = f"{name}.{child_name}" if name else child_name
+            if full in layers and hasattr(child, "as_float_linear"):
+                setattr(module, child_name, child.as_float_linear())
+                del layers[full]
+    unquantized = {**plan.unquantized,
+                   **{n: "its weights run dequantized to float32" for n in plan.layers
+                      if n not in layers}}
+    return with_plan(result, QuantizationPlan(plan.scheme, layers, unquantized))
 
 
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,9 +119,11 @@ def quantize(model: torch.nn.Module, example_inputs=None, scheme: str = "int8_we
     The weight-only schemes need neither (a calibration set given to them is
     refused, not silently ignored). `group_size` (int4 only): input features
     per scale, one of 32, 64, 128, and it must divide every quantized layer's
-    input features. A scheme TensorRT has but this package does not implement
-    (fp4) is refused, unless `allow_unquantized=True`, which returns the model
-    float and records why for the partition report.
+    input features. "fp4_weight_only" needs every quantized layer's input
+    features to be a multiple of 16, and SM120+ targets at export. A scheme
+    TensorRT has but this package does not implement (fp4_w4a4) is refused,
+    unless `allow_unquantized=True`, which returns the model float and records
+    why for the partition report.
     """
     chosen: Scheme = scheme_named(scheme)
     if not isinstance(model, torch.nn.Module):
@@ -120,7 +158,12 @@ def quantize(model: torch.nn.Module, example_inputs=None, scheme: str = "int8_we
     layers: dict[str, str] = {}
     replacements = []
     for parent, child_name, full, linear in _linears(result):
-        if chosen.name == "int4_weight_only":
+        if chosen.name == "fp4_weight_only":
+            packed, block_scale, global_scale = quantize_fp4(linear.weight, full)
+            replacements.append((parent, child_name,
+                                 Fp4Linear(packed, block_scale, global_scale, linear.bias)))
+            layers[full] = "fp4 weight-only (NVFP4, block 16)"
+        elif chosen.name == "int4_weight_only":
             packed, scale = quantize_int4(linear.weight, group_size, full)
             replacements.append((parent, child_name,
                                  Int4Linear(packed, scale, group_size, linear.bias)))
@@ -131,4 +174,5 @@ def quantize(model: torch.nn.Module, example_inputs=None, scheme: str = "int8_we
             layers[full] = "int8 weight-only (per channel)"
     for parent, child_name, module in replacements:  # after every check passed
         setattr(parent, child_name, module)
-    return with_plan(result, QuantizationPlan(chosen.name, layers))
+    return with_plan(result, QuantizationPlan(chosen.name, layers,
+                                              runs_float=chosen.name == "fp4_weight_only"))

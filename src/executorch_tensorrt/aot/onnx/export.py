@@ -13,6 +13,7 @@ import torch
 from torch.onnx._internal.exporter import _core
 
 from ...blob.format import NAMED_DATA_LOCATION
+from ...quantization.fp4 import lower_fp4_nodes
 from ...quantization.fp8 import lower_fp8_nodes
 from ...quantization.int4 import lower_int4_nodes
 from .edge_tags import edge_name_from_trace, quiet, tag_edge_nodes
@@ -67,15 +68,20 @@ def _externalize(model: ir.Model) -> list[Weight]:
     # Quantization scales stay in the graph: TensorRT's parser checks their
     # values (all positive), which the partitioner's zero stand-ins would fail;
     # they are about 1/K of their weights' bytes.
-    scales = {node.inputs[1].name for node in model.graph
-              if node.op_type in ("DequantizeLinear", "QuantizeLinear") and len(node.inputs) > 1
-              and node.inputs[1] is not None}
+    qdq = [node for node in model.graph
+           if node.op_type in ("DequantizeLinear", "QuantizeLinear") and len(node.inputs) > 1
+           and node.inputs[1] is not None]
+    scales = {node.inputs[1].name for node in qdq}
+    # fp4's fp8 block scales: dequantized into another DequantizeLinear's scale.
+    scales |= {node.inputs[0].name for node in qdq if node.outputs[0].name in scales}
     for name, value in model.graph.initializers.items():
         tensor = value.const_value
         if tensor is None or tensor.nbytes < INLINE_LIMIT or name in scales:
             continue
         if tensor.dtype == ir.DataType.INT4:  # packed two per byte (quantization/int4.py)
             data, blob_dtype = tensor.raw, "int4"
+        elif tensor.dtype == ir.DataType.FLOAT4E2M1:  # packed two per byte (quantization/fp4.py)
+            data, blob_dtype = tensor.raw, "float4_e2m1"
         elif tensor.dtype == ir.DataType.FLOAT8E4M3FN:  # FP8 weights (quantization/fp8.py)
             data, blob_dtype = _weight_value(tensor), "float8"
         else:
@@ -111,6 +117,7 @@ def export_onnx(ep: torch.export.ExportedProgram, precision: str = "fp32", *,
     fuse(model)
     lower_int4_nodes(model)
     lower_fp8_nodes(model)
+    lower_fp4_nodes(model)
     mapping: dict[int, str] = {}
     for i, node in enumerate(model.graph):
         name = edge_name_from_trace(node.metadata_props.get(_TRACE_KEY))

@@ -12,6 +12,7 @@ import torch
 from torch.onnx._internal.exporter import _decomp, _registration
 
 from .edge_tags import edge_name_from_trace, quiet, tag_edge_nodes
+from ...quantization import fp4 as _fp4  # noqa: F401 - adds the FP4 op's translation
 from ...quantization import fp8 as _fp8  # noqa: F401 - adds the FP8 ops' translations
 from ...quantization.ops import register_quant_ops
 from .extra_ops import register_extra_ops

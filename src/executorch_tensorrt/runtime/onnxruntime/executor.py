@@ -32,6 +32,7 @@ from ..input_checks import InputChecks
 from ..native_plan import OrtRunPlan, binding_args, binding_bounds, signature_key
 from ..onnx_safety import self_contained_onnx
 from .upcast import has_bfloat16, upcast_to_fp32
+from .fp4 import fp4_as_float16
 from ..named_data import NamedData, blob_weights
 from .capi import ELEMENT_TYPE_NAMES, OrtApi, OrtSession
 from .named_weights import OrtNamedWeights, layout_movable, packable
@@ -94,6 +95,9 @@ class OnnxRuntimeExecutor(Executor):
         if upcast:
             model = upcast_to_fp32(model, [_ORT_ELEMENT_TYPES.get(b.dtype) for b in self.inputs],
                                    [_ORT_ELEMENT_TYPES.get(b.dtype) for b in self.outputs])
+        # FP4 weights: onnxruntime has no FLOAT4E2M1 kernels; float16 values (fp4.py).
+        # After the upcast, so the block scales' dequantize is float32 and folds.
+        model = fp4_as_float16(model)
         # Weights stay in the named data (ort_named_weights.py); released in close().
         names = [w.name for w in weights]
         self.weights = OrtNamedWeights(
@@ -111,6 +115,8 @@ class OnnxRuntimeExecutor(Executor):
             if self.weights is not None:
                 self.weights.release()
             raise
+        if self.weights is not None and self.node_timings is None:  # no further session
+            self.weights.release_onnxruntime_copies()
         self.api = self.session.api
         # Delegate-owned state (KV caches): extra model inputs/outputs (../state.py, ./state.py).
         specs = state_specs(blob, self.inputs) if blob.meta.state else None

@@ -31,6 +31,11 @@ own copy, which it may re-lay out. Those are biases, norms, scales and
 position embeddings: small next to the matrices (docs/named-data.md measures
 it).
 
+FP4 weights are decoded into float16 arrays owned here (fp4.py: onnxruntime
+has no FLOAT4E2M1 kernels). Such copies of weights handed with
+AddExternalInitializers alone, which onnxruntime copies itself, are freed once
+the executor's session is built (release_onnxruntime_copies).
+
 fp16/bf16 weights of a partition that the fallback upcasts (onnx_upcast.py;
 onnxruntime's CPU kernels lack fp16) are converted into float32 arrays owned
 here: that copy is the upcast itself and cannot be avoided.
@@ -47,12 +52,14 @@ import onnx
 from ...errors import ArgumentError
 from ..named_data import WeightBuffer
 from ..onnx_safety import ONNX_DTYPES
+from .fp4 import FP4_DTYPE, decode_e2m1
 
 __all__ = ["PREPACK_ENV", "PREPACK_LIMIT", "IN_PLACE_CONSUMERS", "OrtNamedWeights",
            "layout_movable", "packable", "prepacking_requested"]
 
 PREPACK_ENV = "EXECUTORCH_TENSORRT_ORT_PREPACK"
 _FLOAT = ONNX_DTYPES["float32"]
+_FLOAT16 = ONNX_DTYPES["float16"]
 _EMPTY = ctypes.c_uint64(0)  # onnxruntime refuses a NULL buffer, even for an empty tensor
 
 
@@ -136,7 +143,8 @@ class OrtNamedWeights:
             prepack = prepacking_requested()
         self.prepack = self.packable_bytes <= PREPACK_LIMIT if prepack is None else prepack
         self.copied_bytes = 0  # bytes the upcast copied (0 for fp32 partitions)
-        self._arrays: list[np.ndarray] = []  # upcast copies
+        self._owned: dict[str, np.ndarray] = {}  # our copies (upcast, fp4 decoded), by name
+        self._sealed = False  # release_onnxruntime_copies ran: no further session
         self._weights = weights  # keeps the views' exporters alive
         self.values: list[ctypes.c_void_p] = []
         try:
@@ -149,16 +157,41 @@ class OrtNamedWeights:
         self._array = (ctypes.c_void_p * len(weights))(*(v.value for v in self.values))
 
     def _value(self, w: WeightBuffer, upcast: bool) -> ctypes.c_void_p:
-        if upcast and w.dtype in ("float16", "bfloat16"):
-            array = _as_float32(w)
-            self._arrays.append(array)
-            self.copied_bytes += array.nbytes
-            address, nbytes, element = array.ctypes.data, array.nbytes, _FLOAT
+        if w.dtype == FP4_DTYPE:  # its values as float16 (fp4.py rewrites after any upcast)
+            address, nbytes = self._own(w, decode_e2m1(w.view, w.shape))
+            element = _FLOAT16
+        elif upcast and w.dtype in ("float16", "bfloat16"):
+            address, nbytes = self._own(w, _as_float32(w))
+            element = _FLOAT
         else:
             address, nbytes, element = w.address, w.nbytes, ONNX_DTYPES[w.dtype]
         return self.api.tensor(address or ctypes.addressof(_EMPTY), nbytes, w.shape, element)
 
+    def _own(self, w: WeightBuffer, array: np.ndarray) -> tuple[int, int]:
+        self._owned[w.name] = array
+        self.copied_bytes += array.nbytes
+        return array.ctypes.data, array.nbytes
+
+    def release_onnxruntime_copies(self) -> int:
+        """Frees our own copies (fp4 decoded, upcast) of the weights handed with
+        AddExternalInitializers alone (`movable`): onnxruntime copied those when
+        it built the session (docs/design-weights-and-state.md, A3), so nothing
+        reads ours again. Call it once the last session made with this object
+        is built (configure refuses afterwards); returns the bytes freed."""
+        freed = 0
+        for i, name in enumerate(self._names):
+            key = name.decode()
+            if key in self.movable and key in self._owned and self.values[i] is not None:
+                self.api.ReleaseValue(self.values[i])
+                self.values[i] = None
+                freed += self._owned.pop(key).nbytes
+        self._sealed = True
+        return freed
+
     def configure(self, api, options) -> None:
+        if self._sealed:
+            raise RuntimeError("these weights' own copies were released after their session "
+                               "was built; a further session needs a new OrtNamedWeights")
         if not self.prepack:
             api.check(api.AddSessionConfigEntry(options, b"session.disable_prepacking", b"1"),
                       "AddSessionConfigEntry(session.disable_prepacking)")
@@ -173,7 +206,8 @@ class OrtNamedWeights:
     def release(self) -> None:
         """After every session made with these values is released."""
         for value in self.values:
-            self.api.ReleaseValue(value)
+            if value is not None:
+                self.api.ReleaseValue(value)
         self.values = []
-        self._arrays = []
+        self._owned = {}
         self._weights = []
