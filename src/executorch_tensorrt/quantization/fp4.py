@@ -18,7 +18,6 @@ product per block scale, one per weight element.
 """
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 import onnxscript
@@ -27,6 +26,7 @@ import torch.nn.functional as F
 
 from ..dtypes import E2M1_VALUES
 from .errors import QuantizationError
+from .fp8 import fp8_zero
 from .int4 import declare_packed, pack_int4
 from .ops import (_LIB, PLACEHOLDER_DOMAIN, TRANSLATIONS, finish_placeholders,
                   replace_placeholder, unpack_int4)
@@ -193,13 +193,7 @@ def lower_fp4_nodes(model: ir.Model) -> None:
         block_value.const_value = ir.tensor(bits, dtype=ir.DataType.FLOAT8E4M3FN,
                                             name=block_value.name)
         block_value.dtype = ir.DataType.FLOAT8E4M3FN
-        # An explicit fp8 zero point (0), as the fp8 weight path writes.
-        zero = ir.Value(name=f"{node.name}_zero", type=ir.TensorType(ir.DataType.FLOAT8E4M3FN),
-                        shape=ir.Shape([]),
-                        const_value=ir.tensor(np.zeros((), dtype=np.uint8),
-                                              dtype=ir.DataType.FLOAT8E4M3FN,
-                                              name=f"{node.name}_zero"))
-        model.graph.register_initializer(zero)
+        zero = fp8_zero(model, f"{node.name}_zero")  # as every fp8 Q/DQ (fp8.py)
         scales = ir.node("DequantizeLinear", [block_value, global_value, zero],
                          name=f"{node.name}_block_scales")
         scales.outputs[0].name = f"{node.name}_block_scales"
