@@ -13,7 +13,6 @@ import ctypes
 import numpy as np
 
 from ...blob import Blob
-from ...dtypes import DTYPES
 from ...errors import ArgumentError, InvalidProgramError
 from ..adapter import abi
 from .. import profiling
@@ -21,7 +20,6 @@ from ..arguments import (
     SCALAR_TYPE_TO_NUMPY,
     check_args,
     checked_nbytes,
-    dtype_name,
     permuted_to_contiguous,
     resize_output,
     split_bindings,
@@ -34,40 +32,21 @@ from ..onnx_safety import self_contained_onnx
 from .upcast import has_bfloat16, upcast_to_fp32
 from .fp4 import fp4_as_float16
 from ..named_data import NamedData, blob_weights
-from .capi import ELEMENT_TYPE_NAMES, OrtApi, OrtSession
+from .capi import OrtApi, OrtSession
 from .named_weights import OrtNamedWeights, layout_movable, packable
 from .output_shapes import output_dim_sources
 from .node_timings import OrtNodeTimings
 from .threads import OrtThreads
 from ..state import ExecutorState, aliased_pairs, fp32_state, state_specs
 from .state import OrtStatefulSession, reflect_aliases
+from .bound_values import (EMPTY, ORT_ELEMENT_TYPES, BoundValues, element_type,
+                           make_values)
 
-
-# numpy dtype -> ONNXTensorElementDataType (dtypes.py's rows that numpy has)
-_ORT_ELEMENT_TYPES = {SCALAR_TYPE_TO_NUMPY[d.scalar_type]: d.onnxruntime for d in DTYPES
-                      if d.numpy and d.onnxruntime is not None}
 
 # --- begin: GIL-holding onnxruntime session (ort_capi.py; docs/concurrency.md) ---
 # ctypes.memmove is a CFUNCTYPE and would release the GIL; this one keeps it.
 _memmove = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(
     ctypes.cast(ctypes.memmove, ctypes.c_void_p).value)
-
-
-class _BoundValues:
-    """OrtValues over one set of ExecuTorch addresses and input shapes."""
-
-    def __init__(self, api, inputs: ctypes.Array, outputs: ctypes.Array, owned: list):
-        self.api, self.inputs, self.outputs, self.owned = api, inputs, outputs, owned
-        self.plan: OrtRunPlan | None = None  # the last native plan over these values
-        # Outputs of dynamic shape bound to ExecuTorch's memory (output_shapes.py):
-        # their shapes for these inputs, None while onnxruntime allocates them.
-        self.output_shapes: tuple[tuple[int, ...], ...] | None = None
-
-    def release(self) -> None:
-        self.plan = None
-        for value in self.owned:
-            self.api.ReleaseValue(value)
-        self.owned = []
 
 
 class OnnxRuntimeExecutor(Executor):
@@ -93,8 +72,8 @@ class OnnxRuntimeExecutor(Executor):
         # the dtypes the bindings say (a Cast at each reduced one).
         upcast = blob.meta.build.precision_or_default != "fp32" or has_bfloat16(model)
         if upcast:
-            model = upcast_to_fp32(model, [_ORT_ELEMENT_TYPES.get(b.dtype) for b in self.inputs],
-                                   [_ORT_ELEMENT_TYPES.get(b.dtype) for b in self.outputs])
+            model = upcast_to_fp32(model, [ORT_ELEMENT_TYPES.get(b.dtype) for b in self.inputs],
+                                   [ORT_ELEMENT_TYPES.get(b.dtype) for b in self.outputs])
         # FP4 weights: onnxruntime has no FLOAT4E2M1 kernels; float16 values (fp4.py).
         # After the upcast, so the block scales' dequantize is float32 and folds.
         model = fp4_as_float16(model)
@@ -124,7 +103,7 @@ class OnnxRuntimeExecutor(Executor):
             specs = [fp32_state(spec) for spec in specs]  # the upcast graph's state is fp32
         self.state = ExecutorState(specs) if specs else None
         if self.state is not None:
-            self.session = OrtStatefulSession(self.session, self.state, _ORT_ELEMENT_TYPES)
+            self.session = OrtStatefulSession(self.session, self.state, ORT_ELEMENT_TYPES)
         if len(self.session.inputs) != len(self.inputs) or \
                 len(self.session.outputs) != len(self.outputs):
             raise InvalidProgramError(
@@ -141,7 +120,7 @@ class OnnxRuntimeExecutor(Executor):
         self.output_sources = output_dim_sources(model, len(self.outputs))
         self.bind_dynamic_outputs = not self.fixed_outputs and all(
             sources is not None for sources in self.output_sources)
-        self.bound: dict[tuple, _BoundValues] = {}
+        self.bound: dict[tuple, BoundValues] = {}
         # Argument bytes this executor copied (outputs onnxruntime allocated, staging),
         # and those the adapter copied running its plans (copied_bytes adds both).
         self._plan_copied = ctypes.c_uint64(0)
@@ -171,12 +150,12 @@ class OnnxRuntimeExecutor(Executor):
         if not (self.fixed_outputs and all(b.dtype is not None and b.shape is not None
                                            and -1 not in b.shape for b in self.inputs)):
             bounds = binding_bounds(self.inputs, self.outputs, self.output_sources)
-            if bounds is None or any(_ORT_ELEMENT_TYPES.get(b.dtype) != t
+            if bounds is None or any(ORT_ELEMENT_TYPES.get(b.dtype) != t
                                      for b, t in zip(bindings, types)):
                 return None  # the executor's own checks refuse such calls: leave it to them
         args = binding_args(bindings)
         n = len(args)
-        unbound = _BoundValues(self.api, OrtSession.values([None] * len(self.inputs)),
+        unbound = BoundValues(self.api, OrtSession.values([None] * len(self.inputs)),
                                OrtSession.values([None] * len(self.outputs)), [])
         return OrtRunPlan(self.session, unbound, args, n, signature_key(args, n),
                           self._plan_copied, types, bounds,
@@ -193,36 +172,7 @@ class OnnxRuntimeExecutor(Executor):
     def copied_bytes(self, value: int) -> None:
         self._copied_bytes = value - self._plan_copied.value
 
-    def _element_type(self, arg: abi.EtrtArg, expected: int, what: str) -> int:
-        dtype = SCALAR_TYPE_TO_NUMPY.get(arg.dtype)
-        if _ORT_ELEMENT_TYPES.get(dtype) != expected:
-            got = dtype_name(dtype) if dtype is not None else arg.dtype
-            raise ArgumentError(
-                f"{what} has dtype {got}; the embedded ONNX model takes "
-                f"{ELEMENT_TYPE_NAMES.get(expected, expected)} there")
-        return expected
-
-    def _value(self, arg: abi.EtrtArg, shape, expected: int, what: str, owned: list):
-        element = self._element_type(arg, expected, what)
-        nbytes = checked_nbytes(arg, shape)
-        # onnxruntime refuses a NULL buffer even for an empty tensor.
-        data = arg.data or ctypes.addressof(_EMPTY)
-        value = self.api.tensor(data, nbytes, shape, element)
-        owned.append(value)
-        return value
-
-    def _values(self, items) -> tuple[list, list]:
-        """One OrtValue per (arg, shape, element type, name) and the ones made
-        for them; none is left allocated when one fails."""
-        owned: list = []
-        try:
-            return [self._value(arg, shape, t, what, owned) for arg, shape, t, what in items], owned
-        except BaseException:
-            for value in owned:
-                self.api.ReleaseValue(value)
-            raise
-
-    def _bind(self, args, shapes, key) -> _BoundValues:
+    def _bind(self, args, shapes, key) -> BoundValues:
         n_in = len(self.inputs)
         items = [(args[i], shape, self.input_types[i], f"input {i}")
                  for i, shape in enumerate(shapes)]
@@ -231,30 +181,30 @@ class OnnxRuntimeExecutor(Executor):
                 resize_output(args[n_in + j], out.shape, out)
             items += [(args[n_in + j], out.shape, self.output_types[j], f"output {j}")
                       for j, out in enumerate(self.outputs)]
-        values, owned = self._values(items)
+        values, owned = make_values(self.api, items)
         inputs = values[:n_in]
         outputs = values[n_in:] if self.fixed_outputs else [None] * len(self.outputs)
         if len(self.bound) >= self.max_bound:
             self._release_bound()
-        bound = self.bound[key] = _BoundValues(self.api, OrtSession.values(inputs),
+        bound = self.bound[key] = BoundValues(self.api, OrtSession.values(inputs),
                                                OrtSession.values(outputs), owned)
         return bound
 
-    def _bind_outputs(self, bound: _BoundValues, args) -> None:
+    def _bind_outputs(self, bound: BoundValues, args) -> None:
         """Binds the outputs, just resized to what onnxruntime produced for
         these input shapes, so later calls with them (and the plan made from
         this one) run without allocating or copying an output."""
         n_in = len(self.inputs)
         shapes = tuple(args[n_in + j].shape() for j in range(len(self.outputs)))
-        values, owned = self._values([(args[n_in + j], shape, self.output_types[j], f"output {j}")
-                                      for j, shape in enumerate(shapes)])
+        values, owned = make_values(self.api, [(args[n_in + j], shape, self.output_types[j],
+                                                f"output {j}") for j, shape in enumerate(shapes)])
         for j, value in enumerate(values):
             bound.outputs[j] = value.value
         bound.owned.extend(owned)
         bound.output_shapes = shapes
         bound.plan = None  # made over the unbound outputs
 
-    def _plan_for(self, bound: "_BoundValues", args, n: int) -> OrtRunPlan:
+    def _plan_for(self, bound: "BoundValues", args, n: int) -> OrtRunPlan:
         key = signature_key(args, n)
         if bound.plan is None or bound.plan.key != key:
             bound.plan = OrtRunPlan(self.session, bound, args, n, key, self._plan_copied,
@@ -324,14 +274,16 @@ class OnnxRuntimeExecutor(Executor):
                         host = permuted_to_contiguous(arg, shape, host)
                     staged.append(host)
                     self.copied_bytes += host.nbytes
-                    element = self._element_type(arg, self.input_types[i], f"input {i}")
+                    element = element_type(arg, self.input_types[i], f"input {i}")
                     inputs.append(self.api.tensor(host.ctypes.data if host.nbytes
-                                                  else ctypes.addressof(_EMPTY),
+                                                  else ctypes.addressof(EMPTY),
                                                   host.nbytes, shape, element))
                     owned.append(inputs[-1])
                 else:
-                    inputs.append(self._value(arg, shape, self.input_types[i], f"input {i}",
-                                              owned))
+                    [value], made = make_values(self.api, [(arg, shape, self.input_types[i],
+                                                            f"input {i}")])
+                    inputs.append(value)
+                    owned.extend(made)
             if recorder:
                 recorder.event("check+bind", t0, profiling.now())
             self._run_and_copy_out(args, OrtSession.values(inputs), recorder)
@@ -370,14 +322,14 @@ class OnnxRuntimeExecutor(Executor):
             recorder.event(name, start, end)
         old, self.session = self.session, self.node_timings.new_session()
         if self.state is not None:
-            self.session = OrtStatefulSession(self.session, self.state, _ORT_ELEMENT_TYPES)
+            self.session = OrtStatefulSession(self.session, self.state, ORT_ELEMENT_TYPES)
         for bound in self.bound.values():
             bound.plan = None  # plans name the old session, released below
         old.close()
 
     def _copy_out(self, arg: abi.EtrtArg, j: int, value) -> None:
         shape, element = self.api.shape_of(value)
-        self._element_type(arg, element, f"output {j}")
+        element_type(arg, element, f"output {j}")
         resize_output(arg, shape, self.outputs[j])
         data = self.api.data_of(value)
         if arg.device_type == abi.ETRT_DEVICE_CPU:
@@ -423,5 +375,4 @@ class OnnxRuntimeExecutor(Executor):
             pass
 
 
-_EMPTY = ctypes.c_uint64(0)  # a valid address for empty tensors
 # --- end: GIL-holding onnxruntime session ---
