@@ -86,7 +86,7 @@ def test_every_dtype_table_is_a_view_of_the_rows():
     from executorch_tensorrt.program.info import scalar_type_name
     from executorch_tensorrt.program.tensor_file import DTYPES as TENSOR_FILE_DTYPES
     from executorch_tensorrt.runtime.onnx_safety import ONNX_DTYPES
-    from executorch_tensorrt.runtime.onnxruntime.executor import _ORT_ELEMENT_TYPES
+    from executorch_tensorrt.runtime.onnxruntime.bound_values import ORT_ELEMENT_TYPES
 
     blob_rows = [d for d in dtypes.DTYPES if d.blob_name]
     assert WRITE_DTYPES == {d.blob_name for d in blob_rows} | {""}
@@ -102,7 +102,7 @@ def test_every_dtype_table_is_a_view_of_the_rows():
     for d in dtypes.DTYPES:
         if d.numpy:
             np_dtype = np.dtype(ml_dtypes.bfloat16) if d.numpy == "bfloat16" else np.dtype(d.numpy)
-            assert _ORT_ELEMENT_TYPES[np_dtype] == d.onnx
+            assert ORT_ELEMENT_TYPES[np_dtype] == d.onnx
             assert scalar_type_name(d.scalar_type) == d.numpy
             name, storage = TENSOR_FILE_DTYPES[d.scalar_type]
             assert name == d.numpy and storage.itemsize == d.itemsize
