@@ -293,7 +293,7 @@ def llama_bf16(tmp_path_factory):
     out = tmp_path_factory.mktemp("llama_bf16") / "llama_bf16.pte"
     result = llm.export(CONFIGS["llama"], max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
                         dtype="bfloat16", output=out, progress=None)
-    return result.path, llm.causal_lm(CONFIGS["llama"]).to(torch.bfloat16)
+    return result.path, llm.causal_lm(CONFIGS["llama"], dtype=torch.bfloat16)
 
 
 def test_a_bfloat16_program_runs_on_the_fallback_as_its_weights_in_fp32(llama_bf16,
@@ -316,3 +316,26 @@ def test_a_bfloat16_program_runs_on_the_fallback_as_its_weights_in_fp32(llama_bf
     method, _ = _method_and_limits(pte)
     logits = method.execute([torch.tensor([prompt[:MAX_SEQ]]), torch.arange(MAX_SEQ)])[0]
     assert logits.dtype == torch.bfloat16 and logits.shape == (1, MAX_SEQ, VOCAB)
+
+
+def test_a_bfloat16_program_with_its_weights_cast_where_used_decodes_the_same(
+        llama_bf16, allow_fallback, monkeypatch):
+    """What a partition whose fp32 weight copy would be over the fallback's
+    limit gets (an 8B bf16 LLM: runtime/onnxruntime/upcast.py): each bf16
+    weight read in place and cast where used. Same tokens as computing on the
+    bf16 weights in fp32, and not one weight byte copied."""
+    from executorch_tensorrt.runtime import callbacks
+    from executorch_tensorrt.runtime.onnxruntime.upcast import UPCAST_ENV
+
+    monkeypatch.setenv(UPCAST_ENV, "where-used")
+    pte, _ = llama_bf16
+    before = {id(e) for e in callbacks.install().live_executors()}
+    method, limits = _method_and_limits(pte)
+    prompt = encode(PROMPT)
+    got = greedy_decode(method, prompt, NEW, limits=limits)
+    [executor] = [e for e in callbacks.install().live_executors() if id(e) not in before]
+    assert executor.weights.where_used and executor.weights.copied_bytes == 0
+    fp32_compute = greedy_decode(llm.eager_decoder(llm.causal_lm(CONFIGS["llama"])
+                                                   .to(torch.bfloat16).float(), MAX_CONTEXT),
+                                 prompt, NEW)
+    assert got.tokens == fp32_compute.tokens

@@ -25,7 +25,7 @@ from executorch_tensorrt.runtime.tensorrt.refit import refit_engine
 from executorch_tensorrt.runtime.choose import create_executor
 from executorch_tensorrt.runtime.named_data import InMemoryNamedData, blob_weights
 from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
-from executorch_tensorrt.runtime.onnxruntime import named_weights
+from executorch_tensorrt.runtime.onnxruntime import named_weights, upcast
 from executorch_tensorrt.runtime.onnxruntime.named_weights import PREPACK_ENV
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from executorch_tensorrt.tensorrt.engine_builder import build_engine
@@ -129,13 +129,39 @@ def test_a_bad_prepacking_choice_is_refused(monkeypatch):
         OnnxRuntimeExecutor(blob, named)
 
 
-def test_fp16_weights_are_upcast_into_owned_arrays():
+def test_fp16_weights_are_upcast_into_owned_arrays(monkeypatch):
+    monkeypatch.delenv(upcast.UPCAST_ENV, raising=False)
     blob, named, backing, b = fallback("float16")
     executor = OnnxRuntimeExecutor(blob, named)
     assert executor.weights.copied_bytes == backing.size * 4  # the upcast copy, fp32
     expected = X @ backing.astype(np.float32) + b.astype(np.float32)
     np.testing.assert_allclose(run(executor, X), expected, rtol=2e-3, atol=2e-3)
     executor.close()
+
+
+@pytest.mark.parametrize("env,limit", [("where-used", None), ("", 0)])
+def test_fp16_weights_cast_where_used_are_read_in_place(monkeypatch, env, limit):
+    """Cast where used (by choice, or over UPCAST_COPY_LIMIT): no upcast copy,
+    and onnxruntime neither folds the Cast into an fp32 copy nor copies the
+    weight: a change of the named data after the session exists is seen."""
+    monkeypatch.setenv(upcast.UPCAST_ENV, env)
+    if limit is not None:
+        monkeypatch.setattr(upcast, "UPCAST_COPY_LIMIT", limit)
+    blob, named, backing, b = fallback("float16")
+    executor = OnnxRuntimeExecutor(blob, named)
+    assert executor.weights.copied_bytes == 0 and executor.weights.where_used == {"W"}
+    for _ in range(2):  # the weight as given, then changed in place
+        expected = X @ backing.astype(np.float32) + b.astype(np.float32)
+        np.testing.assert_allclose(run(executor, X), expected, rtol=2e-3, atol=2e-3)
+        backing *= 2
+    executor.close()
+
+
+def test_a_bad_upcast_choice_is_refused(monkeypatch):
+    monkeypatch.setenv(upcast.UPCAST_ENV, "later")
+    blob, named, _, _ = fallback("float16")
+    with pytest.raises(ArgumentError, match=f"{upcast.UPCAST_ENV}='later' is not an upcast"):
+        OnnxRuntimeExecutor(blob, named)
 
 
 def test_missing_named_data_names_weight_key_and_ptd():

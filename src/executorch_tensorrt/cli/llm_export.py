@@ -41,9 +41,9 @@ def _model(args):
     if not isinstance(config, dict) or "model_type" not in config:
         raise Fail(EXIT_USAGE, "--config: a JSON object with a 'model_type' (e.g. "
                                 '{"model_type": "llama", ...}) is needed')
-    from ..llm.exporter import causal_lm
+    from ..llm.exporter import DTYPES, causal_lm
 
-    return causal_lm(config, seed=args.seed)
+    return causal_lm(config, seed=args.seed, dtype=DTYPES[args.dtype])
 
 
 def cmd_llm_export(args) -> int:

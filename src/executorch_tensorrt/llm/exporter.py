@@ -45,10 +45,13 @@ class LLMExportResult:
     export: ExportResult
 
 
-def causal_lm(model_or_config, seed: int = 0) -> torch.nn.Module:
+def causal_lm(model_or_config, seed: int = 0,
+              dtype: torch.dtype | None = None) -> torch.nn.Module:
     """A transformers causal LM in eval mode: the model itself, or one built
     from a config (a PretrainedConfig, a dict, or a config.json path) with
-    random weights from `seed`. Nothing is downloaded."""
+    random weights from `seed`, made in `dtype` (default float32): no float32
+    copy of a bf16 model ever exists, and the values equal float32's cast.
+    Nothing is downloaded."""
     import transformers
 
     if isinstance(model_or_config, transformers.PreTrainedModel):
@@ -68,7 +71,7 @@ def causal_lm(model_or_config, seed: int = 0) -> torch.nn.Module:
                         f"dict or config.json path, got {type(model_or_config).__name__}")
     config.use_cache = True
     torch.manual_seed(seed)
-    return transformers.AutoModelForCausalLM.from_config(config).eval()
+    return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
 
 
 def eager_decoder(model: torch.nn.Module, max_context_len: int, batch_size: int = 1):
@@ -144,7 +147,9 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     `get_n_layers`); the runner's own (LLMMetadata) win where both name one.
     Other options go to export_program.
     """
-    model = causal_lm(model)
+    if dtype not in DTYPES:  # before a model is made in it
+        raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+    model = causal_lm(model, dtype=DTYPES[dtype])
     config = model.config.get_text_config()
     _check_arguments(config, max_seq_len, max_context_len, dtype, quantize, batch_size)
     meta = LLMMetadata(

@@ -29,7 +29,7 @@ from ..executor import Executor, native_plans_enabled
 from ..input_checks import InputChecks
 from ..native_plan import OrtRunPlan, binding_args, binding_bounds, signature_key
 from ..onnx_safety import self_contained_onnx
-from .upcast import has_bfloat16, upcast_to_fp32
+from .upcast import cast_where_used, has_bfloat16, upcast_to_fp32
 from .fp4 import fp4_as_float16
 from ..named_data import NamedData, blob_weights
 from .capi import OrtApi, OrtSession
@@ -71,16 +71,20 @@ class OnnxRuntimeExecutor(Executor):
         # (named_weights.py), the state kept in fp32, ExecuTorch's arguments in
         # the dtypes the bindings say (a Cast at each reduced one).
         upcast = blob.meta.build.precision_or_default != "fp32" or has_bfloat16(model)
+        # Big fp16/bf16 weights are not copied upcast but cast where used (upcast.py).
+        where_used = cast_where_used(weights) if upcast else frozenset()
         if upcast:
             model = upcast_to_fp32(model, [ORT_ELEMENT_TYPES.get(b.dtype) for b in self.inputs],
-                                   [ORT_ELEMENT_TYPES.get(b.dtype) for b in self.outputs])
+                                   [ORT_ELEMENT_TYPES.get(b.dtype) for b in self.outputs],
+                                   where_used)
         # FP4 weights: onnxruntime has no FLOAT4E2M1 kernels; float16 values (fp4.py).
         # After the upcast, so the block scales' dequantize is float32 and folds.
         model = fp4_as_float16(model)
         # Weights stay in the named data (ort_named_weights.py); released in close().
         names = [w.name for w in weights]
         self.weights = OrtNamedWeights(
-            OrtApi.get(), weights, upcast, movable=layout_movable(model, names),
+            OrtApi.get(), weights, upcast, where_used=where_used,
+            movable=layout_movable(model, names) - where_used,
             packable=packable(model, names)) if weights else None
         configure = self.weights.configure if self.weights else None
         # Per-node times only when asked (EXECUTORCH_TENSORRT_PROFILE_NODES=1).

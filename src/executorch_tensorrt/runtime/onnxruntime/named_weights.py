@@ -36,9 +36,11 @@ has no FLOAT4E2M1 kernels). Such copies of weights handed with
 AddExternalInitializers alone, which onnxruntime copies itself, are freed once
 the executor's session is built (release_onnxruntime_copies).
 
-fp16/bf16 weights of a partition that the fallback upcasts (onnx_upcast.py;
+fp16/bf16 weights of a partition that the fallback upcasts (upcast.py;
 onnxruntime's CPU kernels lack fp16) are converted into float32 arrays owned
-here: that copy is the upcast itself and cannot be avoided.
+here, unless they are cast where used (upcast.cast_where_used): those are fed
+as they are, with AddInitializer (graph inputs, which onnxruntime's layout
+rewrites never touch).
 """
 from __future__ import annotations
 
@@ -132,8 +134,10 @@ class OrtNamedWeights:
 
     def __init__(self, api, weights: list[WeightBuffer], upcast: bool,
                  prepack: bool | None = None, movable: frozenset[str] = frozenset(),
-                 packable: frozenset[str] = frozenset()):
+                 packable: frozenset[str] = frozenset(),
+                 where_used: frozenset[str] = frozenset()):
         self.api = api
+        self.where_used = where_used  # fp16/bf16 weights the graph casts itself: no copy
         # Weights onnxruntime copies so its layout rewrites stick (layout_movable).
         self.movable = movable
         self.movable_bytes = sum(w.nbytes for w in weights if w.name in movable)
@@ -160,7 +164,7 @@ class OrtNamedWeights:
         if w.dtype == FP4_DTYPE:  # its values as float16 (fp4.py rewrites after any upcast)
             address, nbytes = self._own(w, decode_e2m1(w.view, w.shape))
             element = _FLOAT16
-        elif upcast and w.dtype in ("float16", "bfloat16"):
+        elif upcast and w.dtype in ("float16", "bfloat16") and w.name not in self.where_used:
             address, nbytes = self._own(w, _as_float32(w))
             element = _FLOAT
         else:

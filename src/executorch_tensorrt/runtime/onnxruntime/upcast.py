@@ -5,17 +5,83 @@ MatMul; bf16 Mul), so the fallback runs reduced-precision partitions and bf16
 graphs in fp32, keeping the arguments' dtypes at the graph's edges: it shows
 what the program computes, not the engine's rounding. TensorRT runs the
 reduced-precision model as built.
+
+The named-data weights go to fp32 one of two ways (`cast_where_used`):
+- upcast once: an fp32 copy made when the session is built (named_weights.py),
+  the fastest per call, at twice a bf16 model's weight memory;
+- cast where used: the weight stays the named data's own reduced bytes, a
+  graph input with that initializer (so onnxruntime neither constant-folds
+  the Cast into an fp32 copy nor re-lays the weight out, and takes it without
+  copying), and a Cast before its first use makes the fp32 values on every
+  call, freed after their last use. Per call it costs the casts; in memory,
+  the weights once plus the largest casts alive together. For models whose
+  fp32 copy would not fit (an 8B bf16 LLM's is 32 GB).
 """
 from __future__ import annotations
+
+import math
+import os
+from typing import Iterable
 
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from ...errors import ArgumentError
+
 _REDUCED = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
+REDUCED_WEIGHT_DTYPES = frozenset({"float16", "bfloat16"})  # blob dtype names
+UPCAST_ENV = "EXECUTORCH_TENSORRT_ORT_UPCAST"
+#: With UPCAST_ENV unset, a partition's fp16/bf16 named-data weights are upcast
+#: once when their fp32 copy is at most this, and cast where used above it.
+UPCAST_COPY_LIMIT = 1 << 30
 
 
-def _upcast_tensor(t: TensorProto) -> None:
+def cast_where_used(weights: Iterable) -> frozenset[str]:
+    """The names of the fp16/bf16 weights (runtime WeightBuffers) that the
+    fallback casts where used instead of copying them upcast (module
+    docstring): all of them when their fp32 copy would exceed
+    UPCAST_COPY_LIMIT, or as UPCAST_ENV says ("copy" / "where-used")."""
+    reduced = [w for w in weights if w.dtype in REDUCED_WEIGHT_DTYPES]
+    text = os.environ.get(UPCAST_ENV, "").strip().lower()
+    if text not in ("", "copy", "where-used"):
+        raise ArgumentError(f"{UPCAST_ENV}={text!r} is not an upcast choice: set 'copy' (an "
+                            "fp32 copy of the fp16/bf16 weights, made once), 'where-used' (a "
+                            "Cast before each use, on every call: no copy) or leave it unset "
+                            f"(a copy when it is at most {UPCAST_COPY_LIMIT >> 20} MiB)")
+    fp32_bytes = sum(math.prod(w.shape) * 4 for w in reduced)
+    if text == "where-used" or (not text and fp32_bytes > UPCAST_COPY_LIMIT):
+        return frozenset(w.name for w in reduced)
+    return frozenset()
+
+
+def _cast_where_used(graph: onnx.GraphProto, names: frozenset[str]) -> None:
+    """Each weight in `names` becomes a graph input over its own initializer,
+    read through a Cast to fp32 placed before its first use."""
+    weights = [t for t in graph.initializer if t.name in names]
+    first_use: dict[str, int] = {}
+    for i, node in enumerate(graph.node):
+        for name in node.input:
+            first_use.setdefault(name, i)
+    casts: dict[int, list[onnx.NodeProto]] = {}
+    for t in weights:
+        inner = t.name + "__fp32"
+        _rename_uses(graph, t.name, inner)
+        graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+        cast = onnx.helper.make_node("Cast", [t.name], [inner], to=TensorProto.FLOAT)
+        casts.setdefault(first_use.get(t.name, len(graph.node)), []).append(cast)
+    nodes = []
+    for i, node in enumerate(list(graph.node) + [None]):
+        nodes.extend(casts.get(i, ()))
+        if node is not None:
+            nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def _upcast_tensor(t: TensorProto, keep: frozenset[str] = frozenset()) -> None:
+    if t.name in keep:
+        return  # cast where used (_cast_where_used)
     if t.data_type in _REDUCED and t.data_location == TensorProto.EXTERNAL:
         # A named-data weight (onnx_safety.py admitted only those): its bytes
         # are upcast where they are fed (ort_named_weights.py), never loaded here.
@@ -26,9 +92,9 @@ def _upcast_tensor(t: TensorProto) -> None:
         t.CopyFrom(numpy_helper.from_array(array, t.name))
 
 
-def _upcast_graph(graph: onnx.GraphProto) -> None:
+def _upcast_graph(graph: onnx.GraphProto, keep: frozenset[str] = frozenset()) -> None:
     for t in graph.initializer:
-        _upcast_tensor(t)
+        _upcast_tensor(t, keep)
     for v in list(graph.input) + list(graph.output) + list(graph.value_info):
         if v.type.tensor_type.elem_type in _REDUCED:
             v.type.tensor_type.elem_type = TensorProto.FLOAT
@@ -95,12 +161,17 @@ def _keep_io_types(graph: onnx.GraphProto, inputs: list[int | None],
 
 
 def upcast_to_fp32(model_bytes: bytes, inputs: list[int | None] | None = None,
-                   outputs: list[int | None] | None = None) -> bytes:
+                   outputs: list[int | None] | None = None,
+                   where_used: frozenset[str] = frozenset()) -> bytes:
     """The model computing in fp32. `inputs`/`outputs`: element types the first
     graph inputs/outputs keep (what ExecuTorch passes there, e.g. bf16 logits);
-    the rest (the delegate's own state among them) become fp32."""
+    the rest (the delegate's own state among them) become fp32. `where_used`:
+    the named-data weights cast where used (cast_where_used), appended after
+    the graph's own inputs."""
     model = onnx.load_model_from_string(model_bytes)
-    _upcast_graph(model.graph)
+    _upcast_graph(model.graph, where_used)
     if inputs or outputs:
         _keep_io_types(model.graph, inputs or [], outputs or [])
+    if where_used:
+        _cast_where_used(model.graph, where_used)
     return model.SerializeToString()
