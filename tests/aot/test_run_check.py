@@ -21,6 +21,7 @@ import torch
 from helpers import child_env, tensorrt_blobs
 from executorch_tensorrt import cli
 from executorch_tensorrt.aot.export import RunCheckError, export_program
+from executorch_tensorrt.aot.export_check import from_json, to_json
 from executorch_tensorrt.aot.run_check import safe_int_range
 from executorch_tensorrt.program.info import read_program
 from executorch_tensorrt.runtime.executor import FALLBACK_ENV
@@ -98,6 +99,9 @@ def test_export_runs_the_program_and_compares_with_eager(good, no_fallback):
     assert (m.method, m.ran, m.compared, m.executors) == ("forward", True, True, ("onnxruntime",))
     assert m.inputs == "example inputs"
     assert 0 <= m.max_abs_diff <= 1e-5 < m.tolerance
+    # The largest of the 4 scores sits where eager's does, in both rows.
+    assert m.top1 == (2, 2) and "top-1 equal in 2 of 2 rows" in m.describe()
+    assert from_json(to_json(check)) == check  # what a check child hands back
     assert "run_check" in result.seconds
     # The check allowed the fallback for itself only.
     assert FALLBACK_ENV not in os.environ

@@ -58,7 +58,8 @@ def to_json(check: RunCheck) -> str:
 
 def from_json(text: str) -> RunCheck:
     data = json.loads(text)
-    methods = tuple(MethodRunCheck(**{**m, "executors": tuple(m["executors"])})
+    methods = tuple(MethodRunCheck(**{**m, "executors": tuple(m["executors"]),
+                                      "top1": tuple(m["top1"]) if m["top1"] else None})
                     for m in data["methods"])
     return RunCheck(methods, data["skipped"])
 

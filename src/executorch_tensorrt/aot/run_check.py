@@ -44,6 +44,7 @@ TOLERANCE = {"fp32": 1e-3, "fp16": 4e-3, "bf16": 2e-2}
 #: About 3x that, so the check flags a program that does not run or computes
 #: something else, not a rounding tie.
 ACTIVATION_TOLERANCE = {"int8": 3e-2, "fp8": 6e-2}
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
 GENERATED_INT_HIGH = 16  # generated integer inputs lie in [0, 16) unless a range is tighter
 
 
@@ -59,6 +60,7 @@ class MethodRunCheck:
     max_abs_diff: float | None = None
     tolerance: float | None = None   # the largest allowed |diff| (the loosest output's)
     mismatch: str = ""               # the first output beyond its tolerance, described
+    top1: tuple[int, int] | None = None  # (rows equal, rows): _top1
 
     @property
     def ok(self) -> bool:
@@ -73,6 +75,8 @@ class MethodRunCheck:
         verdict = "matches eager" if not self.mismatch else "DIFFERS from eager"
         text = (f"method {self.method!r}: ran{on} ({self.inputs}), {verdict}: largest |diff| "
                 f"{self.max_abs_diff:.3g}, tolerance {self.tolerance:.3g}")
+        if self.top1 is not None:
+            text += f", top-1 equal in {self.top1[0]} of {self.top1[1]} rows"
         return text + (f"; {self.mismatch}" if self.mismatch else "")
 
 
@@ -221,6 +225,20 @@ def _compare(expected: list[tf.Tensor], got: list[tf.Tensor], tol: float) -> tup
     return worst, allowed, mismatch
 
 
+def _top1(expected: list[tf.Tensor], got: list[tf.Tensor]) -> tuple[int, int] | None:
+    """For a first output of floating scores over a last dimension (class
+    scores, an LLM's logits): in how many of its rows the largest score sits
+    at the same index as eager's (the class, the next token), of how many.
+    Reported, not judged: a near tie may flip within the tolerance."""
+    if not expected or not got or expected[0].dtype not in _FLOATS:
+        return None
+    e, g = expected[0].as_float64(), got[0].as_float64()
+    if e.shape != g.shape or e.ndim == 0 or e.shape[-1] < 2:
+        return None
+    same = e.reshape(-1, e.shape[-1]).argmax(-1) == g.reshape(-1, g.shape[-1]).argmax(-1)
+    return int(same.sum()), int(same.size)
+
+
 def load_program(path: str | Path, data_path: str | Path | None):
     """The program loaded by ExecuTorch's runtime extension: the call
     `executorch.runtime.Runtime.load_program` makes for a path (same C++
@@ -289,7 +307,8 @@ def _run_method(program, name: str, case: MethodCase, tolerance: float,
     got = [tf.from_torch(f"output.{i}", o) for i, o in enumerate(outputs)]
     worst, allowed, mismatch = _compare(case.expected, got, tolerance)
     return MethodRunCheck(name, True, case.source, executors=kinds, compared=True,
-                          max_abs_diff=worst, tolerance=allowed, mismatch=mismatch)
+                          max_abs_diff=worst, tolerance=allowed, mismatch=mismatch,
+                          top1=_top1(case.expected, got))
 
 
 def stored_case(tensors_file: Path, source: str) -> MethodCase:

@@ -1,0 +1,155 @@
+"""An 8B-shaped LLM exported on this machine: peak memory against the weights,
+and the first token against eager's (issue #24's last goal row).
+
+    .venv/bin/python tools/bench/llm_big_export.py [--layers 32] [--folder DIR]
+        [--max-seq-len 16] [--max-context-len 64]
+
+A Llama-3-8B config (hidden 4096, intermediate 14336, 32 heads, 8 KV heads,
+vocabulary 128,256, untied head; random weights, made in bf16, nothing
+downloaded) with `--layers` decoder layers goes through the documented
+command, `executorch-tensorrt llm-export --dtype bfloat16 --external-weights`,
+run as a child of this script. Every 0.25 s the script reads the resident
+memory (/proc/PID/status: VmRSS, RssAnon, RssFile) of the export process and
+of each process under it (the run check's child), and stamps each line the
+export prints with the time and the memory then. At the end: each process's
+peak, the peak of their sum, both against the weights' bytes, the phase of
+each peak, and the run check's line (largest |diff| and top-1 rows: the
+token eager picks after each prompt position, the last one being the first
+generated token). RssFile is the .ptd's mapped pages, which the kernel can drop
+and read again; RssAnon is memory that cannot be. Not a unit test: the 32-layer
+run writes 16 GB and takes several minutes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LLAMA3_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+             "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "vocab_size": 128256, "rope_theta": 500000.0, "max_position_embeddings": 8192,
+             "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "hidden_act": "silu",
+             "bos_token_id": 128000, "eos_token_id": 128001}
+
+
+def weight_bytes(layers: int) -> int:
+    """bf16 bytes of the config's parameters (embedding, head, layers, norms)."""
+    c = LLAMA3_8B
+    h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
+    layer = h * h * 2 + h * kv * 2 + 3 * h * i + 2 * h
+    return 2 * (2 * v * h + layers * layer + h)
+
+
+def _status(pid: int) -> dict[str, int]:
+    out = {}
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssFile"):
+                out[key] = int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+@dataclass
+class Peaks:
+    by_process: dict[str, dict[str, int]] = field(default_factory=dict)  # role -> peak fields
+    phase_at: dict[str, str] = field(default_factory=dict)  # role -> phase of its VmRSS peak
+    total: int = 0
+    total_anon: int = 0
+    total_phase: str = ""
+    phase: str = "starting"
+
+    def sample(self, root: int) -> None:
+        procs = {"export": root}
+        for i, child in enumerate(_children(root)):
+            procs[f"check child {i}" if i else "check child"] = child
+        vm = anon = 0
+        for role, pid in procs.items():
+            s = _status(pid)
+            if not s:
+                continue
+            peak = self.by_process.setdefault(role, {})
+            if s.get("VmRSS", 0) > peak.get("VmRSS", 0):
+                self.phase_at[role] = self.phase
+            for key, value in s.items():
+                peak[key] = max(peak.get(key, 0), value)
+            vm, anon = vm + s.get("VmRSS", 0), anon + s.get("RssAnon", 0)
+        if vm > self.total:
+            self.total, self.total_phase = vm, self.phase
+        self.total_anon = max(self.total_anon, anon)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--folder", default="/tmp/llm_big_export")
+    ap.add_argument("--max-seq-len", type=int, default=16)
+    ap.add_argument("--max-context-len", type=int, default=64)
+    args = ap.parse_args()
+    folder = Path(args.folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "config.json"
+    config.write_text(json.dumps({**LLAMA3_8B, "num_hidden_layers": args.layers}))
+    pte = folder / "model.pte"
+    weights = weight_bytes(args.layers)
+    cli = Path(sys.executable).with_name("executorch-tensorrt")
+    cmd = [str(cli), "llm-export", "--config", str(config), "--max-seq-len",
+           str(args.max_seq_len), "--max-context-len", str(args.max_context_len),
+           "--dtype", "bfloat16", "--external-weights", str(pte)]
+    print(f"{args.layers} layers, {weights / 1e9:.2f} GB of bf16 weights; load "
+          f"{os.getloadavg()[0]:.1f}\n$ {' '.join(cmd)}", flush=True)
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    peaks, done = Peaks(), threading.Event()
+
+    def sampler():
+        while not done.is_set():
+            peaks.sample(proc.pid)
+            time.sleep(0.25)
+
+    thread = threading.Thread(target=sampler, daemon=True)
+    thread.start()
+    check_lines = []
+    for line in proc.stdout:
+        line = line.rstrip()
+        now = _status(proc.pid).get("VmRSS", 0)
+        print(f"[{time.monotonic() - start:7.1f} s, export {now / 1e9:5.2f} GB] {line}", flush=True)
+        if line.startswith("[executorch_tensorrt]"):
+            peaks.phase = line[len("[executorch_tensorrt]"):].strip()[:70]
+        if "method 'forward': ran" in line or "did not run" in line:
+            check_lines.append(line.strip())
+    rc = proc.wait()
+    done.set()
+    thread.join()
+    print(f"\nexit status {rc}, {time.monotonic() - start:.0f} s; weights {weights / 1e9:.2f} GB")
+    for role, peak in peaks.by_process.items():
+        print(f"  {role}: peak VmRSS {peak.get('VmRSS', 0) / 1e9:.2f} GB "
+              f"({peak.get('VmRSS', 0) / weights:.2f}x the weights), RssAnon "
+              f"{peak.get('RssAnon', 0) / 1e9:.2f} GB, RssFile {peak.get('RssFile', 0) / 1e9:.2f}"
+              f" GB; at: {peaks.phase_at.get(role, '?')}")
+    print(f"  both together: peak {peaks.total / 1e9:.2f} GB ({peaks.total / weights:.2f}x), "
+          f"anonymous {peaks.total_anon / 1e9:.2f} GB ({peaks.total_anon / weights:.2f}x); "
+          f"at: {peaks.total_phase}")
+    print("  run check: " + ("; ".join(check_lines) or "no line"))
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()
