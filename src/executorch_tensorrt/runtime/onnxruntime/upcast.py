@@ -57,24 +57,40 @@ def cast_where_used(weights: Iterable) -> frozenset[str]:
 
 def _cast_where_used(graph: onnx.GraphProto, names: frozenset[str]) -> None:
     """Each weight in `names` becomes a graph input over its own initializer,
-    read through a Cast to fp32 placed before its first use."""
+    read through a Cast to fp32 placed before its first use; a table only
+    gathered from (a token embedding) is gathered in its own dtype and the
+    rows cast, so no fp32 copy of the whole table is made."""
     weights = [t for t in graph.initializer if t.name in names]
     first_use: dict[str, int] = {}
+    users: dict[str, list[int]] = {}
     for i, node in enumerate(graph.node):
         for name in node.input:
             first_use.setdefault(name, i)
-    casts: dict[int, list[onnx.NodeProto]] = {}
+            users.setdefault(name, []).append(i)
+    before: dict[int, list[onnx.NodeProto]] = {}  # node index -> casts placed before it
+    after: dict[int, list[onnx.NodeProto]] = {}   # node index -> casts placed after it
     for t in weights:
+        graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+        uses = users.get(t.name, [])
+        if uses and all(graph.node[i].op_type == "Gather" and graph.node[i].input[0] == t.name
+                        and list(graph.node[i].input).count(t.name) == 1 for i in uses):
+            for i in uses:
+                node = graph.node[i]
+                rows = node.output[0] + "__" + t.name + "_rows"
+                after.setdefault(i, []).append(onnx.helper.make_node(
+                    "Cast", [rows], [node.output[0]], to=TensorProto.FLOAT))
+                node.output[0] = rows
+            continue
         inner = t.name + "__fp32"
         _rename_uses(graph, t.name, inner)
-        graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
         cast = onnx.helper.make_node("Cast", [t.name], [inner], to=TensorProto.FLOAT)
-        casts.setdefault(first_use.get(t.name, len(graph.node)), []).append(cast)
+        before.setdefault(first_use.get(t.name, len(graph.node)), []).append(cast)
     nodes = []
     for i, node in enumerate(list(graph.node) + [None]):
-        nodes.extend(casts.get(i, ()))
+        nodes.extend(before.get(i, ()))
         if node is not None:
             nodes.append(node)
+            nodes.extend(after.get(i, ()))
     del graph.node[:]
     graph.node.extend(nodes)
 

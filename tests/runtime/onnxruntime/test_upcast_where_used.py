@@ -1,0 +1,52 @@
+"""Cast where used (runtime/onnxruntime/upcast.py): bf16 weights read through
+a Cast on every call. A table only gathered from (a token embedding) is
+gathered in bf16 and only its rows are cast; any other weight is cast whole
+before its first use. Checked on the rewritten model onnxruntime runs."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from executorch_tensorrt.runtime.onnxruntime.upcast import upcast_to_fp32
+
+VOCAB, DIM, OUT = 50, 8, 4
+
+
+def _bf16(name: str, values: np.ndarray) -> onnx.TensorProto:
+    """values must be exact in bf16: their top 16 bits are the bf16 bytes."""
+    bits = (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return helper.make_tensor(name, TensorProto.BFLOAT16, values.shape, bits.tobytes(), raw=True)
+
+
+def _model(table: np.ndarray, weight: np.ndarray) -> bytes:
+    nodes = [helper.make_node("Gather", ["E", "ids"], ["h"]),
+             helper.make_node("MatMul", ["h", "W"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [3, OUT])],
+        [_bf16("E", table), _bf16("W", weight)],
+        value_info=[helper.make_tensor_value_info("h", TensorProto.BFLOAT16, [3, DIM])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_gathered_table_is_cast_by_rows_and_other_weights_whole():
+    rng = np.random.default_rng(0)
+    table = rng.integers(-8, 8, (VOCAB, DIM)).astype(np.float32) / 4
+    weight = rng.integers(-8, 8, (DIM, OUT)).astype(np.float32) / 4
+    rewritten = onnx.load_model_from_string(upcast_to_fp32(_model(table, weight),
+                                                           where_used=frozenset({"E", "W"})))
+    nodes = list(rewritten.graph.node)
+    users = {name: [n.op_type for n in nodes if name in n.input] for name in ("E", "W")}
+    assert users == {"E": ["Gather"], "W": ["Cast"]}  # the table is never cast whole
+    gather = next(n for n in nodes if n.op_type == "Gather")
+    assert [n.op_type for n in nodes if gather.output[0] in n.input] == ["Cast"]
+    assert {i.name for i in rewritten.graph.input} >= {"E", "W"}  # read as given, not folded
+
+    session = ort.InferenceSession(rewritten.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    ids = np.array([3, 0, 49], dtype=np.int64)
+    (y,) = session.run(None, {"ids": ids})
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y, table[ids] @ weight)  # exact: small multiples of 1/4
