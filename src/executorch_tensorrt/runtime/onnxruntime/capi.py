@@ -47,6 +47,8 @@ _SLOTS: dict[str, tuple[int, object, tuple]] = {
                          POINTER(c_char_p), c_size_t, POINTER(c_void_p))),
     "CreateSessionOptions": (10, _Status, (POINTER(c_void_p),)),
     "EnableProfiling": (14, _Status, (c_void_p, c_char_p)),  # profiling: per-node times
+    "DisableMemPattern": (17, _Status, (c_void_p,)),  # these two: cast-where-used sessions
+    "DisableCpuMemArena": (19, _Status, (c_void_p,)),
     "SetSessionLogSeverityLevel": (22, _Status, (c_void_p, c_int)),
     "SetIntraOpNumThreads": (24, _Status, (c_void_p, c_int)),
     "SessionGetInputCount": (30, _Status, (c_void_p, POINTER(c_size_t))),

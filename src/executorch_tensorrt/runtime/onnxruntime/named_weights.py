@@ -199,6 +199,12 @@ class OrtNamedWeights:
         if not self.prepack:
             api.check(api.AddSessionConfigEntry(options, b"session.disable_prepacking", b"1"),
                       "AddSessionConfigEntry(session.disable_prepacking)")
+        if self.where_used:
+            # The casts' fp32 values (an LLM head's: 2.1 GB at a 128k vocabulary)
+            # go back to the system after their last use: onnxruntime's arena
+            # and memory patterns would keep the largest of each call shape.
+            api.check(api.DisableCpuMemArena(options), "DisableCpuMemArena")
+            api.check(api.DisableMemPattern(options), "DisableMemPattern")
         for name, value in zip(self._names, self.values):
             if name.decode() in self.movable:
                 continue  # AddExternalInitializers alone: onnxruntime's own copy

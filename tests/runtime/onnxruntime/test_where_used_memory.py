@@ -1,0 +1,53 @@
+"""Cast where used gives the fp32 values back after each call: a session
+over weights cast where used runs without onnxruntime's arena, which would
+keep the largest cast of each call (an 8B-shaped LLM head's: 2.1 GB). In a
+child process: resident anonymous memory after two calls against before
+them, with a 256 MiB fp16 weight (its cast: 512 MiB)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[2]
+
+CHILD = r"""
+import json, sys
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/runtime"]
+import numpy as np
+import named_data_programs as nd
+from test_named_data_executors import run  # reads the shapes below when it runs
+from executorch_tensorrt.blob import read_blob
+from executorch_tensorrt.runtime.named_data import InMemoryNamedData
+from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
+nd.X_SHAPE, nd.W_SHAPE = (2, 8192), (8192, 16384)
+
+def anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+
+w, b = nd.weights("float16")
+executor = OnnxRuntimeExecutor(read_blob(nd.named_blob(w, b, "float16")),
+                               InMemoryNamedData({nd.key_of(w.tobytes()): w}))
+x = np.random.default_rng(1).standard_normal(nd.X_SHAPE).astype(np.float32)
+before = anon()
+y = run(executor, x)
+y = run(executor, x)
+ref = x @ w.astype(np.float32) + b.astype(np.float32)
+print(json.dumps({"where_used": sorted(executor.weights.where_used), "kept": anon() - before,
+                  "cast_bytes": w.size * 4, "max_diff": float(np.abs(y - ref).max())}))
+"""
+
+
+def test_the_casts_of_weights_cast_where_used_are_not_kept_after_a_call():
+    env = {**os.environ, "EXECUTORCH_TENSORRT_ORT_UPCAST": "where-used"}
+    run = subprocess.run([sys.executable, "-c", CHILD, str(TESTS)], capture_output=True,
+                         text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    measured = json.loads(run.stdout.strip().splitlines()[-1])
+    assert measured["where_used"] == ["W"]
+    assert measured["max_diff"] < 1e-2  # fp32 products of the fp16 values
+    assert measured["kept"] < 0.25 * measured["cast_bytes"], measured
