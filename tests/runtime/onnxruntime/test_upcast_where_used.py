@@ -1,7 +1,8 @@
 """Cast where used (runtime/onnxruntime/upcast.py): bf16 weights read through
 a Cast on every call. A table only gathered from (a token embedding) is
 gathered in bf16 and only its rows are cast; any other weight is cast whole
-before its first use. Checked on the rewritten model onnxruntime runs."""
+before its first use. Each becomes a model input with no initializer, fed on
+every run. Checked on the rewritten model onnxruntime runs."""
 from __future__ import annotations
 
 import numpy as np
@@ -42,11 +43,16 @@ def test_a_gathered_table_is_cast_by_rows_and_other_weights_whole():
     assert users == {"E": ["Gather"], "W": ["Cast"]}  # the table is never cast whole
     gather = next(n for n in nodes if n.op_type == "Gather")
     assert [n.op_type for n in nodes if gather.output[0] in n.input] == ["Cast"]
-    assert {i.name for i in rewritten.graph.input} >= {"E", "W"}  # read as given, not folded
+    # Inputs fed on every run (OrtSession.run), no initializers: never folded or copied.
+    assert [i.name for i in rewritten.graph.input] == ["ids", "E", "W"]
+    assert not rewritten.graph.initializer
 
     session = ort.InferenceSession(rewritten.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     ids = np.array([3, 0, 49], dtype=np.int64)
-    (y,) = session.run(None, {"ids": ids})
+    fed = {name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+        (values.view(np.uint32) >> 16).astype(np.uint16), TensorProto.BFLOAT16)
+        for name, values in (("E", table), ("W", weight))}
+    (y,) = session.run(None, {"ids": ids, **fed})
     assert y.dtype == np.float32
     np.testing.assert_array_equal(y, table[ids] @ weight)  # exact: small multiples of 1/4

@@ -220,17 +220,20 @@ class OrtSession:
     """One onnxruntime session over a model held in memory; run() keeps the GIL."""
 
     def __init__(self, model: bytes, threads: OrtThreads = OrtThreads(),
-                 timings_prefix: str | None = None, configure=None):
-        """`configure(api, options)`, when given, adds to the session options
-        before the session is created (ort_named_weights.py feeds weights so);
-        whatever it hands onnxruntime must outlive this session. `threads`:
-        threads.py (the executor reads it from the environment)."""
+                 timings_prefix: str | None = None, weights=None):
+        """`weights` (named_weights.OrtNamedWeights), when given, adds its
+        initializers to the session options before the session is created,
+        and its `fed` (name, OrtValue) pairs are the model's last inputs, fed
+        on every run and hidden from `inputs`; what it hands onnxruntime must
+        outlive this session. `threads`: threads.py (the executor reads it
+        from the environment)."""
         self.api = api = OrtApi.get()
         self.session = None
+        fed = list(weights.fed) if weights is not None else []
         options = api._out(api.CreateSessionOptions, "CreateSessionOptions")
         try:
-            if configure is not None:
-                configure(api, options)
+            if weights is not None:
+                weights.configure(api, options)
             # Four onnxruntime 1.32 rewrites compute something other than the
             # Q/DQ graph TensorRT sees (docs/quantization.md): QDQ propagation
             # moves an FP8 QuantizeLinear above a Relu (+ Reshape);
@@ -269,6 +272,15 @@ class OrtSession:
         self._input_names = (c_char_p * len(self.inputs))(*(n.encode() for n, _, _ in self.inputs))
         self._output_names = (c_char_p * len(self.outputs))(
             *(n.encode() for n, _, _ in self.outputs))
+        fed_values = {name.decode(): value.value for name, value in fed}
+        last = [name for name, _, _ in self.inputs[len(self.inputs) - len(fed):]] if fed else []
+        if sorted(last) != sorted(fed_values):
+            self.close()
+            raise OrtError(f"the model's last inputs are {last}; the weights fed to it are "
+                           f"{sorted(fed_values)}")
+        self._fed = [fed_values[name] for name in last]  # in the model's input order
+        if fed:
+            self.inputs = self.inputs[:-len(fed)]
 
     def _describe(self, count_fn, name_fn, type_fn, what: str):
         """[(name, element type, dims with -1 for symbolic)] of the inputs or outputs."""
@@ -309,6 +321,8 @@ class OrtSession:
         if len(inputs) != len(self.inputs) or len(outputs) != len(self.outputs):
             raise OrtError(f"run() got {len(inputs)} inputs and {len(outputs)} outputs; the model "
                            f"has {len(self.inputs)} and {len(self.outputs)}")
+        if self._fed:
+            inputs = (c_void_p * (len(inputs) + len(self._fed)))(*inputs, *self._fed)
         self.api.check(self.api.Run(self.session, None, self._input_names, inputs, len(inputs),
                                     self._output_names, len(outputs), outputs), "Run")
 

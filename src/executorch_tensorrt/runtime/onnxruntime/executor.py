@@ -86,14 +86,13 @@ class OnnxRuntimeExecutor(Executor):
             OrtApi.get(), weights, upcast, where_used=where_used,
             movable=layout_movable(model, names) - where_used,
             packable=packable(model, names)) if weights else None
-        configure = self.weights.configure if self.weights else None
         # Per-node times only when asked (EXECUTORCH_TENSORRT_PROFILE_NODES=1).
-        self.node_timings = (OrtNodeTimings(model, configure) if profiling.nodes_requested()
+        self.node_timings = (OrtNodeTimings(model, self.weights) if profiling.nodes_requested()
                               else None)
         try:
             self.session = (self.node_timings.new_session() if self.node_timings
                             else OrtSession(model, threads=OrtThreads.from_environment(),
-                                            configure=configure))
+                                            weights=self.weights))
         except BaseException:
             if self.weights is not None:
                 self.weights.release()
@@ -134,7 +133,9 @@ class OnnxRuntimeExecutor(Executor):
         # the cache positions itself. Torch-TensorRT's TR02 in-place outputs:
         # (output index, input index) pairs, copied in Python, so no plan.
         self.aliases = aliased_pairs(blob, self.inputs, self.outputs)
-        self.publish_plans = native_plans_enabled() and not self.aliases
+        # Weights cast where used are fed on every run by OrtSession.run, which
+        # a native plan (user and state values only) would not do.
+        self.publish_plans = native_plans_enabled() and not self.aliases and not where_used
         self.plan: OrtRunPlan | None = None
         self.lasting_plan = self._lasting_plan()
 

@@ -38,9 +38,10 @@ the executor's session is built (release_onnxruntime_copies).
 
 fp16/bf16 weights of a partition that the fallback upcasts (upcast.py;
 onnxruntime's CPU kernels lack fp16) are converted into float32 arrays owned
-here, unless they are cast where used (upcast.cast_where_used): those are fed
-as they are, with AddInitializer (graph inputs, which onnxruntime's layout
-rewrites never touch).
+here, unless they are cast where used (upcast.cast_where_used): those are
+model inputs with no initializer, fed as they are on every run (`fed`,
+OrtSession.run): onnxruntime's layout rewrites never touch an input, and an
+input is not copied at session creation as AddExternalInitializers' are.
 """
 from __future__ import annotations
 
@@ -158,7 +159,16 @@ class OrtNamedWeights:
             self.release()
             raise
         self._names = (ctypes.c_char_p * len(weights))(*(w.name.encode() for w in weights))
-        self._array = (ctypes.c_void_p * len(weights))(*(v.value for v in self.values))
+        # Initializers of the session options (AddExternalInitializers copies
+        # each for the length of session creation, so weights cast where used,
+        # the ones too big for a second copy, are fed as inputs instead: `fed`).
+        given = [(n, v.value) for n, v in zip(self._names, self.values)
+                 if n.decode() not in where_used]
+        self._given_names = (ctypes.c_char_p * len(given))(*(n for n, _ in given))
+        self._given = (ctypes.c_void_p * len(given))(*(v for _, v in given))
+        #: (name, OrtValue) of the weights cast where used: the model's last
+        #: inputs (upcast.upcast_to_fp32), which OrtSession feeds on every run.
+        self.fed = [(n, v) for n, v in zip(self._names, self.values) if n.decode() in where_used]
 
     def _value(self, w: WeightBuffer, upcast: bool) -> ctypes.c_void_p:
         if w.dtype == FP4_DTYPE:  # its values as float16 (fp4.py rewrites after any upcast)
@@ -206,12 +216,12 @@ class OrtNamedWeights:
             api.check(api.DisableCpuMemArena(options), "DisableCpuMemArena")
             api.check(api.DisableMemPattern(options), "DisableMemPattern")
         for name, value in zip(self._names, self.values):
-            if name.decode() in self.movable:
-                continue  # AddExternalInitializers alone: onnxruntime's own copy
+            if name.decode() in self.movable or name.decode() in self.where_used:
+                continue  # AddExternalInitializers alone: onnxruntime's own copy; or fed
             api.check(api.AddInitializer(options, name, value), f"AddInitializer({name!r})")
-        if self.values:
-            api.check(api.AddExternalInitializers(options, self._names, self._array,
-                                                  len(self.values)), "AddExternalInitializers")
+        if len(self._given):
+            api.check(api.AddExternalInitializers(options, self._given_names, self._given,
+                                                  len(self._given)), "AddExternalInitializers")
 
     def release(self) -> None:
         """After every session made with these values is released."""

@@ -24,15 +24,15 @@ _KERNEL_SUFFIX = "_kernel_time"
 class OrtNodeTimings:
     """Creates profiling sessions of one model and reads their node events."""
 
-    def __init__(self, model: bytes, configure=None):
+    def __init__(self, model: bytes, weights=None):
         self.model = model
-        self.configure = configure  # OrtSession's hook (named-data weights)
+        self.weights = weights  # OrtSession's (named-data weights)
         self.directory = tempfile.mkdtemp(prefix="executorch_tensorrt_ort_profile_")
 
     def new_session(self) -> OrtSession:
         return OrtSession(self.model, threads=OrtThreads.from_environment(),
                           timings_prefix=os.path.join(self.directory, "call"),
-                          configure=self.configure)
+                          weights=self.weights)
 
     def last_run_nodes(self, session: OrtSession, run_start_ns: int) -> list[tuple[str, int, int]]:
         """(node name, start, end) of the session's last run, in the caller's

@@ -10,10 +10,10 @@ The named-data weights go to fp32 one of two ways (`cast_where_used`):
 - upcast once: an fp32 copy made when the session is built (named_weights.py),
   the fastest per call, at twice a bf16 model's weight memory;
 - cast where used: the weight stays the named data's own reduced bytes, a
-  graph input with that initializer (so onnxruntime neither constant-folds
-  the Cast into an fp32 copy nor re-lays the weight out, and takes it without
-  copying), and a Cast before its first use makes the fp32 values on every
-  call, freed after their last use. Per call it costs the casts; in memory,
+  graph input fed on every run (so onnxruntime neither constant-folds the
+  Cast into an fp32 copy nor re-lays the weight out, and never copies it, not
+  even while the session is created), and a Cast before its first use makes
+  the fp32 values on every call, freed after their last use. Per call it costs the casts; in memory,
   the weights once plus the largest casts alive together. For models whose
   fp32 copy would not fit (an 8B bf16 LLM's is 32 GB).
 """
@@ -56,11 +56,14 @@ def cast_where_used(weights: Iterable) -> frozenset[str]:
 
 
 def _cast_where_used(graph: onnx.GraphProto, names: frozenset[str]) -> None:
-    """Each weight in `names` becomes a graph input over its own initializer,
+    """Each weight in `names` becomes a graph input (its initializer goes),
     read through a Cast to fp32 placed before its first use; a table only
     gathered from (a token embedding) is gathered in its own dtype and the
     rows cast, so no fp32 copy of the whole table is made."""
-    weights = [t for t in graph.initializer if t.name in names]
+    weights = [(t.name, t.data_type, list(t.dims)) for t in graph.initializer if t.name in names]
+    kept = [t for t in graph.initializer if t.name not in names]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
     first_use: dict[str, int] = {}
     users: dict[str, list[int]] = {}
     for i, node in enumerate(graph.node):
@@ -69,22 +72,22 @@ def _cast_where_used(graph: onnx.GraphProto, names: frozenset[str]) -> None:
             users.setdefault(name, []).append(i)
     before: dict[int, list[onnx.NodeProto]] = {}  # node index -> casts placed before it
     after: dict[int, list[onnx.NodeProto]] = {}   # node index -> casts placed after it
-    for t in weights:
-        graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
-        uses = users.get(t.name, [])
-        if uses and all(graph.node[i].op_type == "Gather" and graph.node[i].input[0] == t.name
-                        and list(graph.node[i].input).count(t.name) == 1 for i in uses):
+    for name, data_type, dims in weights:
+        graph.input.append(onnx.helper.make_tensor_value_info(name, data_type, dims))
+        uses = users.get(name, [])
+        if uses and all(graph.node[i].op_type == "Gather" and graph.node[i].input[0] == name
+                        and list(graph.node[i].input).count(name) == 1 for i in uses):
             for i in uses:
                 node = graph.node[i]
-                rows = node.output[0] + "__" + t.name + "_rows"
+                rows = node.output[0] + "__" + name + "_rows"
                 after.setdefault(i, []).append(onnx.helper.make_node(
                     "Cast", [rows], [node.output[0]], to=TensorProto.FLOAT))
                 node.output[0] = rows
             continue
-        inner = t.name + "__fp32"
-        _rename_uses(graph, t.name, inner)
-        cast = onnx.helper.make_node("Cast", [t.name], [inner], to=TensorProto.FLOAT)
-        before.setdefault(first_use.get(t.name, len(graph.node)), []).append(cast)
+        inner = name + "__fp32"
+        _rename_uses(graph, name, inner)
+        cast = onnx.helper.make_node("Cast", [name], [inner], to=TensorProto.FLOAT)
+        before.setdefault(first_use.get(name, len(graph.node)), []).append(cast)
     nodes = []
     for i, node in enumerate(list(graph.node) + [None]):
         nodes.extend(before.get(i, ()))
