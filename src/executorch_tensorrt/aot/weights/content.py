@@ -26,6 +26,9 @@ from ..torch_dtypes import BLOB_NAME_OF_TORCH
 INLINE_LIMIT = 1024
 KEY_PREFIX = "etrt."
 _CHUNK = 16 << 20
+# Blocks a non-contiguous weight is made contiguous in (byte_chunks): at 16 MiB,
+# glibc's growing mmap threshold kept about 130 MB of freed blocks resident.
+_COPY_CHUNK = 4 << 20
 
 
 
@@ -48,6 +51,28 @@ class Weight:
             return t.contiguous().reshape(-1).view(torch.uint8).numpy()
         return np.ascontiguousarray(v).reshape(-1).view(np.uint8)
 
+    def byte_chunks(self):
+        """The bytes in order as flat uint8 arrays: _CHUNK-byte views where the
+        tensor is contiguous; else blocks of its first axis (about _COPY_CHUNK
+        bytes) made contiguous one at a time, never the whole (the exporter's
+        transposed head of a 128k vocabulary is a 1 GB view in bf16)."""
+        v = self.value
+        if isinstance(v, torch.Tensor):
+            v = v.detach()
+            contiguous = v.is_contiguous()
+        else:
+            v = np.asarray(v)
+            contiguous = v.flags.c_contiguous
+        if contiguous or v.ndim < 2 or v.shape[0] == 0:
+            view = self.byte_view()
+            for start in range(0, view.nbytes, _CHUNK):
+                yield view[start:start + _CHUNK]
+            return
+        row_bytes = max(1, self.nbytes // v.shape[0])
+        rows = max(1, _COPY_CHUNK // row_bytes)
+        for start in range(0, v.shape[0], rows):
+            yield Weight(self.name, v[start:start + rows], self.dtype, (), 0).byte_view()
+
 
 def dtype_name(value: Any) -> str:
     if isinstance(value, torch.Tensor):
@@ -62,16 +87,15 @@ def dtype_name(value: Any) -> str:
 
 def write_hashed(weight: Weight, directory: str | None = None) -> tuple[str, str]:
     """Writes the weight's bytes to a new temp file, hashing them on the way.
-    Returns (path, sha256 hex). Reads the tensor in chunks: no second copy."""
-    view = weight.byte_view()
+    Returns (path, sha256 hex). Reads the tensor in chunks: no second copy,
+    not even of a non-contiguous one (Weight.byte_chunks)."""
     h = hashlib.sha256()
     fd, path = tempfile.mkstemp(prefix="etrt-weight-", suffix=".bin", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            for start in range(0, view.nbytes, _CHUNK):
-                chunk = memoryview(view[start:start + _CHUNK])
-                h.update(chunk)
-                f.write(chunk)
+            for chunk in weight.byte_chunks():
+                h.update(memoryview(chunk))
+                f.write(memoryview(chunk))
     except BaseException:
         os.unlink(path)
         raise
@@ -123,9 +147,8 @@ def digest(weight: Weight) -> str:
         if hit is not None and hit[0]() is tensor and hit[1] == tensor._version:
             return hit[2]
     h = hashlib.sha256()
-    view = weight.byte_view()
-    for start in range(0, view.nbytes, _CHUNK):
-        h.update(memoryview(view[start:start + _CHUNK]))
+    for chunk in weight.byte_chunks():
+        h.update(memoryview(chunk))
     result = h.hexdigest()
     if tensor is not None:
         with _digests_lock:
