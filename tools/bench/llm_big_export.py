@@ -5,19 +5,23 @@ and the first token against eager's (issue #24's last goal row).
         [--max-seq-len 16] [--max-context-len 64]
 
 A Llama-3-8B config (hidden 4096, intermediate 14336, 32 heads, 8 KV heads,
-vocabulary 128,256, untied head; random weights, made in bf16, nothing
-downloaded) with `--layers` decoder layers goes through the documented
-command, `executorch-tensorrt llm-export --dtype bfloat16 --external-weights`,
-run as a child of this script. Every 0.25 s the script reads the resident
-memory (/proc/PID/status: VmRSS, RssAnon, RssFile) of the export process and
-of each process under it (the run check's child), and stamps each line the
-export prints with the time and the memory then. At the end: each process's
-peak, the peak of their sum, both against the weights' bytes, the phase of
-each peak, and the run check's line (largest |diff| and top-1 rows: the
-token eager picks after each prompt position, the last one being the first
-generated token). RssFile is the .ptd's mapped pages, which the kernel can drop
-and read again; RssAnon is memory that cannot be. Not a unit test: the 32-layer
-run writes 16 GB and takes several minutes.
+vocabulary 128,256, untied head) with `--layers` decoder layers. First a
+checkpoint folder as a user has one: config.json and bf16 safetensors shards
+of random weights (normal, std 0.02; norms 1), written shard by shard by this
+script (nothing downloaded, never the whole model in memory). Then the
+documented command, `executorch-tensorrt llm-export --model DIR --dtype
+bfloat16 --external-weights`, as a child of this script: transformers maps
+the shards and the export reads them from there. Every 0.25 s the script
+reads the resident memory (/proc/PID/status: VmRSS, RssAnon, RssFile) of the
+export process and of each process under it (the run check's child), and
+stamps each line the export prints with the time and the memory then. At the
+end: each process's peak, the peak of their sum, both against the weights'
+bytes, the phase of each peak, and the run check's line (largest |diff| and
+top-1 rows: the token eager picks after each prompt position, the last one
+being the first generated token). RssFile is mapped file pages (the
+checkpoint's in the export, the .ptd's in the check), which the kernel can
+drop and read again; RssAnon is memory that cannot be. Not a unit test: the
+32-layer run writes 32 GB and takes several minutes.
 """
 from __future__ import annotations
 
@@ -45,6 +49,46 @@ def weight_bytes(layers: int) -> int:
     kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
     layer = h * h * 2 + h * kv * 2 + 3 * h * i + 2 * h
     return 2 * (2 * v * h + layers * layer + h)
+
+
+def write_checkpoint(folder: Path, layers: int, seed: int = 0,
+                     shard_bytes: int = 2 << 30) -> None:
+    """config.json + bf16 safetensors shards (+ their index) of random weights,
+    one shard in memory at a time: the layout transformers' save_pretrained
+    writes and from_pretrained maps."""
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+
+    config = transformers.AutoConfig.for_model(
+        **{**LLAMA3_8B, "num_hidden_layers": layers, "dtype": "bfloat16"})
+    with torch.device("meta"):
+        shapes = {name: tuple(t.shape) for name, t in transformers.AutoModelForCausalLM
+                  .from_config(config).state_dict().items()}
+    generator = torch.Generator().manual_seed(seed)
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name, shape in shapes.items():
+        nbytes = 2 * int(torch.Size(shape).numel())
+        if shards[-1] and size + nbytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += nbytes
+    weight_map = {}
+    for i, names in enumerate(shards):
+        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        tensors = {}
+        for name in names:
+            t = torch.empty(shapes[name], dtype=torch.bfloat16)
+            tensors[name] = t.fill_(1.0) if t.dim() == 1 else t.normal_(0.0, 0.02,
+                                                                          generator=generator)
+            weight_map[name] = file
+        save_file(tensors, str(folder / file), metadata={"format": "pt"})
+        print(f"  wrote {file} ({len(names)} tensors)", flush=True)
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": weight_bytes(layers)}, "weight_map": weight_map}))
+    config.save_pretrained(str(folder))
 
 
 def _status(pid: int) -> dict[str, int]:
@@ -105,12 +149,16 @@ def main() -> None:
     args = ap.parse_args()
     folder = Path(args.folder)
     folder.mkdir(parents=True, exist_ok=True)
-    config = folder / "config.json"
-    config.write_text(json.dumps({**LLAMA3_8B, "num_hidden_layers": args.layers}))
+    checkpoint = folder / "checkpoint"
+    checkpoint.mkdir(exist_ok=True)
+    t0 = time.monotonic()
+    print(f"writing a random bf16 checkpoint to {checkpoint}...", flush=True)
+    write_checkpoint(checkpoint, args.layers)
+    print(f"  {time.monotonic() - t0:.0f} s", flush=True)
     pte = folder / "model.pte"
     weights = weight_bytes(args.layers)
     cli = Path(sys.executable).with_name("executorch-tensorrt")
-    cmd = [str(cli), "llm-export", "--config", str(config), "--max-seq-len",
+    cmd = [str(cli), "llm-export", "--model", str(checkpoint), "--max-seq-len",
            str(args.max_seq_len), "--max-context-len", str(args.max_context_len),
            "--dtype", "bfloat16", "--external-weights", str(pte)]
     print(f"{args.layers} layers, {weights / 1e9:.2f} GB of bf16 weights; load "

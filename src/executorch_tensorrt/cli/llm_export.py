@@ -26,7 +26,12 @@ def _model(args):
                                     "transformers model; nothing is downloaded)")
         from transformers import AutoModelForCausalLM
 
-        return AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True)
+        from ..llm.exporter import DTYPES
+
+        # Loaded in the export's dtype: a checkpoint stored in it is mapped,
+        # not copied (nor converted after a float32 load).
+        return AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True,
+                                                    dtype=DTYPES.get(args.dtype))
     text = args.config
     if not text.lstrip().startswith("{"):
         path = Path(text)

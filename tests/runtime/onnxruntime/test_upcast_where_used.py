@@ -56,3 +56,32 @@ def test_a_gathered_table_is_cast_by_rows_and_other_weights_whole():
     (y,) = session.run(None, {"ids": ids, **fed})
     assert y.dtype == np.float32
     np.testing.assert_array_equal(y, table[ids] @ weight)  # exact: small multiples of 1/4
+
+
+def test_a_big_matmul_weight_is_cast_and_multiplied_in_column_blocks(monkeypatch):
+    """Over CAST_BLOCK_BYTES of fp32 a MatMul weight is cast one column block
+    at a time (an 8B-shaped head: 17 blocks instead of one 2.1 GB cast)."""
+    from executorch_tensorrt.runtime.onnxruntime import upcast
+
+    cols = 10
+    monkeypatch.setattr(upcast, "CAST_BLOCK_BYTES", DIM * 4 * 3)  # 3 columns a block
+    rng = np.random.default_rng(1)
+    weight = rng.integers(-8, 8, (DIM, cols)).astype(np.float32) / 4
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, DIM])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, cols])],
+        [_bf16("W", weight)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rewritten = onnx.load_model_from_string(upcast_to_fp32(model.SerializeToString(),
+                                                           where_used=frozenset({"W"})))
+    nodes = list(rewritten.graph.node)
+    assert [n.op_type for n in nodes if "W" in n.input] == ["Slice"] * 4  # 3 + 3 + 3 + 1
+    assert [n.op_type for n in nodes] == ["Slice", "Cast", "MatMul"] * 4 + ["Concat"]
+    session = ort.InferenceSession(rewritten.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    x = rng.integers(-8, 8, (2, 3, DIM)).astype(np.float32) / 4
+    w = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+        (weight.view(np.uint32) >> 16).astype(np.uint16), TensorProto.BFLOAT16)
+    (y,) = session.run(None, {"x": x, "W": w})
+    np.testing.assert_array_equal(y, x @ weight)

@@ -35,6 +35,10 @@ UPCAST_ENV = "EXECUTORCH_TENSORRT_ORT_UPCAST"
 #: With UPCAST_ENV unset, a partition's fp16/bf16 named-data weights are upcast
 #: once when their fp32 copy is at most this, and cast where used above it.
 UPCAST_COPY_LIMIT = 1 << 30
+#: Under cast-where-used, a MatMul weight whose fp32 cast would pass this is
+#: cast and multiplied in column blocks of at most this many fp32 bytes (an
+#: 8B-shaped LLM head: 2.1 GB in fp32, so 17 blocks).
+CAST_BLOCK_BYTES = 128 << 20
 
 
 def cast_where_used(weights: Iterable) -> frozenset[str]:
@@ -72,6 +76,7 @@ def _cast_where_used(graph: onnx.GraphProto, names: frozenset[str]) -> None:
             users.setdefault(name, []).append(i)
     before: dict[int, list[onnx.NodeProto]] = {}  # node index -> casts placed before it
     after: dict[int, list[onnx.NodeProto]] = {}   # node index -> casts placed after it
+    replaced: dict[int, list[onnx.NodeProto]] = {}  # node index -> the nodes instead
     for name, data_type, dims in weights:
         graph.input.append(onnx.helper.make_tensor_value_info(name, data_type, dims))
         uses = users.get(name, [])
@@ -84,6 +89,13 @@ def _cast_where_used(graph: onnx.GraphProto, names: frozenset[str]) -> None:
                     "Cast", [rows], [node.output[0]], to=TensorProto.FLOAT))
                 node.output[0] = rows
             continue
+        if uses and len(dims) == 2 and math.prod(dims) * 4 > CAST_BLOCK_BYTES and all(
+                graph.node[i].op_type == "MatMul" and graph.node[i].input[0] != name and
+                list(graph.node[i].input) == [
+                    graph.node[i].input[0], name] for i in uses):
+            for i in uses:
+                replaced[i] = _matmul_in_column_blocks(graph, graph.node[i], name, dims)
+            continue
         inner = name + "__fp32"
         _rename_uses(graph, name, inner)
         cast = onnx.helper.make_node("Cast", [name], [inner], to=TensorProto.FLOAT)
@@ -92,10 +104,36 @@ def _cast_where_used(graph: onnx.GraphProto, names: frozenset[str]) -> None:
     for i, node in enumerate(list(graph.node) + [None]):
         nodes.extend(before.get(i, ()))
         if node is not None:
-            nodes.append(node)
+            nodes.extend(replaced.get(i, [node]))
             nodes.extend(after.get(i, ()))
     del graph.node[:]
     graph.node.extend(nodes)
+
+
+def _matmul_in_column_blocks(graph: onnx.GraphProto, node: onnx.NodeProto, name: str,
+                             dims: list[int]) -> list[onnx.NodeProto]:
+    """`node` = MatMul(a, name) as Slice -> Cast -> MatMul per block of the
+    weight's columns, then Concat on the last axis: only one block's casts
+    are alive at a time (onnxruntime's arena is off for these sessions)."""
+    rows, cols = dims
+    step = max(1, CAST_BLOCK_BYTES // (4 * max(rows, 1)))
+    out = node.output[0]
+    axes = f"{out}__{name}_axes"
+    graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), axes))
+    nodes, parts = [], []
+    for j, start in enumerate(range(0, cols, step)):
+        block = f"{out}__{name}_block{j}"
+        bounds = [numpy_helper.from_array(np.array([v], np.int64), f"{block}_{what}")
+                  for what, v in (("start", start), ("end", min(start + step, cols)))]
+        graph.initializer.extend(bounds)
+        nodes += [onnx.helper.make_node("Slice", [name, bounds[0].name, bounds[1].name, axes],
+                                        [block]),
+                  onnx.helper.make_node("Cast", [block], [block + "_fp32"], to=TensorProto.FLOAT),
+                  onnx.helper.make_node("MatMul", [node.input[0], block + "_fp32"],
+                                        [block + "_out"])]
+        parts.append(block + "_out")
+    nodes.append(onnx.helper.make_node("Concat", parts, [out], axis=-1))
+    return nodes
 
 
 def _upcast_tensor(t: TensorProto, keep: frozenset[str] = frozenset()) -> None:
