@@ -325,7 +325,7 @@ def test_a_bfloat16_program_with_its_weights_cast_where_used_decodes_the_same(
     weight read in place and cast where used. Same tokens as computing on the
     bf16 weights in fp32, and not one weight byte copied."""
     from executorch_tensorrt.runtime import callbacks
-    from executorch_tensorrt.runtime.onnxruntime.upcast import UPCAST_ENV
+    from executorch_tensorrt.runtime.onnxruntime.where_used import UPCAST_ENV
 
     monkeypatch.setenv(UPCAST_ENV, "where-used")
     pte, _ = llama_bf16

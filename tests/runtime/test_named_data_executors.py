@@ -25,7 +25,8 @@ from executorch_tensorrt.runtime.tensorrt.refit import refit_engine
 from executorch_tensorrt.runtime.choose import create_executor
 from executorch_tensorrt.runtime.named_data import InMemoryNamedData, blob_weights
 from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
-from executorch_tensorrt.runtime.onnxruntime import named_weights, upcast
+from executorch_tensorrt.runtime.onnxruntime import named_weights
+from executorch_tensorrt.runtime.onnxruntime import where_used
 from executorch_tensorrt.runtime.onnxruntime.named_weights import PREPACK_ENV
 from executorch_tensorrt.tensorrt.flavor import load_tensorrt
 from executorch_tensorrt.tensorrt.engine_builder import build_engine
@@ -130,7 +131,7 @@ def test_a_bad_prepacking_choice_is_refused(monkeypatch):
 
 
 def test_fp16_weights_are_upcast_into_owned_arrays(monkeypatch):
-    monkeypatch.delenv(upcast.UPCAST_ENV, raising=False)
+    monkeypatch.delenv(where_used.UPCAST_ENV, raising=False)
     blob, named, backing, b = fallback("float16")
     executor = OnnxRuntimeExecutor(blob, named)
     assert executor.weights.copied_bytes == backing.size * 4  # the upcast copy, fp32
@@ -144,9 +145,9 @@ def test_fp16_weights_cast_where_used_are_read_in_place(monkeypatch, env, limit)
     """Cast where used (by choice, or over UPCAST_COPY_LIMIT): no upcast copy,
     and onnxruntime neither folds the Cast into an fp32 copy nor copies the
     weight: a change of the named data after the session exists is seen."""
-    monkeypatch.setenv(upcast.UPCAST_ENV, env)
+    monkeypatch.setenv(where_used.UPCAST_ENV, env)
     if limit is not None:
-        monkeypatch.setattr(upcast, "UPCAST_COPY_LIMIT", limit)
+        monkeypatch.setattr(where_used, "UPCAST_COPY_LIMIT", limit)
     blob, named, backing, b = fallback("float16")
     executor = OnnxRuntimeExecutor(blob, named)
     assert executor.weights.copied_bytes == 0 and executor.weights.where_used == {"W"}
@@ -158,9 +159,10 @@ def test_fp16_weights_cast_where_used_are_read_in_place(monkeypatch, env, limit)
 
 
 def test_a_bad_upcast_choice_is_refused(monkeypatch):
-    monkeypatch.setenv(upcast.UPCAST_ENV, "later")
+    monkeypatch.setenv(where_used.UPCAST_ENV, "later")
     blob, named, _, _ = fallback("float16")
-    with pytest.raises(ArgumentError, match=f"{upcast.UPCAST_ENV}='later' is not an upcast"):
+    with pytest.raises(ArgumentError,
+                       match=f"{where_used.UPCAST_ENV}='later' is not an upcast"):
         OnnxRuntimeExecutor(blob, named)
 
 

@@ -1,8 +1,10 @@
-"""Cast where used (runtime/onnxruntime/upcast.py): bf16 weights read through
-a Cast on every call. A table only gathered from (a token embedding) is
-gathered in bf16 and only its rows are cast; any other weight is cast whole
-before its first use. Each becomes a model input with no initializer, fed on
-every run. Checked on the rewritten model onnxruntime runs."""
+"""Cast where used (runtime/onnxruntime/where_used.py): bf16 weights read
+through a Cast on every call. A table only gathered from (a token embedding)
+is gathered in bf16 and only its rows are cast; any other weight is cast
+whole before its first use, or in column blocks when big; each read waits
+for the value computed before it. Each weight becomes a model input with no
+initializer, fed on every run. Checked on the rewritten model onnxruntime
+runs."""
 from __future__ import annotations
 
 import numpy as np
@@ -40,12 +42,15 @@ def test_a_gathered_table_is_cast_by_rows_and_other_weights_whole():
                                                            where_used=frozenset({"E", "W"})))
     nodes = list(rewritten.graph.node)
     users = {name: [n.op_type for n in nodes if name in n.input] for name in ("E", "W")}
-    assert users == {"E": ["Gather"], "W": ["Cast"]}  # the table is never cast whole
+    assert users == {"E": ["Gather"], "W": ["Reshape"]}  # the table is never cast whole
+    gate = next(n for n in nodes if n.op_type == "Reshape")  # W read once "h" exists
+    assert [n.op_type for n in nodes if gate.output[0] in n.input] == ["Cast"]
+    assert next(n for n in nodes if n.op_type == "ReduceMin").input[0] == "h"
     gather = next(n for n in nodes if n.op_type == "Gather")
     assert [n.op_type for n in nodes if gather.output[0] in n.input] == ["Cast"]
     # Inputs fed on every run (OrtSession.run), no initializers: never folded or copied.
     assert [i.name for i in rewritten.graph.input] == ["ids", "E", "W"]
-    assert not rewritten.graph.initializer
+    assert not {"E", "W"} & {t.name for t in rewritten.graph.initializer}
 
     session = ort.InferenceSession(rewritten.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
@@ -61,10 +66,10 @@ def test_a_gathered_table_is_cast_by_rows_and_other_weights_whole():
 def test_a_big_matmul_weight_is_cast_and_multiplied_in_column_blocks(monkeypatch):
     """Over CAST_BLOCK_BYTES of fp32 a MatMul weight is cast one column block
     at a time (an 8B-shaped head: 17 blocks instead of one 2.1 GB cast)."""
-    from executorch_tensorrt.runtime.onnxruntime import upcast
+    from executorch_tensorrt.runtime.onnxruntime import where_used
 
     cols = 10
-    monkeypatch.setattr(upcast, "CAST_BLOCK_BYTES", DIM * 4 * 3)  # 3 columns a block
+    monkeypatch.setattr(where_used, "CAST_BLOCK_BYTES", DIM * 4 * 3)  # 3 columns a block
     rng = np.random.default_rng(1)
     weight = rng.integers(-8, 8, (DIM, cols)).astype(np.float32) / 4
     graph = helper.make_graph(
@@ -76,8 +81,15 @@ def test_a_big_matmul_weight_is_cast_and_multiplied_in_column_blocks(monkeypatch
     rewritten = onnx.load_model_from_string(upcast_to_fp32(model.SerializeToString(),
                                                            where_used=frozenset({"W"})))
     nodes = list(rewritten.graph.node)
-    assert [n.op_type for n in nodes if "W" in n.input] == ["Slice"] * 4  # 3 + 3 + 3 + 1
-    assert [n.op_type for n in nodes] == ["Slice", "Cast", "MatMul"] * 4 + ["Concat"]
+    block, gate = ["Slice", "Cast", "MatMul"], ["ReduceMin", "IsNaN", "Cast", "Mul", "Add",
+                                                 "Reshape"]
+    # 3 + 3 + 3 + 1 columns; the first block reads "x", a model input: no gate.
+    assert [n.op_type for n in nodes] == block + (gate + block) * 3 + ["Concat"]
+    assert [n.op_type for n in nodes if "W" in n.input] == ["Slice"] + ["Reshape"] * 3
+    # Block j's slice waits for block j-1's product.
+    waits = [n.input[0] for n in nodes if n.op_type == "ReduceMin"]
+    products = [n.output[0] for n in nodes if n.op_type == "MatMul"]
+    assert waits == products[:-1]
     session = ort.InferenceSession(rewritten.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     x = rng.integers(-8, 8, (2, 3, DIM)).astype(np.float32) / 4

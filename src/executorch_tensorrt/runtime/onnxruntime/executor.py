@@ -29,7 +29,8 @@ from ..executor import Executor, native_plans_enabled
 from ..input_checks import InputChecks
 from ..native_plan import OrtRunPlan, binding_args, binding_bounds, signature_key
 from ..onnx_safety import self_contained_onnx
-from .upcast import cast_where_used, has_bfloat16, upcast_to_fp32
+from .upcast import has_bfloat16, upcast_to_fp32
+from .where_used import cast_where_used
 from .fp4 import fp4_as_float16
 from ..named_data import NamedData, blob_weights
 from .capi import OrtApi, OrtSession

@@ -38,7 +38,7 @@ the executor's session is built (release_onnxruntime_copies).
 
 fp16/bf16 weights of a partition that the fallback upcasts (upcast.py;
 onnxruntime's CPU kernels lack fp16) are converted into float32 arrays owned
-here, unless they are cast where used (upcast.cast_where_used): those are
+here, unless they are cast where used (where_used.py): those are
 model inputs with no initializer, fed as they are on every run (`fed`,
 OrtSession.run): onnxruntime's layout rewrites never touch an input, and an
 input is not copied at session creation as AddExternalInitializers' are.
