@@ -18,7 +18,10 @@ stamps each line the export prints with the time and the memory then. At the
 end: each process's peak, the peak of their sum, both against the weights'
 bytes, the phase of each peak, and the run check's line (largest |diff| and
 top-1 rows: the token eager picks after each prompt position, the last one
-being the first generated token). RssFile is mapped file pages (the
+being the first generated token). Then, in a fresh process, the program's
+logits on those inputs against eager PyTorch on the same checkpoint in bf16
+and in fp32 (each module's weights cast as it runs: no fp32 copy), since the
+CPU fallback computes bf16 programs in fp32. RssFile is mapped file pages (the
 checkpoint's in the export, the .ptd's in the check), which the kernel can
 drop and read again; RssAnon is memory that cannot be. Not a unit test: the
 32-layer run writes 32 GB and takes several minutes.
@@ -91,6 +94,74 @@ def write_checkpoint(folder: Path, layers: int, seed: int = 0,
     config.save_pretrained(str(folder))
 
 
+class _Float32Compute:
+    """Makes a bf16 model compute in fp32 without an fp32 copy of it: each
+    module's own parameters are cast just before it runs and put back after
+    (the mapped bf16 tensors themselves, so nothing stays)."""
+
+    def __init__(self, model):
+        self.saved: dict[int, list] = {}
+        self.handles = []
+        for module in model.modules():
+            if any(True for _ in module.parameters(recurse=False)):
+                self.handles += [module.register_forward_pre_hook(self._cast),
+                                 module.register_forward_hook(self._restore)]
+
+    def _cast(self, module, args):
+        params = list(module.parameters(recurse=False))
+        self.saved[id(module)] = [p.data for p in params]
+        for p in params:
+            p.data = p.data.float()
+
+    def _restore(self, module, args, output):
+        for p, data in zip(module.parameters(recurse=False), self.saved.pop(id(module))):
+            p.data = data
+
+
+def compare_first_token(folder: Path, max_seq_len: int, max_context_len: int) -> None:
+    """The written program's logits on the run check's inputs (the CPU
+    fallback: fp32 compute over the bf16 weights) against eager PyTorch on
+    the same checkpoint computing in bf16 and in fp32: largest |diff| and the
+    top-1 token of each row (the last row's is the first generated token)."""
+    import gc
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from executorch_tensorrt.aot.run_check import load_program
+    from executorch_tensorrt.examples.llm import hf_example_inputs
+    from executorch_tensorrt.llm.exporter import eager_decoder
+
+    inputs = hf_example_inputs(max_seq_len)
+    os.environ.setdefault("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
+    program = load_program(folder / "model.pte", folder / "model.ptd")
+    logits = {"program": program.load_method("forward")(list(inputs))[0].float()}
+    del program
+    gc.collect()
+    model = AutoModelForCausalLM.from_pretrained(str(folder / "checkpoint"),
+                                                 local_files_only=True, dtype=torch.bfloat16)
+    with torch.no_grad():
+        logits["eager bf16"] = eager_decoder(model, max_context_len)(*inputs).float()
+        hooks = _Float32Compute(model)
+        cls = type(model)  # transformers' wrapper makes its cache in model.dtype: fp32 here
+        cls.dtype = property(lambda self: torch.float32)
+        try:
+            decoder = eager_decoder(model, max_context_len)
+        finally:
+            del cls.dtype  # the inherited property again
+        logits["eager fp32"] = decoder(*inputs).float()
+        for h in hooks.handles:
+            h.remove()
+    for a, b in (("program", "eager bf16"), ("program", "eager fp32"),
+                 ("eager bf16", "eager fp32")):
+        print(f"  {a} vs {b}: largest |diff| {(logits[a] - logits[b]).abs().max():.4f}")
+    for name, value in logits.items():
+        print(f"  top-1 per row, {name}: {value.argmax(-1).flatten().tolist()}")
+    top2 = logits["eager fp32"].topk(2, dim=-1).values.flatten(0, -2)
+    print("  eager fp32's top-2 gap per row: "
+          + ", ".join(f"{g:.3f}" for g in (top2[:, 0] - top2[:, 1]).tolist()), flush=True)
+
+
 def _status(pid: int) -> dict[str, int]:
     out = {}
     try:
@@ -146,8 +217,13 @@ def main() -> None:
     ap.add_argument("--folder", default="/tmp/llm_big_export")
     ap.add_argument("--max-seq-len", type=int, default=16)
     ap.add_argument("--max-context-len", type=int, default=64)
+    ap.add_argument("--compare-only", action="store_true",
+                    help="only compare the program already in --folder with eager")
     args = ap.parse_args()
     folder = Path(args.folder)
+    if args.compare_only:
+        compare_first_token(folder, args.max_seq_len, args.max_context_len)
+        return
     folder.mkdir(parents=True, exist_ok=True)
     checkpoint = folder / "checkpoint"
     checkpoint.mkdir(exist_ok=True)
@@ -196,6 +272,12 @@ def main() -> None:
           f"anonymous {peaks.total_anon / 1e9:.2f} GB ({peaks.total_anon / weights:.2f}x); "
           f"at: {peaks.total_phase}")
     print("  run check: " + ("; ".join(check_lines) or "no line"))
+    if pte.exists():  # written even when the run check fails
+        print("first token, in a fresh process (the program, then eager bf16 and fp32):",
+              flush=True)
+        subprocess.run([sys.executable, __file__, "--compare-only", "--folder", str(folder),
+                        "--max-seq-len", str(args.max_seq_len), "--max-context-len",
+                        str(args.max_context_len)], check=False)
     sys.exit(rc)
 
 
