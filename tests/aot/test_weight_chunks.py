@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,25 +45,23 @@ def test_a_non_contiguous_weight_is_written_as_its_contiguous_bytes(make, tmp_pa
 
 
 CHILD = r"""
-import json, torch
+import json, sys, torch
+sys.path.insert(0, sys.argv[2])
+from proc_status import reset_peak, status
 from executorch_tensorrt.aot.weights.content import Weight, write_hashed
 w = torch.ones(16384, 8192, dtype=torch.bfloat16)  # 256 MiB
 view = w.T
-def status(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
 before = status("VmRSS")
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
-write_hashed(Weight("w", view, "bfloat16", tuple(view.shape), w.numel() * 2), __import__("sys").argv[1])
+reset_peak()
+write_hashed(Weight("w", view, "bfloat16", tuple(view.shape), w.numel() * 2), sys.argv[1])
 print(json.dumps({"growth": status("VmHWM") - before, "nbytes": w.numel() * 2}))
 """
 
 
 def test_writing_a_transposed_weight_does_not_copy_it_whole(tmp_path):
-    run = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], capture_output=True,
-                         text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path),
+                          str(Path(__file__).resolve().parents[1])],
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     measured = json.loads(run.stdout.strip().splitlines()[-1])
     # The written file's pages are page cache, not this process's; a whole copy adds 1.0x.

@@ -8,23 +8,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
 import json, sys, torch
+sys.path.insert(0, sys.argv[2])
+from proc_status import reset_peak, status
 from executorch_tensorrt.llm import causal_lm
 from executorch_tensorrt.examples.llm import export_hf, hf_static_cache_wrapper
-
-def status(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
 
 model = causal_lm(json.loads(sys.argv[1]), dtype=torch.bfloat16)
 weights = sum(p.numel() * p.element_size() for p in model.parameters())
 wrapper = hf_static_cache_wrapper(model, 32)
 before = status("VmRSS")
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # VmHWM := VmRSS
+reset_peak()
 export_hf(wrapper, 4)
 print(json.dumps({"weights": weights, "growth": status("VmHWM") - before}))
 """
@@ -37,7 +36,7 @@ CONFIG = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 1024,
 
 
 def test_torch_export_of_an_llm_does_not_copy_its_weights():
-    run = subprocess.run([sys.executable, "-c", CHILD, json.dumps(CONFIG)],
+    run = subprocess.run([sys.executable, "-c", CHILD, json.dumps(CONFIG), str(TESTS)],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     measured = json.loads(run.stdout.strip().splitlines()[-1])

@@ -19,24 +19,19 @@ import json, sys
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/runtime"]
 import numpy as np
 import named_data_programs as nd
+from proc_status import reset_peak, status
 from test_named_data_executors import run  # reads the shapes below when it runs
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.runtime.named_data import InMemoryNamedData
 from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 nd.X_SHAPE, nd.W_SHAPE = (2, 8192), (8192, 16384)
 
-def status(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-
 w, b = nd.weights("float16")
 executor = OnnxRuntimeExecutor(read_blob(nd.named_blob(w, b, "float16")),
                                InMemoryNamedData({nd.key_of(w.tobytes()): w}))
 x = np.random.default_rng(1).standard_normal(nd.X_SHAPE).astype(np.float32)
 before, rss = status("RssAnon"), status("VmRSS")
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # VmHWM := VmRSS
+reset_peak()
 y = run(executor, x)
 y = run(executor, x)
 kept, peak = status("RssAnon") - before, status("VmHWM") - rss
@@ -62,8 +57,10 @@ def test_the_casts_of_weights_cast_where_used_are_not_kept_after_a_call():
 
 
 CHAINED = r"""
-import json
+import json, sys
+sys.path.insert(0, sys.argv[1])
 import numpy as np, onnxruntime as ort
+from proc_status import reset_peak, status
 from onnx import TensorProto, helper
 from executorch_tensorrt.runtime.onnxruntime.upcast import upcast_to_fp32
 
@@ -86,14 +83,8 @@ session = ort.InferenceSession(rewritten, options, providers=["CPUExecutionProvi
 feed = {f"W{i}": ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
     np.zeros((K, K), np.uint16), TensorProto.BFLOAT16) for i in range(LAYERS)}
 
-def status(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-
 rss = status("VmRSS")
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
+reset_peak()
 session.run(None, {"x": np.ones((2, K), np.float32), **feed})
 print(json.dumps({"peak": status("VmHWM") - rss, "cast_bytes": K * K * 4}))
 """
@@ -103,8 +94,8 @@ def test_casts_of_weights_used_one_after_another_are_not_alive_together():
     """onnxruntime runs a node as soon as its inputs exist: ungated, all eight
     casts (inputs only) ran first and peaked at 8 casts; gated on the value
     before each use, one cast at a time (where_used.py `_gate`)."""
-    run = subprocess.run([sys.executable, "-c", CHAINED], capture_output=True, text=True,
-                         timeout=600)
+    run = subprocess.run([sys.executable, "-c", CHAINED, str(TESTS)], capture_output=True,
+                         text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     measured = json.loads(run.stdout.strip().splitlines()[-1])
     assert measured["peak"] < 2.5 * measured["cast_bytes"], measured
