@@ -97,3 +97,30 @@ def test_a_big_matmul_weight_is_cast_and_multiplied_in_column_blocks(monkeypatch
         (weight.view(np.uint32) >> 16).astype(np.uint16), TensorProto.BFLOAT16)
     (y,) = session.run(None, {"x": x, "W": w})
     np.testing.assert_array_equal(y, x @ weight)
+
+
+def test_a_gate_never_waits_for_another_weight_cast_where_used():
+    """Add(W1, W2): neither weight's read waits for the other (raw bf16, or its
+    whole cast): a gate reads computed activations only."""
+    rng = np.random.default_rng(2)
+    w1, w2 = (rng.integers(-8, 8, (DIM,)).astype(np.float32) / 4 for _ in range(2))
+    nodes = [helper.make_node("Relu", ["x"], ["h"]),
+             helper.make_node("Add", ["W1", "W2"], ["a"]),
+             helper.make_node("Mul", ["h", "a"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, DIM])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, DIM])],
+        [_bf16("W1", w1), _bf16("W2", w2)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rewritten = onnx.load_model_from_string(upcast_to_fp32(model.SerializeToString(),
+                                                           where_used=frozenset({"W1", "W2"})))
+    waits = {n.input[0] for n in rewritten.graph.node if n.op_type == "ReduceMin"}
+    assert not waits & {"W1", "W2", "W1__fp32", "W2__fp32"}
+    session = ort.InferenceSession(rewritten.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    x = rng.integers(-8, 8, (3, DIM)).astype(np.float32) / 4
+    fed = {name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+        (values.view(np.uint32) >> 16).astype(np.uint16), TensorProto.BFLOAT16)
+        for name, values in (("W1", w1), ("W2", w2))}
+    (y,) = session.run(None, {"x": x, **fed})
+    np.testing.assert_array_equal(y, np.maximum(x, 0) * (w1 + w2))

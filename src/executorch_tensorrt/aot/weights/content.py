@@ -43,13 +43,7 @@ class Weight:
 
     def byte_view(self) -> np.ndarray:
         """The bytes as a flat uint8 array; a view where the tensor is contiguous."""
-        v = self.value
-        if isinstance(v, torch.Tensor):
-            t = v.detach()
-            if t.dtype == torch.bool:
-                t = t.to(torch.uint8)
-            return t.contiguous().reshape(-1).view(torch.uint8).numpy()
-        return np.ascontiguousarray(v).reshape(-1).view(np.uint8)
+        return _flat_bytes(self.value)
 
     def byte_chunks(self):
         """The bytes in order as flat uint8 arrays: _CHUNK-byte views where the
@@ -71,7 +65,18 @@ class Weight:
         row_bytes = max(1, self.nbytes // v.shape[0])
         rows = max(1, _COPY_CHUNK // row_bytes)
         for start in range(0, v.shape[0], rows):
-            yield Weight(self.name, v[start:start + rows], self.dtype, (), 0).byte_view()
+            yield _flat_bytes(v[start:start + rows])
+
+
+def _flat_bytes(v) -> np.ndarray:
+    """A tensor's or array's bytes as a flat uint8 array, a view where it is
+    contiguous (bool tensors as uint8)."""
+    if isinstance(v, torch.Tensor):
+        t = v.detach()
+        if t.dtype == torch.bool:
+            t = t.to(torch.uint8)
+        return t.contiguous().reshape(-1).view(torch.uint8).numpy()
+    return np.ascontiguousarray(v).reshape(-1).view(np.uint8)
 
 
 def dtype_name(value: Any) -> str:

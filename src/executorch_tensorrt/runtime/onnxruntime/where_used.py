@@ -69,10 +69,14 @@ def cast_where_used(weights: Iterable) -> frozenset[str]:
 class _Rewrite:
     """The nodes and small constants the rewrite adds to one graph."""
 
-    def __init__(self, graph: onnx.GraphProto):
+    def __init__(self, graph: onnx.GraphProto, names: frozenset[str]):
         self.graph = graph
-        self.external = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+        # What a gate must not wait for: the model's inputs and constants, and
+        # the weights cast where used, read raw or through their whole Cast.
+        self.external = ({i.name for i in graph.input} | {t.name for t in graph.initializer}
+                         | names | {n + "__fp32" for n in names})
         self.zero = self.constant("where_used__zero", np.array(0, np.int64))
+        self.shapes: dict[str, str] = {}  # weight -> its dims' constant, one per weight
 
     def constant(self, name: str, value: np.ndarray) -> str:
         self.graph.initializer.append(numpy_helper.from_array(value, name))
@@ -92,7 +96,9 @@ class _Rewrite:
         the gate's nodes to `nodes` and returns the gated name."""
         if after is None:
             return weight
-        shape = self.constant(f"{tag}_shape", np.array(dims, np.int64))
+        if weight not in self.shapes:
+            self.shapes[weight] = self.constant(f"{weight}__shape", np.array(dims, np.int64))
+        shape = self.shapes[weight]
         low, nan, flag, zero, gated_shape, gated = (f"{tag}_{s}" for s in (
             "min", "nan", "flag", "zero", "gated_shape", "gated"))
         nodes += [onnx.helper.make_node("ReduceMin", [after], [low], keepdims=0),
@@ -160,7 +166,7 @@ def rewrite_graph(graph: onnx.GraphProto, names: frozenset[str]) -> None:
     for i, node in enumerate(graph.node):
         for name in node.input:
             users.setdefault(name, []).append(i)
-    rewrite = _Rewrite(graph)
+    rewrite = _Rewrite(graph, frozenset(names))
     before: dict[int, list[onnx.NodeProto]] = {}  # node index -> nodes placed before it
     after: dict[int, list[onnx.NodeProto]] = {}   # node index -> nodes placed after it
     replaced: dict[int, list[onnx.NodeProto]] = {}  # node index -> the nodes instead
@@ -183,7 +189,7 @@ def rewrite_graph(graph: onnx.GraphProto, names: frozenset[str]) -> None:
             nodes = before.setdefault(first, [])
             source = rewrite.gate(name, dims, rewrite.activation(graph.node[first], name)
                                   if uses else None, name + "__gate", nodes)
-            inner = name + "__fp32"
+            inner = name + "__fp32"  # _Rewrite.external knows this name
             _rename_uses(graph, name, inner)
             nodes.append(onnx.helper.make_node("Cast", [source], [inner], to=TensorProto.FLOAT))
     ordered = []
