@@ -5,6 +5,7 @@ These check the written program (blobs, named data, files); running such
 programs through the fallback is the runtime's side (tests/runtime)."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -205,6 +206,35 @@ def test_export_fails_early_when_memory_clearly_will_not_do(monkeypatch):
         check_export_memory(state, False, None)
     monkeypatch.setattr(memory_check, "available_bytes", lambda: 1 << 30)
     check_export_memory(state, False, None)
+
+
+def test_weights_mapped_from_a_checkpoint_file_are_estimated_apart(monkeypatch):
+    """A checkpoint transformers loads in its own dtype stays mapped from its
+    safetensors file: the kernel can drop and re-read those pages, so the
+    export's need for them is its working memory (MAPPED_FACTOR), not 1x."""
+    from safetensors.torch import save_file
+    from transformers.modeling_utils import load_state_dict
+
+    from executorch_tensorrt.aot import memory_check
+
+    # Beside the tests, on disk: a tmpfs /tmp would hold the file in memory.
+    with tempfile.TemporaryDirectory(dir=Path(__file__).parent) as folder:
+        path = Path(folder) / "model.safetensors"
+        save_file({"w": torch.ones(1 << 20, dtype=torch.bfloat16),  # 2 MiB each
+                   "v": torch.ones(1 << 20, dtype=torch.bfloat16)}, str(path))
+        mapped = load_state_dict(str(path))
+        in_memory = {"u": torch.ones(1 << 19)}  # 2 MiB
+        weights = memory_check.weight_bytes([mapped, in_memory])
+        assert (weights.total, weights.mapped) == (6 << 20, 4 << 20)
+        # 2 MiB x 1.0 + 4 MiB x 0.25 = 3 MiB fits 3.2 MiB (x MARGIN); 6 MiB would not.
+        monkeypatch.setattr(memory_check, "available_bytes", lambda: int(3.2 * (1 << 20)))
+        check_export_memory([mapped, in_memory], False, None)
+        with pytest.raises(ExportError, match=r"mapped from files x 0.25"):
+            check_export_memory([mapped, {"u": torch.ones(1 << 20)}], False, None)
+        # Inline weights are copied whatever backs them: the inline factor for all.
+        with pytest.raises(ExportError, match=r"with inline_weights"):
+            check_export_memory([mapped, in_memory], True, None)
+        del mapped
 
 
 def test_parser_support_query_works_on_a_graph_without_weights():

@@ -50,7 +50,7 @@ def qwen2_ptd(tmp_path_factory):
     assert "partition report" in stderr and "get_max_seq_len=4" in stderr
     ptd = out.with_suffix(".ptd")
     assert f"wrote {out} + {ptd}" in stdout
-    return out, ptd, llm.causal_lm(CONFIGS["qwen2"]).to(torch.float16)
+    return out, ptd, llm.causal_lm(CONFIGS["qwen2"], dtype=torch.float16)
 
 
 @pytest.fixture(params=["llama", "qwen2_ptd"])
@@ -308,9 +308,8 @@ def test_a_bfloat16_program_runs_on_the_fallback_as_its_weights_in_fp32(llama_bf
     method, limits = _method_and_limits(pte)
     prompt = encode(PROMPT)
     got = greedy_decode(method, prompt, NEW, limits=limits)
-    fp32_compute = greedy_decode(llm.eager_decoder(llm.causal_lm(CONFIGS["llama"])
-                                                   .to(torch.bfloat16).float(), MAX_CONTEXT),
-                                 prompt, NEW)
+    as_fp32 = llm.causal_lm(CONFIGS["llama"], dtype=torch.bfloat16).float()
+    fp32_compute = greedy_decode(llm.eager_decoder(as_fp32, MAX_CONTEXT), prompt, NEW)
     assert got.tokens == fp32_compute.tokens
     assert got.tokens[0] == greedy_decode(llm.eager_decoder(model, MAX_CONTEXT), prompt, 1).tokens[0]
     method, _ = _method_and_limits(pte)
@@ -335,7 +334,6 @@ def test_a_bfloat16_program_with_its_weights_cast_where_used_decodes_the_same(
     got = greedy_decode(method, prompt, NEW, limits=limits)
     [executor] = [e for e in callbacks.install().live_executors() if id(e) not in before]
     assert executor.weights.where_used and executor.weights.copied_bytes == 0
-    fp32_compute = greedy_decode(llm.eager_decoder(llm.causal_lm(CONFIGS["llama"])
-                                                   .to(torch.bfloat16).float(), MAX_CONTEXT),
-                                 prompt, NEW)
+    as_fp32 = llm.causal_lm(CONFIGS["llama"], dtype=torch.bfloat16).float()
+    fp32_compute = greedy_decode(llm.eager_decoder(as_fp32, MAX_CONTEXT), prompt, NEW)
     assert got.tokens == fp32_compute.tokens

@@ -94,30 +94,6 @@ def write_checkpoint(folder: Path, layers: int, seed: int = 0,
     config.save_pretrained(str(folder))
 
 
-class _Float32Compute:
-    """Makes a bf16 model compute in fp32 without an fp32 copy of it: each
-    module's own parameters are cast just before it runs and put back after
-    (the mapped bf16 tensors themselves, so nothing stays)."""
-
-    def __init__(self, model):
-        self.saved: dict[int, list] = {}
-        self.handles = []
-        for module in model.modules():
-            if any(True for _ in module.parameters(recurse=False)):
-                self.handles += [module.register_forward_pre_hook(self._cast),
-                                 module.register_forward_hook(self._restore)]
-
-    def _cast(self, module, args):
-        params = list(module.parameters(recurse=False))
-        self.saved[id(module)] = [p.data for p in params]
-        for p in params:
-            p.data = p.data.float()
-
-    def _restore(self, module, args, output):
-        for p, data in zip(module.parameters(recurse=False), self.saved.pop(id(module))):
-            p.data = data
-
-
 def compare_first_token(folder: Path, max_seq_len: int, max_context_len: int) -> None:
     """The written program's logits on the run check's inputs (the CPU
     fallback: fp32 compute over the bf16 weights) against eager PyTorch on
@@ -130,7 +106,7 @@ def compare_first_token(folder: Path, max_seq_len: int, max_context_len: int) ->
 
     from executorch_tensorrt.aot.run_check import load_program
     from executorch_tensorrt.examples.llm import hf_example_inputs
-    from executorch_tensorrt.llm.exporter import eager_decoder
+    from executorch_tensorrt.llm.reference import eager_logits
 
     inputs = hf_example_inputs(max_seq_len)
     os.environ.setdefault("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
@@ -140,18 +116,8 @@ def compare_first_token(folder: Path, max_seq_len: int, max_context_len: int) ->
     gc.collect()
     model = AutoModelForCausalLM.from_pretrained(str(folder / "checkpoint"),
                                                  local_files_only=True, dtype=torch.bfloat16)
-    with torch.no_grad():
-        logits["eager bf16"] = eager_decoder(model, max_context_len)(*inputs).float()
-        hooks = _Float32Compute(model)
-        cls = type(model)  # transformers' wrapper makes its cache in model.dtype: fp32 here
-        cls.dtype = property(lambda self: torch.float32)
-        try:
-            decoder = eager_decoder(model, max_context_len)
-        finally:
-            del cls.dtype  # the inherited property again
-        logits["eager fp32"] = decoder(*inputs).float()
-        for h in hooks.handles:
-            h.remove()
+    in_bf16, in_fp32 = eager_logits(model, max_context_len, 1, inputs)
+    logits["eager bf16"], logits["eager fp32"] = in_bf16.float(), in_fp32
     for a, b in (("program", "eager bf16"), ("program", "eager fp32"),
                  ("eager bf16", "eager fp32")):
         print(f"  {a} vs {b}: largest |diff| {(logits[a] - logits[b]).abs().max():.4f}")

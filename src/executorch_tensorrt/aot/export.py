@@ -24,7 +24,7 @@ from ..program.references import reference_source, write_export_reference
 from ..program.info import describe_program
 from . import device_resident as dr
 from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
-from .memory_check import check_export_memory
+from .memory_check import check_export_memory, weight_bytes
 from .partition.partitioner import BACKEND_ID, TensorRTPartitioner
 from .partition.report import PartitionReport, format_report, write_report
 from .cia_ops_cache import cia_ops_cached
@@ -223,7 +223,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     # A program this big is checked in a child process: started now, its
     # imports overlap the export (export_check.start_check_child).
     child = (start_check_child() if run_check and not device_resident
-             and checks_in_child(_weight_bytes(real_weights)) else None)
+             and checks_in_child(weight_bytes(real_weights).total) else None)
     try:
         trt_partitioner = TensorRTPartitioner(exclude_ops=exclude_ops, progress=progress,
                                               keep_whole=partitioners, **options)
@@ -294,11 +294,6 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     if progress:
         progress(f"exported {path} in {seconds['total']:.1f} s")
     return result
-
-
-def _weight_bytes(real_weights: list[dict]) -> int:
-    return sum(t.numel() * t.element_size() for w in real_weights for t in w.values()
-               if isinstance(t, torch.Tensor))
 
 
 def _size(nbytes: int) -> str:

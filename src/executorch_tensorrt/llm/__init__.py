@@ -6,7 +6,7 @@ code."""
 
 
 def __getattr__(name: str):
-    if name in ("export", "causal_lm", "eager_decoder", "quantized"):
+    if name in ("export", "causal_lm", "eager_decoder", "quantized", "in_dtype"):
         from . import exporter
 
         return getattr(exporter, name)

@@ -30,6 +30,7 @@ from ..aot.run_check import tolerance_for
 from ..errors import ExportError
 from ..examples.llm import export_hf, hf_example_inputs, hf_static_cache_wrapper
 from ..tensorrt.engine_builder import Progress, stderr_progress
+from . import reference
 from .metadata import LLMMetadata
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -79,6 +80,23 @@ def eager_decoder(model: torch.nn.Module, max_context_len: int, batch_size: int 
     cache the export uses (`batch_size` rows): the reference for greedy_decode."""
     wrapper = hf_static_cache_wrapper(causal_lm(model), max_context_len, batch_size)
     return lambda tokens, positions: wrapper.model(input_ids=tokens, cache_position=positions)
+
+
+def in_dtype(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """`model` (in place) as transformers loads it in `dtype`: its parameters
+    and saved buffers in `dtype`, buffers it computes for itself (RoPE's
+    inv_freq) as they were made. nn.Module.to would round inv_freq to bf16
+    too: every angle pos * inv_freq then off by up to pos * 2^-9 rad (1 rad at
+    position 512), which transformers' from_pretrained(dtype=bf16) avoids."""
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            if p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)  # the same Parameter: ties stay tied
+        for name, b in module.named_buffers(recurse=False):
+            if (b.is_floating_point() and b.dtype != dtype
+                    and name not in module._non_persistent_buffers_set):
+                setattr(module, name, b.to(dtype))
+    return model
 
 
 def _ids(value) -> tuple[int, ...]:
@@ -163,7 +181,7 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
                  f"tokens per call, dtype {dtype}, quantize {quantize}")
     # The model (and so its KV cache, weights and logits) in `dtype`: the cache
     # then takes dtype's bytes per element in the delegate, not float32's.
-    model = quantized(model.to(DTYPES[dtype]), quantize, group_size)
+    model = quantized(in_dtype(model, DTYPES[dtype]), quantize, group_size)
     if progress:
         progress("torch.export of the decoder with its static cache...")
     try:
@@ -173,12 +191,24 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
         raise ExportError(f"torch.export of {type(model).__name__} with transformers' static "
                           f"cache failed: {type(e).__name__}: {e}") from e
     # The run check's reference: the eager decoder with a fresh cache of its
-    # own, on the inputs the export traced with, compared within the dtype's
-    # rounding (the bf16 fallback computes in fp32: one bf16 ulp apart).
-    options.setdefault("run_check_tolerance", tolerance_for(PRECISIONS.get(dtype)))
+    # own, on the inputs the export traced with. In float16/bfloat16, eager
+    # computing in float32 over the same weights, allowing eager's own
+    # rounding in the dtype twice over (reference.py says why).
+    inputs = hf_example_inputs(max_seq_len, batch_size)
+    if dtype not in PRECISIONS:
+        reference_model = eager_decoder(model, max_context_len, batch_size)
+        options.setdefault("run_check_tolerance", tolerance_for(None))
+    else:
+        if progress:
+            progress(f"eager reference in {dtype} and computing in float32...")
+        exact = reference.measure(model, max_context_len, batch_size, inputs)
+        options.setdefault("run_check_tolerance",
+                           exact.tolerance(tolerance_for(PRECISIONS[dtype])))
+        reference_model = exact.recorded
+        if progress:
+            progress(exact.describe())
     result = export_program({"forward": program}, None, output, progress=progress,
-                            reference_model=eager_decoder(model, max_context_len, batch_size),
-                            reference_inputs=hf_example_inputs(max_seq_len, batch_size),
+                            reference_model=reference_model, reference_inputs=inputs,
                             external_weights=bool(external_weights),
                             constant_methods={**(constant_methods or {}),
                                               **meta.constant_methods()},
@@ -188,5 +218,5 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     return LLMExportResult(result.path, result.data_paths, meta, result)
 
 
-__all__ = ["export", "causal_lm", "eager_decoder", "quantized", "LLMMetadata", "LLMExportResult",
+__all__ = ["export", "causal_lm", "in_dtype", "eager_decoder", "quantized", "LLMMetadata", "LLMExportResult",
            "DTYPES", "QUANTIZE"]
