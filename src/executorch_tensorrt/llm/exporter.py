@@ -150,7 +150,7 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
 
     `max_seq_len`: most tokens per call (prompt chunks); `max_context_len`:
     the KV cache's positions (prompt + generated). `dtype`: "float32",
-    "float16" or "bfloat16": the model is converted (in place, nn.Module.to),
+    "float16" or "bfloat16": the model is converted (in place, in_dtype),
     so weights, KV cache and logits are in that dtype.
     `quantize`: None, "int8_weight_only" (symmetric, per output channel) or
     "int4_weight_only" (symmetric, one scale per `group_size` input features):
