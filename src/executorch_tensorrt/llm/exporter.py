@@ -30,7 +30,7 @@ from ..aot.run_check import tolerance_for
 from ..errors import ExportError
 from ..examples.llm import export_hf, hf_example_inputs, hf_static_cache_wrapper
 from ..tensorrt.engine_builder import Progress, stderr_progress
-from . import reference
+from .reference import measure as measure_reference
 from .metadata import LLMMetadata
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -201,7 +201,7 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     else:
         if progress:
             progress(f"eager reference in {dtype} and computing in float32...")
-        exact = reference.measure(model, max_context_len, batch_size, inputs)
+        exact = measure_reference(model, max_context_len, batch_size, inputs)
         options.setdefault("run_check_tolerance",
                            exact.tolerance(tolerance_for(PRECISIONS[dtype])))
         reference_model = exact.recorded
