@@ -86,8 +86,9 @@ def in_dtype(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     """`model` (in place) as transformers loads it in `dtype`: its parameters
     and saved buffers in `dtype`, buffers it computes for itself (RoPE's
     inv_freq) as they were made. nn.Module.to would round inv_freq to bf16
-    too: every angle pos * inv_freq then off by up to pos * 2^-9 rad (1 rad at
-    position 512), which transformers' from_pretrained(dtype=bf16) avoids."""
+    too: each attention angle then turns by the query-key distance times its
+    frequency's rounding (up to 2^-9 of it; 0.09 rad at a distance of 512 for
+    the frequency 0.316), which transformers' from_pretrained(dtype=) avoids."""
     for module in model.modules():
         for p in module.parameters(recurse=False):
             if p.is_floating_point() and p.dtype != dtype:
