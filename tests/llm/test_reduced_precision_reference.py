@@ -81,7 +81,7 @@ sys.path[:0] = [sys.argv[1]]
 import torch
 from proc_status import reset_peak, status
 from executorch_tensorrt import llm
-from executorch_tensorrt.examples.llm import hf_example_inputs
+from executorch_tensorrt.examples.llm import hf_decode_step, hf_example_inputs
 from executorch_tensorrt.llm import reference
 
 config = dict(model_type="llama", vocab_size=65536, hidden_size=1024, intermediate_size=256,
@@ -89,7 +89,7 @@ config = dict(model_type="llama", vocab_size=65536, hidden_size=1024, intermedia
               max_position_embeddings=64, tie_word_embeddings=False)
 model = llm.causal_lm(config, dtype=torch.bfloat16)
 inputs = hf_example_inputs(4)
-step = reference._decoder(model, 16, 1, cache_dtype=torch.float32)
+step = hf_decode_step(model, 16, 1, cache_dtype=torch.float32)
 with torch.no_grad(), reference.float32_compute(model):
     step(*inputs)  # allocations of a first call, outside the measure
     rss = status("VmRSS")

@@ -131,12 +131,13 @@ def check_export_memory(state: Iterable[Mapping[str, object]], inline_weights: b
                  f"{need / 1e9:.2f} GB more memory"
                  + (f" ({available / 1e9:.1f} GB available)" if available else ""))
     if available is not None and need > available * MARGIN:
-        how = (f"{weights.total / 1e9:.2f} GB of weights x {factor} measured peak factor"
-               f"{' with inline_weights' if inline_weights else ''}")
         if weights.mapped and not inline_weights:
             how = (f"{(weights.total - weights.mapped) / 1e9:.2f} GB of weights in memory x "
                    f"{factor} and {weights.mapped / 1e9:.2f} GB mapped from files x "
                    f"{mapped_factor}, measured peak factors")
+        else:
+            how = (f"{weights.total / 1e9:.2f} GB of weights x {factor} measured peak factor"
+                   f"{' with inline_weights' if inline_weights else ''}")
         raise ExportError(
             f"this export needs about {need / 1e9:.1f} GB of memory ({how}), but only "
             f"{available / 1e9:.1f} GB is available (MemAvailable), so it would "

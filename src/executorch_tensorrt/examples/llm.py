@@ -101,6 +101,18 @@ def hf_static_cache_wrapper(model, max_cache_len: int, batch_size: int = 1):
                                                  max_cache_len=max_cache_len)
 
 
+def hf_decode_step(model, max_cache_len: int, batch_size: int = 1, cache_dtype=None):
+    """`(tokens, positions) -> logits` of a causal LM over a fresh static
+    cache (hf_static_cache_wrapper), in `cache_dtype` where given:
+    transformers makes it in the model's dtype."""
+    wrapper = hf_static_cache_wrapper(model, max_cache_len, batch_size)
+    if cache_dtype is not None:
+        for buffer in wrapper.model.buffers(recurse=False):
+            if buffer.is_floating_point():
+                buffer.data = buffer.data.to(cache_dtype)  # the cache layers hold these objects
+    return lambda tokens, positions: wrapper.model(input_ids=tokens, cache_position=positions)
+
+
 def hf_example_inputs(max_seq: int, batch_size: int = 1) -> tuple:
     """(input_ids, cache_position) export_hf traces with: a few tokens, inside
     the sequence Dim's range."""

@@ -28,10 +28,10 @@ from ..aot.export import ExportResult, export_program
 from ..aot.partition.report import format_report
 from ..aot.run_check import tolerance_for
 from ..errors import ExportError
-from ..examples.llm import export_hf, hf_example_inputs, hf_static_cache_wrapper
+from ..examples.llm import export_hf, hf_decode_step, hf_example_inputs, hf_static_cache_wrapper
 from ..tensorrt.engine_builder import Progress, stderr_progress
-from .reference import measure as measure_reference
 from .metadata import LLMMetadata
+from .reference import measure as measure_reference
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 PRECISIONS = {"float16": "fp16", "bfloat16": "bf16"}  # run_check.TOLERANCE's names
@@ -78,8 +78,7 @@ def causal_lm(model_or_config, seed: int = 0,
 def eager_decoder(model: torch.nn.Module, max_context_len: int, batch_size: int = 1):
     """The eager `(tokens, positions) -> logits` step over the same static
     cache the export uses (`batch_size` rows): the reference for greedy_decode."""
-    wrapper = hf_static_cache_wrapper(causal_lm(model), max_context_len, batch_size)
-    return lambda tokens, positions: wrapper.model(input_ids=tokens, cache_position=positions)
+    return hf_decode_step(causal_lm(model), max_context_len, batch_size)
 
 
 def in_dtype(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
@@ -219,5 +218,5 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     return LLMExportResult(result.path, result.data_paths, meta, result)
 
 
-__all__ = ["export", "causal_lm", "in_dtype", "eager_decoder", "quantized", "LLMMetadata", "LLMExportResult",
-           "DTYPES", "QUANTIZE"]
+__all__ = ["export", "causal_lm", "in_dtype", "eager_decoder", "quantized", "LLMMetadata",
+           "LLMExportResult", "DTYPES", "QUANTIZE"]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..examples.llm import hf_static_cache_wrapper
+from ..examples.llm import hf_decode_step
 
 #: fp32 bytes of a Linear weight cast at once (the 8B head is 2.1 GB in fp32).
 CAST_BLOCK_BYTES = 64 * 1024 * 1024
@@ -70,20 +70,11 @@ def eager_logits(model: torch.nn.Module, max_context_len: int, batch_size: int,
     static cache: computing in its dtype, and in fp32 (float32_compute, an
     fp32 cache)."""
     with torch.no_grad():
-        in_dtype = _decoder(model, max_context_len, batch_size)(*inputs)
-        step = _decoder(model, max_context_len, batch_size, cache_dtype=torch.float32)
+        in_dtype = hf_decode_step(model, max_context_len, batch_size)(*inputs)
+        step = hf_decode_step(model, max_context_len, batch_size, cache_dtype=torch.float32)
         with float32_compute(model):
             exact = step(*inputs)
     return in_dtype, exact
-
-
-def _decoder(model, max_context_len: int, batch_size: int, cache_dtype=None):
-    wrapper = hf_static_cache_wrapper(model, max_context_len, batch_size)
-    if cache_dtype is not None:  # transformers makes the cache in the model's dtype
-        for name, buffer in wrapper.model.named_buffers(recurse=False):
-            if buffer.is_floating_point():
-                buffer.data = buffer.data.to(cache_dtype)  # the cache layers hold these objects
-    return lambda tokens, positions: wrapper.model(input_ids=tokens, cache_position=positions)
 
 
 @contextmanager
