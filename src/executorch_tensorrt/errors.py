@@ -37,6 +37,17 @@ class ExportError(ExecuTorchTensorRTError, RuntimeError):
     """The program cannot be exported so that the installed runtime runs it."""
 
 
+class OutputWriteError(ExportError):
+    """A file could not be written whole (disk full, read-only, permission, a
+    vanished folder, ...); whatever was at its path is unchanged. `path`,
+    `errno` and `needed` (bytes, where known) say which, why and how much."""
+
+    def __init__(self, message: str, *, path: str, errno: int | None = None,
+                 needed: int | None = None):
+        super().__init__(message)
+        self.path, self.errno, self.needed = path, errno, needed
+
+
 class EngineUnavailable(ExecuTorchTensorRTError, RuntimeError):
     """The engine cannot run in this process (no GPU, no TensorRT, another
     compute capability and no rebuild possible); the message says why."""

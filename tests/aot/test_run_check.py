@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -74,15 +75,23 @@ class PosEmbed(torch.nn.Module):
 
 def damage_blob_when_written(pte):
     """A progress callback that flips one byte in the middle of the written
-    program's first TensorRT blob as soon as export says it wrote the file."""
+    program's first TensorRT blob as soon as export says it wrote the file
+    (into its staging folder, before the run check and the publish)."""
     def progress(message: str) -> None:
         if message.startswith("wrote "):
-            data = bytearray(pte.read_bytes())
+            staged = Path(message.split()[1])
+            assert staged.name == pte.name and staged.parent.parent == pte.parent, message
+            data = bytearray(staged.read_bytes())
             blob = tensorrt_blobs(bytes(data))[0]
             at = bytes(data).index(blob) + len(blob) // 2
             data[at] ^= 0xFF
-            pte.write_bytes(bytes(data))
+            staged.write_bytes(bytes(data))
     return progress
+
+
+def only_files(folder: Path) -> set[str]:
+    """The names in `folder`, staging folders included (there must be none)."""
+    return {p.name for p in folder.iterdir()}
 
 
 @pytest.fixture(scope="module")
@@ -107,15 +116,27 @@ def test_export_runs_the_program_and_compares_with_eager(good, no_fallback):
     assert FALLBACK_ENV not in os.environ
 
 
-def test_a_program_that_differs_from_eager_fails_export_and_stays_written(tmp_path):
+def test_a_program_that_differs_from_eager_is_not_published_and_kept_aside(tmp_path,
+                                                                           allow_fallback):
+    """A failed run check leaves the earlier program in place and keeps the
+    new files, whole, in `<stem>.rejected/` for inspection."""
     pte = tmp_path / "noisy.pte"
+    pte.write_bytes(b"the earlier program")
     with pytest.raises(RunCheckError) as info:
         export_program(Noisy(), (X,), pte, progress=None)
     (m,) = info.value.check.failures()
     assert m.ran and m.compared and m.max_abs_diff > m.tolerance
     text = str(info.value)
     assert "method 'forward' ran but differs from eager" in text and "run_check=False" in text
-    assert pte.is_file() and pte.with_suffix(".expected").is_file()  # kept, as documented
+    assert f"{pte} was not published" in text and "noisy.rejected" in text
+    assert pte.read_bytes() == b"the earlier program"
+    kept = tmp_path / "noisy.rejected"
+    assert info.value.path == kept / "noisy.pte" and info.value.target == pte
+    assert only_files(kept) == {"noisy.pte", "noisy.expected", "noisy.expected.etensors",
+                                "noisy.report.json"}
+    assert only_files(tmp_path) == {"noisy.pte", "noisy.rejected"}
+    # The kept program is the one that ran: it loads and runs.
+    assert cli.main(["run", str(kept / "noisy.pte")]) == 0
 
 
 def test_a_program_that_cannot_run_fails_export_naming_the_cause(tmp_path):
@@ -188,8 +209,9 @@ def test_cli_export_prints_the_check_and_exits_4_when_it_fails(tmp_path, capsys)
                       "def make():\n    return Noisy(), (torch.randn(2, 8),)\n")
     noisy = tmp_path / "noisy.pte"
     assert cli.main(["export", f"{source}:make", str(noisy)]) == 4
-    assert "the run check failed: method 'forward' ran but differs" in capsys.readouterr().err
-    assert noisy.is_file()
+    assert "the run check of the exported program failed: method 'forward' ran but differs" \
+        in capsys.readouterr().err
+    assert not noisy.exists() and (tmp_path / "noisy.rejected" / "noisy.pte").is_file()
     assert cli.main(["export", f"{source}:make", str(noisy), "--no-run-check"]) == 0
 
 

@@ -25,6 +25,8 @@ from ..program.info import describe_program
 from . import device_resident as dr
 from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
 from .memory_check import check_export_memory, weight_bytes
+from .export_files import beside, rejected_folder, write_program
+from ..output_files import Staging, check_free_space, check_target, write_whole, writing
 from .partition.partitioner import BACKEND_ID, TensorRTPartitioner
 from .partition.report import PartitionReport, format_report, write_report
 from .cia_ops_cache import cia_ops_cached
@@ -167,8 +169,9 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     path = Path(path)
     if path.suffix != ".pte":
         raise ValueError(f"{path} should end in .pte")
-    if not path.parent.is_dir():
-        raise FileNotFoundError(f"the folder {path.parent} does not exist")
+    check_target(path)
+    if etrecord_path is not None:
+        check_target(Path(etrecord_path))
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     if isinstance(model, Mapping):
@@ -220,6 +223,9 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                            ep.graph for ep in programs.values())))
     if check_memory:
         check_export_memory(real_weights, options.get("inline_weights", False), progress)
+    # The weights are a lower bound of the program's size: refuse before the work.
+    check_free_space(path.parent, weight_bytes(real_weights).total,
+                     f"{path.name} (its weights alone)")
     # A program this big is checked in a child process: started now, its
     # imports overlap the export (export_check.start_check_child).
     child = (start_check_child() if run_check and not device_resident
@@ -264,57 +270,50 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             partial = {m: r for m, r in reports.items() if r.rejected and r.partitions}
             if partial:
                 progress("TensorRT took part of the program:\n" + format_report(partial))
-        data_paths = _write_program(program, path, progress)
-        if etrecord_path is not None:
-            program.get_etrecord().save(str(etrecord_path))
-        written_report = write_report(path, reports) if reports else None
-        # -- reference (program/references.py): written after the program, never blocks it --
-        ref = reference_source(reference[0] if reference else programs,
-                               reference[1] if reference else None, reference_inputs)
-        exp = write_export_reference(path, ref if write_expected_file else None)
-        # -- end of reference --
-        checked = None
-        if run_check:
-            del program, edge  # export's copies go before the program is loaded to run
-            t2 = time.perf_counter()
-            # With no reference written, the check makes the eager outputs itself.
-            checked = export_run_check(path, data_paths, methods,
-                                       None if write_expected_file else ref, exp, device_resident,
-                                       check_tolerance, child)
-            seconds["run_check"] = time.perf_counter() - t2
-            if progress:
-                progress(checked.describe())
+        # Every file goes to a staging folder beside `path` first; the set is
+        # published together, the program last, once it passed its run check
+        # (output_files.py, docs/output-files.md).
+        with Staging(path.parent) as staging:
+            written = write_program(program, path, staging, progress)
+            etrecord = program.get_etrecord() if etrecord_path is not None else None
+            if etrecord is not None and beside(etrecord_path, path):
+                written.etrecord = staging.write(Path(etrecord_path), etrecord.save)
+            written.report = write_report(written.program, reports) if reports else None
+            # The reference (program/references.py): written after the program, never blocks it.
+            ref = reference_source(reference[0] if reference else programs,
+                                   reference[1] if reference else None, reference_inputs)
+            written.expected = write_export_reference(written.program,
+                                                      ref if write_expected_file else None)
+            checked = None
+            if run_check:
+                del program, edge  # export's copies go before the program is loaded to run
+                t2 = time.perf_counter()
+                # With no reference written, the check makes the eager outputs itself.
+                checked = export_run_check(written.program, written.data, methods,
+                                           None if write_expected_file else ref,
+                                           written.expected, device_resident, check_tolerance,
+                                           child)
+                seconds["run_check"] = time.perf_counter() - t2
+                if progress:
+                    progress(checked.describe())
+            if checked is not None and not checked.ok and not checked.skipped:
+                rejected = rejected_folder(path)
+                with writing(rejected):
+                    staging.keep_as(rejected.name)
+                raise RunCheckError(rejected / path.name, checked, path)
+            published = written.publish(staging, path)
+        if progress:
+            progress(f"published {', '.join(published.names())} in {path.parent}")
+        if etrecord is not None and not beside(etrecord_path, path):
+            write_whole(Path(etrecord_path), etrecord.save)  # for Inspector, after the program
     finally:
         stop_check_child(child)  # an export that failed before its check
     seconds["total"] = time.perf_counter() - t0
-    result = ExportResult(path, exp, seconds, trt_partitioner, backends, reports,
-                          written_report, data_paths, checked)
-    if checked is not None and not checked.ok and not checked.skipped:
-        raise RunCheckError(path, checked)
+    result = ExportResult(path, published.expected, seconds, trt_partitioner, backends, reports,
+                          published.report, published.data, checked)
     if progress:
         progress(f"exported {path} in {seconds['total']:.1f} s")
     return result
-
-
-def _size(nbytes: int) -> str:
-    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 100_000 else f"{nbytes} bytes"
-
-
-def _write_program(program, path: Path, progress: Progress | None) -> list[Path]:
-    """Streams the .pte (and any .ptd) to disk: never one bytes object of the
-    whole program. Returns the .ptd paths written."""
-    with open(path, "wb") as f:
-        program.write_to_file(f)
-    written = [path]
-    data_paths: list[Path] = []
-    if program._tensor_data:  # noqa: SLF001 - ExecuTorch has no public "has .ptd"
-        program.write_tensor_data_to_file(str(path.parent))
-        data_paths = [path.parent / (tag if tag.endswith(".ptd") else f"{tag}.ptd")
-                      for tag in program._tensor_data]  # noqa: SLF001
-        written += data_paths
-    if progress:
-        progress("wrote " + ", ".join(f"{p} ({_size(p.stat().st_size)})" for p in written))
-    return data_paths
 
 
 def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | Path, *,

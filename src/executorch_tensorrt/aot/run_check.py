@@ -100,11 +100,14 @@ class RunCheck:
 
 
 class RunCheckError(ExportError):
-    """Export wrote the program, and running it failed or differed from eager.
-    `check` holds the per-method results; the files stay written."""
+    """The written program failed its run check, so export did not publish it:
+    what was at `target` is unchanged, and the new files are kept for
+    inspection in a folder beside it (`path` is the program there). `check`
+    holds the per-method results."""
 
-    def __init__(self, path: Path, check: RunCheck):
+    def __init__(self, path: Path, check: RunCheck, target: Path | None = None):
         self.path, self.check = path, check
+        self.target = target if target is not None else path
         parts = []
         for m in check.failures():
             if not m.ran:
@@ -114,13 +117,15 @@ class RunCheckError(ExportError):
                              f"{m.inputs}: largest |diff| {m.max_abs_diff:.3g} > tolerance "
                              f"{m.tolerance:.3g} ({m.mismatch})")
         super().__init__(
-            f"export wrote {path}, but the run check failed: {'; '.join(parts)}. The files "
-            "stay written so you can inspect them (executorch-tensorrt inspect / run). A model "
-            "that is not deterministic (random ops, dropout in training mode) differs by "
-            "design; otherwise this is most likely a bug of executorch-tensorrt: please report "
-            "it with the model. To keep the program anyway, export with run_check=False "
-            "(--no-run-check), or loosen the comparison with run_check_tolerance= "
-            "(--run-check-tolerance) where reduced precision explains the difference.")
+            f"the run check of the exported program failed: {'; '.join(parts)}. So "
+            f"{self.target} was not published (any earlier file there is unchanged); the new "
+            f"files are kept in {path.parent} so you can inspect them (executorch-tensorrt "
+            "inspect / run). A model that is not deterministic (random ops, dropout in "
+            "training mode) differs by design; otherwise this is most likely a bug of "
+            "executorch-tensorrt: please report it with the model. To publish the program "
+            "anyway, export with run_check=False (--no-run-check), or loosen the comparison "
+            "with run_check_tolerance= (--run-check-tolerance) where reduced precision "
+            "explains the difference.")
 
 
 def tolerance_for(precision: str | None, activations: str | None = None) -> float:

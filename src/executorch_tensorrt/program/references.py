@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ExecuTorchTensorRTError
+from ..errors import ExecuTorchTensorRTError, OutputWriteError
+from ..output_files import write_bytes_whole
 from . import tensor_file as tf
 
 FORMAT = "executorch-tensorrt-expected/2"
@@ -108,23 +109,22 @@ def write_reference(pte_path: str | Path, inputs, outputs, source: str) -> Path:
         })
     summary = {"format": FORMAT, "tensors": tensors_path(pte_path).name, "inputs": source,
                "input_shapes": [t.shape for t in stored], "outputs": entries}
-    path = expected_path(pte_path)
-    path.write_text(json.dumps(summary, indent=1) + "\n")
-    return path
+    return write_bytes_whole(expected_path(pte_path), json.dumps(summary, indent=1) + "\n")
 
 
 def write_export_reference(pte_path: str | Path, reference) -> Path | None:
     """What export calls with reference_source()'s (model, inputs, source),
     or None for no reference: writes it, or warns (ReferenceWarning) and
-    writes nothing; never an error, the program is valid without it."""
-    for stale in (expected_path(pte_path), tensors_path(pte_path)):
-        stale.unlink(missing_ok=True)  # never leave an older program's reference beside it
+    writes nothing: the program is valid without it. A file that cannot be
+    written is an error (OutputWriteError), as for the program's own files."""
     if reference is None:
         return None
     model, inputs, source = reference
     try:
         outputs = reference_outputs(model, inputs)
         path = write_reference(pte_path, inputs, outputs, source)
+    except OutputWriteError:
+        raise
     except Exception as e:  # noqa: BLE001 - the model's own errors, of any kind
         warnings.warn(ReferenceWarning(
             f"no {expected_path(pte_path).name} was written: running the model eagerly on the "

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..dtypes import DTYPES as ALL_DTYPES
+from ..output_files import write_bytes_whole
 
 MAGIC = b"ETTENSR1"
 VERSION = 1
@@ -85,9 +86,7 @@ def write_tensors(path: str | Path, tensors: list[Tensor]) -> Path:
         out += struct.pack("<II", code, data.ndim)
         out += struct.pack(f"<{data.ndim}q", *data.shape)
         out += struct.pack("<Q", data.nbytes) + data.tobytes()
-    path = Path(path)
-    path.write_bytes(bytes(out))
-    return path
+    return write_bytes_whole(path, bytes(out))
 
 
 class _Reader:

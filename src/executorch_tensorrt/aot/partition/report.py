@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from ...output_files import write_bytes_whole
+
 REPORT_FORMAT = "executorch-tensorrt-report/1"
 _EXAMPLES = 3  # node names kept per (op, reason) in the compact form
 
@@ -119,9 +121,8 @@ def report_path(pte_path: str | Path) -> Path:
 
 
 def write_report(pte_path: str | Path, reports: Mapping[str, PartitionReport]) -> Path:
-    path = report_path(pte_path)
-    path.write_text(json.dumps(reports_as_dict(reports), indent=1) + "\n")
-    return path
+    return write_bytes_whole(report_path(pte_path),
+                             json.dumps(reports_as_dict(reports), indent=1) + "\n")
 
 
 def read_report(pte_path: str | Path) -> dict:
