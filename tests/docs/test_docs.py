@@ -451,7 +451,7 @@ def test_every_python_block_is_checked():
 
 PLANTED = """# Planted
 
-See [the missing page](no-such-page.md) and [a heading](../README.md#no-such-heading).
+See [the missing page](no-such-page.md) and [a heading](other.md#no-such-heading).
 The code is in `src/executorch_tensorrt/no_such_module.py`; call
 `executorch_tensorrt.no_such_function()` or `executorch-tensorrt export --no-such-flag`.
 
@@ -477,6 +477,7 @@ bash tools/no_such_script.sh
 
 
 def test_planted_breaks_are_reported(tmp_path):
+    (tmp_path / "other.md").write_text("# Other\n")
     path = tmp_path / "planted.md"
     path.write_text(PLANTED)
     problems = "\n".join(check_doc(parse(path)))
