@@ -1,7 +1,7 @@
 """Engine bytes against weight bytes: is an engine's size its weights plus a
 fixed part? One run over three MLP sizes (about 0.5, 8 and 64 MB of fp32
 weights) for fp32, int8_weight_only, int4_weight_only (group 64) and
-fp8_w8a8; writes the table into docs/quantization.md.
+fp8_w8a8; writes the table into docs/evidence/quantization.md.
 
     nice -n 10 .venv/bin/python tools/bench/engine_size.py [--no-write] [--widths 256,1024,2816]
 

@@ -1,6 +1,6 @@
 """FP4 (NVFP4) weight-only against fp32 and int4 on MLPs, all for SM120: artifact
 bytes, engine bytes, and the fallback's output against the eager quantized model;
-writes the table into docs/quantization.md.
+writes the table into docs/evidence/quantization.md.
 
     nice -n 10 .venv/bin/python tools/bench/fp4_size.py [--no-write]
 

@@ -1,5 +1,5 @@
 """Times export and run of built-in models through this backend and through
-ExecuTorch's XNNPACK path, in the same process, and writes docs/benchmarks.md.
+ExecuTorch's XNNPACK path, in the same process, and writes docs/evidence/benchmarks.md.
 
 No machine here runs TensorRT engines: the TensorRT partitions run through the
 onnxruntime fallback on the CPU, so the run column compares *that* path with

@@ -1,6 +1,6 @@
 """Quantized vs fp32 exports of the same models, one run: artifact and engine
 sizes, export time, the fallback's error against the eager quantized model and
-top-1 agreement of the logits; writes the table into docs/quantization.md.
+top-1 agreement of the logits; writes the table into docs/evidence/quantization.md.
 
     .venv/bin/python tools/bench/quantization.py [--inputs 1000] [--no-write]
 

@@ -1,5 +1,5 @@
 """PT2E-quantized (TensorRTQuantizer) vs fp32 exports of a small CNN and a
-small ViT, one run; writes its table into docs/quantization.md (its own block).
+small ViT, one run; writes its table into docs/evidence/quantization.md (its own block).
 
     .venv/bin/python tools/bench/quantization_pt2e.py [--inputs 1000] [--no-write]
 

@@ -233,7 +233,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--folder", help="keep and reuse the exported programs here")
     parser.add_argument("--note", default="", help="a line printed above the table")
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update docs/evidence/benchmarks.md")
     parser.add_argument("--child-timeout", type=float, default=900,
                         help="seconds before a timing child is killed and its row reported "
                              "missing (ExecuTorch's threadpool reset has hung here)")

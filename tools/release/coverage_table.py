@@ -1,4 +1,4 @@
-"""Measures the model zoo (tests/aot/zoo.py) and writes docs/coverage.md.
+"""Measures the model zoo (tests/aot/zoo.py) and writes docs/evidence/coverage.md.
 
     .venv/bin/python tools/release/coverage_table.py [--out docs/coverage.md] [--only NAME ...]
 

@@ -434,6 +434,8 @@ def check(root: Path | str = ROOT, pins: Pins | None = None,
 
 # discovering files that name pins but are not in SITES ------------------------------
 
+# Measurement records name the versions they ran with; a pin move must not rewrite them.
+EVIDENCE_DIR = "docs/evidence/"
 _SKIP_DIRS = {".git", ".venv", "venv", "build", "dist", "_skbuild", "node_modules", "__pycache__"}
 
 
@@ -460,7 +462,7 @@ def unlisted_sites(root: Path | str = ROOT, pins: Pins | None = None,
     sites = SITES if sites is None else sites
     problems = []
     for rel in candidate_files(root):
-        if rel in sites or rel == PINS_FILE:
+        if rel in sites or rel == PINS_FILE or rel.startswith(EVIDENCE_DIR):
             continue
         try:
             found = pinned_sites(parse_file(root / rel, rel), pins)
