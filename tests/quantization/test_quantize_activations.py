@@ -14,7 +14,7 @@ from executorch_tensorrt.aot import export as export_module
 from executorch_tensorrt.aot.export import export_program
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.quantization import QuantizationError, quantize
-from executorch_tensorrt.quantization.qdq_graph import QUANTIZE
+from executorch_tensorrt.quantization.importers.qdq_graph import QUANTIZE
 from tests.helpers import artifact_bytes, run_forward, tensorrt_blobs
 
 FP8_TARGETS = ("SM89", "SM120")
