@@ -30,7 +30,13 @@ from .importers.pt2e import quantize_pt2e
 from .importers.qdq_graph import is_qdq_graph, lower_qdq
 from .importers.torchao import has_torchao_weights, lower_torchao
 from .plan import QuantizationPlan, quantization_plan, shared_copy, with_plan
-from .registry import Scheme, format_of, implemented, refusal, scheme_named
+from .registry import FORMATS, Scheme, format_of, implemented, refusal, scheme_named
+
+# Every format's etrt_quant ops are defined once this module is imported (as
+# `import executorch_tensorrt.quantization` did before the registry was lazy):
+# export and saved programs that hold those ops rely on it.
+for _fmt in FORMATS.values():
+    _fmt.steps()
 
 
 def check_plan(plan: QuantizationPlan, flavor: str, capabilities: tuple[str, ...] | None,
