@@ -48,6 +48,11 @@ class OutputWriteError(ExportError):
         self.path, self.errno, self.needed = path, errno, needed
 
 
+class QuantizationError(ExportError):
+    """A quantized layer or scheme that TensorRT cannot take as it is; the
+    message names the layer or scheme, why, and what to do."""
+
+
 class EngineUnavailable(ExecuTorchTensorRTError, RuntimeError):
     """The engine cannot run in this process (no GPU, no TensorRT, another
     compute capability and no rebuild possible); the message says why."""

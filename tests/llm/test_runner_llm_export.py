@@ -16,7 +16,7 @@ import torch
 from executorch_tensorrt import llm
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
-from executorch_tensorrt.quantization.embedding import QuantizedEmbedding
+from executorch_tensorrt.quantization.formats.int4 import Int4Embedding
 from runner_helpers import (CONFIGS, EOS, VOCAB, encode, runner_tokens,
                             write_char_tokenizer)
 from tests.helpers import cli_main, tensorrt_blobs
@@ -104,7 +104,7 @@ def test_int4_weight_only_decoder_runs_in_the_runner_as_the_eager_quantized_mode
     pte, ptd = llama_int4
     fp32 = llm.causal_lm(WIDE)
     reference = llm.quantized(fp32, "int4_weight_only")
-    assert isinstance(reference.model.embed_tokens, QuantizedEmbedding)
+    assert isinstance(reference.model.embed_tokens, Int4Embedding)
     got = runner_tokens(_runner(pte, ptd, tokenizer), PROMPT, NEW)
     want = _until_eos(_eager(reference, PROMPT))
     assert got == want[:len(got)] and len(got) >= min(len(want), NEW - 1)

@@ -12,7 +12,9 @@ import torch
 
 from executorch_tensorrt.aot.onnx.export import export_onnx
 from executorch_tensorrt.quantization import QuantizationError, quantization_plan, quantize
-from executorch_tensorrt.quantization.embedding import QuantizedEmbedding, quantize_embeddings
+from executorch_tensorrt.quantization.embedding import quantize_embeddings
+from executorch_tensorrt.quantization.formats.int4 import Int4Embedding
+from executorch_tensorrt.quantization.formats.int8 import Int8Embedding
 
 VOCAB, DIM, GROUP = 96, 64, 32
 IDS = torch.tensor([[0, 5, 95, 5, 17]])
@@ -48,7 +50,7 @@ def exported(request):
 
 def test_the_table_is_stored_quantized_and_dequantized_into_gather(exported):
     scheme, fp32, model, onnx_bytes = exported
-    assert isinstance(model.embed, QuantizedEmbedding)
+    assert isinstance(model.embed, Int4Embedding if scheme == "int4_weight_only" else Int8Embedding)
     assert isinstance(fp32.embed, torch.nn.Embedding)  # the model passed in is not changed
     graph = onnx.load_from_string(onnx_bytes).graph
     producer = {out: n for n in graph.node for out in n.output}

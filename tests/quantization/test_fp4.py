@@ -21,8 +21,8 @@ from executorch_tensorrt.blob import read_blob, write_blob
 from executorch_tensorrt.blob.format import BlobError
 from executorch_tensorrt.errors import InvalidProgramError, NamedDataError
 from executorch_tensorrt.quantization import QuantizationError, quantize
-from executorch_tensorrt.quantization.fp4 import (BLOCK, e2m1_values, quantize_fp4,
-                                                  round_to_e2m1)
+from executorch_tensorrt.quantization.formats.fp4 import (BLOCK, e2m1_values, quantize_fp4,
+                                                          round_to_e2m1)
 from executorch_tensorrt.runtime.choose import create_executor
 from executorch_tensorrt.runtime.named_data import InMemoryNamedData
 from tests.helpers import FALLBACK, artifact_bytes, run_forward, tensorrt_blobs

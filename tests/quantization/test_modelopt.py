@@ -16,7 +16,7 @@ from executorch_tensorrt.aot import export as export_module
 from executorch_tensorrt.aot.export import export_program
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.quantization import QuantizationError
-from executorch_tensorrt.quantization.modelopt_models import lower_modelopt
+from executorch_tensorrt.quantization.importers.modelopt import lower_modelopt
 from tests.helpers import artifact_bytes, tensorrt_blobs
 
 FP8_TARGETS = ("SM89", "SM120")

@@ -18,7 +18,7 @@ import executorch_tensorrt  # noqa: F401 - registers the backend
 from executorch_tensorrt.aot import export as export_module
 from executorch_tensorrt.aot.export import export_program
 from executorch_tensorrt.blob import read_blob
-from executorch_tensorrt.quantization import QuantizationError, TensorRTQuantizer
+from executorch_tensorrt.quantization import QuantizationError, TensorRTQuantizer, lower_qdq
 from tests.helpers import artifact_bytes, run_forward, tensorrt_blobs
 
 FP8_TARGETS = ("SM89", "SM120")
@@ -88,7 +88,7 @@ def test_fallback_matches_the_eager_quantized_model(exported, scheme, monkeypatc
     monkeypatch.setenv("EXECUTORCH_TENSORRT_FALLBACK", "onnxruntime")
     x = _x(20)
     out = run_forward(result, x)
-    reference, _ = export_module.lower_qdq(gm, "tensorrt_rtx", FP8_TARGETS, False)
+    reference, _ = lower_qdq(gm, "tensorrt_rtx", FP8_TARGETS, False)
     with torch.no_grad():
         eager = reference(x)
         fp32 = _cnn()(x)
@@ -222,6 +222,6 @@ def test_fp8_relu_feeding_a_quantize_runs_as_written(tmp_path, monkeypatch):
     graph, _ = _graph_and_weights(result)
     assert "Relu" in [n.op_type for n in graph.graph.node]
     out = Runtime.get().load_program(result.path).load_method("forward").execute([x])[0]
-    reference, _ = export_module.lower_qdq(gm, "tensorrt_rtx", FP8_TARGETS, False)
+    reference, _ = lower_qdq(gm, "tensorrt_rtx", FP8_TARGETS, False)
     with torch.no_grad():
         assert float((out - reference(x)).abs().max()) <= 1e-5

@@ -10,11 +10,10 @@ import pytest
 import torch
 
 import executorch_tensorrt  # noqa: F401 - registers the backend
-from executorch_tensorrt.aot import export as export_module
 from executorch_tensorrt.aot.export import export_program
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.quantization import QuantizationError, quantize
-from executorch_tensorrt.quantization.qdq_graph import QUANTIZE
+from executorch_tensorrt.quantization.importers.qdq_graph import QUANTIZE, lower_qdq
 from tests.helpers import artifact_bytes, run_forward, tensorrt_blobs
 
 FP8_TARGETS = ("SM89", "SM120")
@@ -58,7 +57,7 @@ def test_fp8_w8a8_in_one_call_exports_and_runs_like_the_eager_model(tmp_path, mo
     assert size / weights <= 0.27
     x = _x(40)
     out = run_forward(result, x)
-    reference, _ = export_module.lower_qdq(gm, "tensorrt_rtx", FP8_TARGETS, False)
+    reference, _ = lower_qdq(gm, "tensorrt_rtx", FP8_TARGETS, False)
     with torch.no_grad():
         eager, eager_fp32 = reference(x), fp32(x)
     diff = float((out - eager).abs().max())

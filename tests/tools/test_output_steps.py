@@ -13,8 +13,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "bench"))
 import output_steps  # noqa: E402
 
-from executorch_tensorrt.aot import export as export_module  # noqa: E402
-from executorch_tensorrt.quantization import TensorRTQuantizer  # noqa: E402
+from executorch_tensorrt.quantization import TensorRTQuantizer, lower_qdq  # noqa: E402
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.0123])
@@ -35,7 +34,7 @@ def test_linear_output_step_is_one_input_step_times_the_largest_weight(scheme):
     gm = prepare_pt2e(torch.export.export(model, (x,)).module(), TensorRTQuantizer(scheme))
     gm(x)
     flavor = "tensorrt" if scheme == "int8_w8a8" else "tensorrt_rtx"
-    ref = export_module.lower_qdq(convert_pt2e(gm), flavor, ("SM89",), False)[0]
+    ref = lower_qdq(convert_pt2e(gm), flavor, ("SM89",), False)[0]
     y, steps = output_steps.output_and_steps(ref, (x,))
     assert torch.equal(y, ref(x))
     spec = output_steps.output_layer(ref)

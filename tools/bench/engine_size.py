@@ -54,7 +54,7 @@ def mlp(width: int) -> torch.nn.Module:
 def scheme_targets(scheme: str) -> tuple[str, ...] | None:
     """The builder's targets: None (every default capability) unless the scheme
     needs a newer GPU, then the default capabilities it can run on."""
-    from executorch_tensorrt.quantization.capability import RTX_DEFAULT_CAPABILITIES, SCHEMES
+    from executorch_tensorrt.quantization.registry import RTX_DEFAULT_CAPABILITIES, SCHEMES
 
     low = SCHEMES[scheme].min_capability if scheme in SCHEMES else None
     return None if low is None else tuple(c for c in RTX_DEFAULT_CAPABILITIES
@@ -95,7 +95,7 @@ def builder_says(onnx: bytes) -> str:
     """What TensorRT-RTX's builder says to `onnx` (weights inline) for every
     default capability: 'built' or its error."""
     from executorch_tensorrt.errors import EngineBuildError
-    from executorch_tensorrt.quantization.capability import RTX_DEFAULT_CAPABILITIES
+    from executorch_tensorrt.quantization.registry import RTX_DEFAULT_CAPABILITIES
     from executorch_tensorrt.tensorrt.engine_builder import build_engine
     from executorch_tensorrt.tensorrt.options import BuildOptions
 
@@ -148,7 +148,7 @@ def main() -> int:
     import tensorrt_rtx
 
     from executorch_tensorrt.quantization import quantize
-    from executorch_tensorrt.quantization.capability import RTX_DEFAULT_CAPABILITIES
+    from executorch_tensorrt.quantization.registry import RTX_DEFAULT_CAPABILITIES
 
     rows, probe = [], None
     with tempfile.TemporaryDirectory(prefix="etrt-engine-size-") as tmp:

@@ -20,7 +20,7 @@ import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines quantized_decomposed ops
 from torch.fx import GraphModule, Interpreter, Node
 
-import executorch_tensorrt.quantization  # noqa: F401 - defines the etrt_quant ops
+import executorch_tensorrt.quantization.workflow  # noqa: F401 - defines the etrt_quant ops
 
 _QD = torch.ops.quantized_decomposed
 _ET = torch.ops.etrt_quant

@@ -8,7 +8,7 @@ Models (random weights): the 3-layer MLP 256-512-512-64 of the tests, and a
 tiny transformers Llama from a config (2 layers, hidden 128, vocabulary 1024,
 untied lm_head; logits of a 16-token sequence, no cache). Schemes: fp32,
 int8_weight_only, int4_weight_only (group 64) through
-executorch_tensorrt.quantization.quantize. Per scheme, two exports:
+executorch_tensorrt.quantization.quantize(). Per scheme, two exports:
 weights in a .ptd (the default layout: artifact bytes = .pte + .ptd, export
 time) and self-contained (`inline_weights=True`, whose blob carries a full
 TensorRT-RTX engine built by the CPU builder: engine bytes). The .ptd

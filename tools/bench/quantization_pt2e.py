@@ -97,6 +97,7 @@ def measure(name, fp32, shape, n_inputs, tmp: Path) -> list[dict]:
     from executorch.runtime import Runtime
 
     from executorch_tensorrt.aot import export as export_module
+    from executorch_tensorrt.quantization import lower_qdq
     from executorch_tensorrt.blob import read_blob
     sys.path.insert(0, str(ROOT))
     from tests.helpers import tensorrt_blobs
@@ -120,7 +121,7 @@ def measure(name, fp32, shape, n_inputs, tmp: Path) -> list[dict]:
             inline = tmp / f"{len(rows)}-{scheme}-inline.pte"
             export_module.export_program(model, inputs[0], inline, inline_weights=True,
                                          progress=None, write_expected_file=False, **options)
-            reference = (export_module.lower_qdq(model, export_module.target_flavor(),
+            reference = (lower_qdq(model, export_module.target_flavor(),
                                                  options.get("compute_capabilities"), False)[0]
                          if scheme != "fp32" else fp32)
         finally:

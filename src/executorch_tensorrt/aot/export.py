@@ -14,12 +14,8 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from ..errors import ExportError
-from ..quantization.qdq_graph import (activation_quantization, check_qdq_delegated, is_qdq_graph,
-                                      lower_qdq)
-from ..quantization.modelopt_models import has_modelopt_quantizers, lower_modelopt
-from ..quantization.plan import quantization_plan
-from ..quantization.quantize import check_plan, float_where_refused
-from ..quantization.torchao_weights import has_torchao_weights, lower_torchao
+from ..quantization.importers.qdq_graph import activation_quantization, check_qdq_delegated
+from ..quantization.workflow import prepare_for_export
 from ..program.references import reference_source, write_export_reference
 from ..program.info import describe_program
 from . import device_resident as dr
@@ -85,16 +81,6 @@ def _method_reports(methods: list[str],
     if len(reports) != len(methods):
         return {}
     return dict(zip(methods, reports))
-
-
-def _quantization_lines(model, options: dict, allow_unquantized: bool) -> dict[str, str]:
-    """The report's per-layer lines of a quantize()d model, after refusing a
-    scheme the TensorRT flavour or targets cannot run (quantize.check_plan)."""
-    plan = quantization_plan(model)
-    if plan is None:
-        return {}
-    return check_plan(plan, target_flavor(), options.get("compute_capabilities"),
-                      allow_unquantized)
 
 
 def target_flavor() -> str:
@@ -192,24 +178,13 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         inputs = _as_inputs(example_inputs)
         if progress:
             progress("torch.export...")
-        # torchao's weight subclasses cannot be exported as they are: explicit
-        # dequantize ops over int8 buffers instead (quantization/).
-        # ModelOpt's fake quantizers likewise become our Q/DQ ops.
-        traced = (lower_torchao(model) if has_torchao_weights(model) else
-                  lower_modelopt(model) if has_modelopt_quantizers(model) else model)
-        # fp4 layers a target cannot run, when allowed: float over their dequantized weights.
-        traced = float_where_refused(traced, target_flavor(), options.get("compute_capabilities"),
-                                     allow_unquantized)
-        quantized_layers = _quantization_lines(traced, options, allow_unquantized)
-        if is_qdq_graph(model):  # a convert_pt2e graph: checked, and what runs is the reference
-            traced, quantized_layers = lower_qdq(model, target_flavor(),
-                                                 options.get("compute_capabilities"),
-                                                 allow_unquantized)
+        # torchao weights, ModelOpt quantizers, quantize() plans and PT2E graphs,
+        # checked against the flavour and targets (quantization/workflow.py).
+        prepared = prepare_for_export(model, target_flavor(),
+                                      options.get("compute_capabilities"), allow_unquantized)
+        traced, quantized_layers = prepared.traced, prepared.lines
         programs = {"forward": torch.export.export(traced, inputs, dynamic_shapes=dynamic_shapes)}
-        # Q/DQ graphs (PT2E, ModelOpt): the reference is what TensorRT's Q/DQ
-        # compute; ModelOpt's own rounding of x * (127 / amax) can differ by a step.
-        reference = (traced if is_qdq_graph(model) or has_modelopt_quantizers(model) else model,
-                     inputs)
+        reference = (prepared.reference, inputs)
     seconds["torch_export"] = time.perf_counter() - t0
     if external_weights:
         if options.get("inline_weights"):

@@ -231,13 +231,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _scheme_list(schemes) -> str:
+    """Scheme names with the limits a user meets first (flavour, targets)."""
+    def named(s) -> str:
+        limits = [*(["standard TensorRT only"] if "tensorrt_rtx" not in s.flavors else []),
+                  *([f"SM{s.min_capability}+ targets only"] if s.min_capability else [])]
+        return s.name + (f" ({', '.join(limits)})" if limits else "")
+    return ", ".join(named(s) for s in schemes)
+
+
 def _quantize_options(p, note: str = "") -> None:
-    """--quantize and --group-size: the same for `export` and `llm-export`."""
+    """--quantize and --group-size: the same for `export` and `llm-export`; the
+    schemes are the quantization registry's (torch-free to import)."""
+    from ..quantization.registry import SCHEMES
+
+    runnable = [s for s in SCHEMES.values() if s.implemented]
     p.add_argument("--quantize", metavar="SCHEME",
-                   help="quantize the model first: int8_weight_only, int4_weight_only or "
-                        "fp4_weight_only (Linear weights; fp4 needs --compute-capability SM120 "
-                        "targets only), or int8_w8a8 / fp8_w8a8 (Linear and Conv2d weights "
-                        f"and activations, calibrated) (docs/quantization.md){note}")
+                   help="quantize the model first: "
+                        f"{_scheme_list(s for s in runnable if not s.activations)} (Linear "
+                        f"weights), or {_scheme_list(s for s in runnable if s.activations)} "
+                        "(Linear and Conv2d weights and activations, calibrated) "
+                        f"(docs/quantization.md){note}")
     p.add_argument("--group-size", type=int, default=128, metavar="N",
                    help="int4_weight_only: input features per scale, 32, 64 or 128 "
                         "(default 128; it must divide every Linear's input features)")

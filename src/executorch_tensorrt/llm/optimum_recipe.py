@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ..quantization.torchao_weights import has_torchao_weights
+from ..quantization.importers.torchao import has_torchao_weights
 from .exporter import QUANTIZE, LLMExportResult, export
 
 RECIPE = "tensorrt"

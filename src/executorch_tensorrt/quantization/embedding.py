@@ -1,14 +1,14 @@
-"""Weight-only quantized token embeddings (issue #24): the embedding table of
-an LLM stored int4 (per group of features) or int8 (per row), so that a
-quantized decoder is not left with its largest float tensor.
+"""Weight-only quantized token embeddings: the embedding table of an LLM stored
+int4 (per group of features) or int8 (per row), so that a quantized decoder is
+not left with its largest float tensor.
 
 An embedding lookup is a Gather over the table's rows. The table is
-quantized row by row exactly as a Linear weight [out, in] is (int4.py,
-quantize.quantize_int8): a row of the table is an "output channel", its
-features the groups' axis. The module computes
-`F.embedding(ids, dequantize(table))` with the same dequantize ops as the
-quantized linears, so the ONNX graph holds DequantizeLinear over the stored
-table feeding Gather's data input: TensorRT's parser takes that (a
+quantized row by row exactly as a Linear weight [out, in] is: a row of the
+table is an "output channel", its features the groups' axis. Each format that
+has an embedding form (registry.FormatSteps.quantize_embedding: int8, int4)
+computes `F.embedding(ids, dequantize(table))` with the same dequantize op as
+its quantized linears, so the ONNX graph holds DequantizeLinear over the
+stored table feeding Gather's data input: TensorRT's parser takes that (a
 weight-only quantized Gather), and onnxruntime runs it. The eager module is
 the reference: it dequantizes in torch with the same values.
 
@@ -23,66 +23,37 @@ import copy
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 
-from .errors import QuantizationError
-from .int4 import quantize_int4
-from .ops import DEQUANTIZE_INT4, DEQUANTIZE_WEIGHT
+from ..errors import QuantizationError
 from .plan import QuantizationPlan, quantization_plan, with_plan
-from .quantize import quantize_int8
+from .registry import FORMATS, format_of
 
 
-class QuantizedEmbedding(torch.nn.Module):
-    """ids -> rows of dequantize(table): int4 packed per group (`group_size`),
-    or int8 per row (`group_size` None)."""
-
-    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, group_size: int | None,
-                 padding_idx: int | None) -> None:
-        super().__init__()
-        self.group_size = group_size
-        self.padding_idx = padding_idx
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("weight_scale", scale)
-
-    @property
-    def num_embeddings(self) -> int:
-        return self.qweight.shape[0]
-
-    def dequantized(self) -> torch.Tensor:
-        if self.group_size is None:
-            return DEQUANTIZE_WEIGHT(self.qweight, self.weight_scale, 0)
-        return DEQUANTIZE_INT4(self.qweight, self.weight_scale, self.group_size)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(ids, self.dequantized(), self.padding_idx)
+def embedding_schemes() -> tuple[str, ...]:
+    """The weight-only schemes whose format has an embedding form."""
+    return tuple(sorted(s.name for f in FORMATS.values() for s in f.schemes
+                 if not s.activations and s.implemented
+                 and f.steps().quantize_embedding is not None))
 
 
 def quantized_embedding(embedding: torch.nn.Embedding, scheme: str, group_size: int,
-                        name: str = "") -> tuple[QuantizedEmbedding, str]:
+                        name: str = "") -> tuple[torch.nn.Module, str]:
     """The quantized module for `embedding` and the report's line for it."""
     if embedding.max_norm is not None or embedding.sparse:
         raise QuantizationError(
             f"embedding {name!r}: max_norm and sparse embeddings cannot be quantized (the "
             "lookup would change the stored table); quantize without embeddings")
-    weight = embedding.weight.detach()
-    if scheme == "int4_weight_only":
-        packed, scale = quantize_int4(weight, group_size, name)
-        module = QuantizedEmbedding(packed, scale.to(weight.dtype), group_size,
-                                    embedding.padding_idx)
-        return module, f"int4 weight-only embedding (group {group_size})"
-    if scheme == "int8_weight_only":
-        q, scale = quantize_int8(weight)
-        module = QuantizedEmbedding(q, scale.to(weight.dtype), None, embedding.padding_idx)
-        return module, "int8 weight-only embedding (per row)"
-    raise QuantizationError(f"embedding {name!r}: scheme {scheme!r} has no embedding path; "
-                            "embeddings are quantized int4_weight_only or int8_weight_only")
+    if scheme not in embedding_schemes():
+        raise QuantizationError(f"embedding {name!r}: scheme {scheme!r} has no embedding path; "
+                                f"embeddings are quantized {' or '.join(embedding_schemes())}")
+    return format_of(scheme).steps().quantize_embedding(embedding, name, group_size)
 
 
 def quantize_embeddings(model: torch.nn.Module, scheme: str,
                         group_size: int = 128) -> torch.nn.Module:
     """A copy of `model` (tensors shared) with each torch.nn.Embedding
-    replaced by a QuantizedEmbedding of `scheme`; the model's quantization
-    plan (if any) gains one line per table."""
+    replaced by its format's quantized embedding of `scheme`; the model's
+    quantization plan (if any) gains one line per table."""
     shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     result = copy.deepcopy(model, memo=shared)
     replacements, lines = [], {}

@@ -13,9 +13,7 @@ import torch
 from torch.onnx._internal.exporter import _core
 
 from ...blob.format import NAMED_DATA_LOCATION
-from ...quantization.fp4 import lower_fp4_nodes
-from ...quantization.fp8 import lower_fp8_nodes
-from ...quantization.int4 import lower_int4_nodes
+from ...quantization.registry import FORMATS
 from .edge_tags import edge_name_from_trace, quiet, tag_edge_nodes
 from .fusions import fuse
 from .precision import with_precision
@@ -78,11 +76,11 @@ def _externalize(model: ir.Model) -> list[Weight]:
         tensor = value.const_value
         if tensor is None or tensor.nbytes < INLINE_LIMIT or name in scales:
             continue
-        if tensor.dtype == ir.DataType.INT4:  # packed two per byte (quantization/int4.py)
+        if tensor.dtype == ir.DataType.INT4:  # packed two per byte (quantization/formats/int4.py)
             data, blob_dtype = tensor.raw, "int4"
-        elif tensor.dtype == ir.DataType.FLOAT4E2M1:  # packed two per byte (quantization/fp4.py)
+        elif tensor.dtype == ir.DataType.FLOAT4E2M1:  # packed two per byte (quantization/formats/fp4.py)
             data, blob_dtype = tensor.raw, "float4_e2m1"
-        elif tensor.dtype == ir.DataType.FLOAT8E4M3FN:  # FP8 weights (quantization/fp8.py)
+        elif tensor.dtype == ir.DataType.FLOAT8E4M3FN:  # FP8 weights (quantization/formats/fp8.py)
             data, blob_dtype = _weight_value(tensor), "float8"
         else:
             data = _weight_value(tensor)
@@ -115,9 +113,10 @@ def export_onnx(ep: torch.export.ExportedProgram, precision: str = "fp32", *,
         program = _core.export(tagged, registry=onnx_registry(), optimize=True, verbose=False)
     model = program.model
     fuse(model)
-    lower_int4_nodes(model)
-    lower_fp8_nodes(model)
-    lower_fp4_nodes(model)
+    for fmt in FORMATS.values():  # each format's placeholders -> standard Q/DQ
+        lower_onnx = fmt.steps().lower_onnx
+        if lower_onnx is not None:
+            lower_onnx(model)
     mapping: dict[int, str] = {}
     for i, node in enumerate(model.graph):
         name = edge_name_from_trace(node.metadata_props.get(_TRACE_KEY))

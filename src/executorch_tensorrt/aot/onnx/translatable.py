@@ -12,9 +12,7 @@ import torch
 from torch.onnx._internal.exporter import _decomp, _registration
 
 from .edge_tags import edge_name_from_trace, quiet, tag_edge_nodes
-from ...quantization import fp4 as _fp4  # noqa: F401 - adds the FP4 op's translation
-from ...quantization import fp8 as _fp8  # noqa: F401 - adds the FP8 ops' translations
-from ...quantization.ops import register_quant_ops
+from ...quantization.registry import FORMATS
 from .extra_ops import register_extra_ops
 
 _registry: _registration.ONNXRegistry | None = None
@@ -44,6 +42,14 @@ def _register_copy_ops(registry: _registration.ONNXRegistry) -> None:
                                      is_complex=False)
 
 
+def _register_quantization_ops(registry: _registration.ONNXRegistry) -> None:
+    """Every quantization format's ops, with their translations (registry.py)."""
+    for fmt in FORMATS.values():
+        for target, function in fmt.steps().TRANSLATIONS.items():
+            if not registry.is_registered(target):
+                registry.register_op(target, function, is_complex=False)
+
+
 def onnx_registry() -> _registration.ONNXRegistry:
     """torchlib's registry plus the *_copy ops and onnx_extra_ops, built once per
     process (building it takes about a second, which torch.onnx.export would pay
@@ -54,7 +60,7 @@ def onnx_registry() -> _registration.ONNXRegistry:
             registry = _registration.ONNXRegistry.from_torchlib()
             _register_copy_ops(registry)
             register_extra_ops(registry)
-            register_quant_ops(registry)
+            _register_quantization_ops(registry)
         _registry = registry
     return _registry
 

@@ -28,7 +28,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ...errors import EngineBuildError
-from ...quantization.qdq_graph import unpaired_qdq
+from ...quantization.importers.qdq_graph import unpaired_qdq
 from ..backend import engine_kind, weights_id
 from ..compile_spec import TensorRTCompileSpec, with_profiles
 from ...tensorrt.engine_builder import Progress, build_engine, stderr_progress

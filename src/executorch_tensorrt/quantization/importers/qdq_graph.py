@@ -9,16 +9,16 @@ only). `lower_qdq(gm, ...)` works on a copy of the graph module and:
 - refuses (QuantizationError, the layer named) what TensorRT cannot take:
   non-zero zero points, weight / activation dtypes other than int8 and fp8
   e4m3, scales computed in the graph (dynamic quantization), mixed int8/fp8;
-- classifies each Linear / Conv2d as a scheme (capability.py) and refuses a
+- classifies each Linear / Conv2d as a scheme (registry.py) and refuses a
   scheme the flavour or targets cannot run (INT8 W8A8 on TensorRT-RTX, FP8
   below SM89), unless `allow_unquantized`: then the layer runs with float
   activations (INT8 W8A8 -> INT8 weight-only) or entirely float, and its
   report line says why;
 - folds a weight's quantize node (convert_pt2e(fold_quantize=False)) into an
   int8 / fp8 constant, so the weight is stored quantized, once;
-- rewrites FP8 Q/DQ into fp8.py's ops (TensorRT's cast semantics);
+- rewrites FP8 Q/DQ into formats/fp8.py's ops (TensorRT's cast semantics);
 - reports the Linear layers whose weight TensorRTQuantizer("int4_weight_only")
-  turned into etrt_quant.dequantize_int4 (pt2e_int4.py): both flavours run them.
+  turned into etrt_quant.dequantize_int4 (pt2e.py): both flavours run them.
 
 `check_qdq_delegated(edge)` refuses, after partitioning, a Q/DQ node that
 TensorRT did not take (e.g. a pair split across partitions), naming it.
@@ -33,10 +33,11 @@ import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines quantized_decomposed ops
 from torch.fx import GraphModule, Node
 
-from .capability import refusal
-from .errors import QuantizationError
-from .fp8 import DEQUANTIZE_FP8, FP8, QUANTIZE_FP8
-from .ops import DEQUANTIZE_INT4
+from ...errors import QuantizationError
+from ..formats.fp8 import DEQUANTIZE_FP8, FP8, QUANTIZE_FP8
+from ..formats.int4 import DEQUANTIZE_INT4
+from ..registry import refusal
+from .fx_nodes import LAYERS, graph_attr, layer_name
 
 
 def _qd(name: str, overload: str):
@@ -53,7 +54,6 @@ QUANTIZE = _ops(("quantize_per_tensor", "default"), ("quantize_per_tensor", "ten
 DEQUANTIZE = _ops(("dequantize_per_tensor", "default"), ("dequantize_per_tensor", "tensor"),
                   ("dequantize_per_channel", "default"))
 DYNAMIC = _ops(("choose_qparams", "tensor"), ("choose_qparams_symmetric", "tensor"))
-LAYERS = {torch.ops.aten.linear.default: "Linear", torch.ops.aten.conv2d.default: "Conv2d"}
 _DTYPE_NAMES = {torch.int8: "int8", FP8: "fp8"}
 
 
@@ -98,14 +98,6 @@ def _constant(gm: GraphModule, arg, what: str, node: Node) -> torch.Tensor:
         "calibrate with executorch_tensorrt.quantization.TensorRTQuantizer")
 
 
-def graph_attr(gm: GraphModule, target: str) -> torch.Tensor:
-    """The tensor a get_attr node's dotted target names."""
-    value = gm
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
-
-
 def qparams(gm: GraphModule, node: Node) -> QParams:
     """The constants of a Q/DQ node; QuantizationError when they are computed."""
     per_channel = "per_channel" in str(node.target)
@@ -114,13 +106,6 @@ def qparams(gm: GraphModule, node: Node) -> QParams:
     zero = _constant(gm, args[2], "zero point", node)
     return QParams(args[-1] if not per_channel else args[6], scale.float(), zero,
                    int(args[3]) if per_channel else None)
-
-
-def layer_name(node: Node) -> str:
-    """The layer's module path (nn_module_stack), else the node's name."""
-    stack = node.meta.get("nn_module_stack") or {}
-    path = list(stack.values())[-1][0] if stack else ""
-    return path or node.name
 
 
 def _problem(gm: GraphModule, node: Node | None, role: str) -> tuple[QParams | None, str | None]:
@@ -176,7 +161,7 @@ def _fold_weight_quantize(gm: GraphModule) -> None:
         if not (isinstance(node.args[0], Node) and node.args[0].op == "get_attr"):
             continue
         args = [(graph_attr(gm, a.target) if isinstance(a, Node) else a) for a in node.args]
-        if args[-1] == FP8:  # TensorRT's cast, not PT2E's rounding (fp8.py)
+        if args[-1] == FP8:  # TensorRT's cast, not PT2E's rounding (formats/fp8.py)
             value = QUANTIZE_FP8(args[0], float(args[1]))
         else:
             value = node.target(*args)

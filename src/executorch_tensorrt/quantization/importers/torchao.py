@@ -21,12 +21,12 @@ use instead.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from .errors import QuantizationError
-from .fp8 import FP8, Fp8WeightLinear
-from .int4 import GROUP_SIZES, Int4Linear, pack_int4
-from .ops import DEQUANTIZE_WEIGHT
+from ...errors import QuantizationError
+from ..formats.fp8 import FP8, Fp8WeightLinear
+from ..formats.int4 import GROUP_SIZES, Int4Linear
+from ..formats.int8 import DequantizedLinear
+from ..plan import QuantizationPlan, shared_copy, with_plan
 
 _SUPPORTED = ("Int8Tensor (Int8WeightOnlyConfig), IntxUnpackedToInt8Tensor int8/int4 "
               "(IntxWeightOnlyConfig), Float8Tensor (Float8WeightOnlyConfig)")
@@ -34,19 +34,6 @@ _DYNAMIC = ("torchao dynamic activation quantization computes activation scales 
             "TensorRT's Q/DQ need constant scales. Use the weight-only config "
             "(Int8WeightOnlyConfig / Float8WeightOnlyConfig), or calibrate static activation "
             "scales with TensorRTQuantizer (PT2E)")
-
-
-class DequantizedLinear(torch.nn.Module):
-    """y = x @ dequantize(q, scale).T + bias, with q int8 [out, in], scale [out]."""
-
-    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
-        super().__init__()
-        self.register_buffer("qweight", q)
-        self.register_buffer("weight_scale", scale)
-        self.bias = bias
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, DEQUANTIZE_WEIGHT(self.qweight, self.weight_scale, 0), self.bias)
 
 
 def _torchao_kind(weight) -> str | None:
@@ -110,8 +97,7 @@ def _intx_linear(name: str, linear: torch.nn.Linear) -> tuple[torch.nn.Module, s
     if int(q.min()) < -8 or int(q.max()) > 7:
         raise QuantizationError(f"layer {name!r}: int4 values outside [-8, 7]")
     scale = scale.detach().to(torch.float32).reshape(out_features, in_features // group)
-    module = Int4Linear(pack_int4(q.detach()).contiguous(), scale.contiguous(), group,
-                        linear.bias)
+    module = Int4Linear.from_values(q.detach(), scale, group, linear.bias)
     return module, f"int4 weight-only (group {group})"
 
 
@@ -146,9 +132,7 @@ def has_torchao_weights(model: torch.nn.Module) -> bool:
 
 def lower_torchao(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of `model` sharing its tensors, with torchao linears replaced and
-    a QuantizationPlan recorded (quantize.quantization_plan)."""
-    from .plan import QuantizationPlan, shared_copy, with_plan
-
+    a QuantizationPlan recorded (plan.quantization_plan)."""
     lowered = shared_copy(model)
     layers: dict[str, str] = {}
     for name, module in list(lowered.named_modules()):

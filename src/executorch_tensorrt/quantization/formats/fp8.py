@@ -3,12 +3,12 @@
 PT2E's `quantized_decomposed.quantize_per_tensor` rounds x / scale to an
 integer before casting to float8, which is not what TensorRT (or ONNX
 QuantizeLinear) computes for FP8: a saturating cast of x / scale to e4m3, no
-integer rounding. The Q/DQ lowering (qdq_graph.py) rewrites PT2E's FP8 nodes
+integer rounding. The Q/DQ lowering (importers/qdq_graph.py) rewrites PT2E's FP8 nodes
 into `etrt_quant.quantize_fp8` / `dequantize_fp8`, so the eager reference and
 the exported graph compute the same thing.
 
 ONNX float8 needs opset 19 and our exports are opset 18, so, like int4
-(int4.py), their translations are placeholder nodes that `lower_fp8_nodes`
+(int4.py), their translations are placeholder nodes that `lower_onnx`
 rewrites after export into QuantizeLinear / DequantizeLinear with a constant
 float scale and a float8 zero point of 0, raising the model to opset 21.
 """
@@ -20,11 +20,14 @@ import onnx_ir as ir
 import onnxscript
 import torch
 
-from .errors import QuantizationError
-from .ops import _LIB, PLACEHOLDER_DOMAIN, TRANSLATIONS, finish_placeholders, replace_placeholder
+from ...errors import QuantizationError
+from ..placeholders import (PARAMETER, PLACEHOLDER_DOMAIN, PLACEHOLDER_OPSET, finish_placeholders,
+                            fp8_zero, placeholder_nodes, placeholder_op, replace_placeholder)
 
 FP8_MAX = 448.0  # largest finite e4m3fn value
 FP8 = torch.float8_e4m3fn
+
+_LIB = torch.library.Library("etrt_quant", "FRAGMENT")
 
 _LIB.define("quantize_fp8(Tensor x, float scale) -> Tensor")
 _LIB.define("dequantize_fp8(Tensor q, float scale) -> Tensor")
@@ -71,8 +74,7 @@ QUANTIZE_FP8 = torch.ops.etrt_quant.quantize_fp8.default
 DEQUANTIZE_FP8_WEIGHT = torch.ops.etrt_quant.dequantize_fp8_weight.default
 DEQUANTIZE_FP8 = torch.ops.etrt_quant.dequantize_fp8.default
 
-_PLACEHOLDER = onnxscript.values.Opset(domain=PLACEHOLDER_DOMAIN, version=1)
-_P = onnx.defs.OpSchema.FormalParameter
+_P = PARAMETER
 _SCALE_ATTR = onnx.defs.OpSchema.Attribute("scale", onnx.defs.OpSchema.AttrType.FLOAT, "")
 # Schemas of our own, given to onnxscript only (never registered with onnx):
 # float8 is not an opset-18 type, so the placeholder carries it as uint8.
@@ -87,9 +89,9 @@ _WEIGHT_SCHEMA = onnx.defs.OpSchema(
     inputs=[_P("q", "tensor(float8e4m3fn)"), _P("scale", "tensor(float)")],
     outputs=[_P("y", "tensor(float)")],
     attributes=[onnx.defs.OpSchema.Attribute("axis", onnx.defs.OpSchema.AttrType.INT, "")])
-_WEIGHT_OP = onnxscript.values.Op(_PLACEHOLDER, "DequantizeFp8Weight", _WEIGHT_SCHEMA)
-_Q_OP = onnxscript.values.Op(_PLACEHOLDER, "QuantizeFp8", _Q_SCHEMA)
-_DQ_OP = onnxscript.values.Op(_PLACEHOLDER, "DequantizeFp8", _DQ_SCHEMA)
+_WEIGHT_OP = placeholder_op("DequantizeFp8Weight", _WEIGHT_SCHEMA)
+_Q_OP = placeholder_op("QuantizeFp8", _Q_SCHEMA)
+_DQ_OP = placeholder_op("DequantizeFp8", _DQ_SCHEMA)
 
 
 def _onnx_quantize_fp8(x, scale: float):
@@ -104,33 +106,19 @@ def _onnx_dequantize_fp8_weight(q, scale, axis: int):
     return _WEIGHT_OP(q, scale, axis=axis)
 
 
-FP8_TRANSLATIONS = {
-    DEQUANTIZE_FP8_WEIGHT: onnxscript.TracedOnnxFunction(_PLACEHOLDER,
+TRANSLATIONS = {
+    DEQUANTIZE_FP8_WEIGHT: onnxscript.TracedOnnxFunction(PLACEHOLDER_OPSET,
                                                          _onnx_dequantize_fp8_weight),
-    QUANTIZE_FP8: onnxscript.TracedOnnxFunction(_PLACEHOLDER, _onnx_quantize_fp8),
-    DEQUANTIZE_FP8: onnxscript.TracedOnnxFunction(_PLACEHOLDER, _onnx_dequantize_fp8),
+    QUANTIZE_FP8: onnxscript.TracedOnnxFunction(PLACEHOLDER_OPSET, _onnx_quantize_fp8),
+    DEQUANTIZE_FP8: onnxscript.TracedOnnxFunction(PLACEHOLDER_OPSET, _onnx_dequantize_fp8),
 }
-TRANSLATIONS.update(FP8_TRANSLATIONS)  # ops.register_quant_ops registers them all
 
 
-def fp8_zero(model: ir.Model, name: str, dims: list[int] | None = None) -> ir.Value:
-    """A float8 e4m3 zero point of shape `dims` (a scalar by default), registered
-    as an initializer. Every FP8 Q/DQ gets an explicit one: without it,
-    onnxruntime's fused FP8 Q/DQ kernels gave wrong results (max error 0.45)."""
-    dims = list(dims or [])
-    zero = ir.Value(name=name, type=ir.TensorType(ir.DataType.FLOAT8E4M3FN), shape=ir.Shape(dims),
-                    const_value=ir.tensor(np.zeros(dims, dtype=np.uint8),
-                                          dtype=ir.DataType.FLOAT8E4M3FN, name=name))
-    model.graph.register_initializer(zero)
-    return zero
-
-
-def lower_fp8_nodes(model: ir.Model) -> None:
+def lower_onnx(model: ir.Model) -> None:
     """Rewrites each FP8 placeholder node of an exported model, in place, into
     QuantizeLinear(x, scale, zero_point float8 0) / DequantizeLinear(q, scale,
     zero_point float8 0): scale a float32 scalar initializer."""
-    nodes = [n for n in model.graph if n.domain == PLACEHOLDER_DOMAIN
-             and n.op_type in ("QuantizeFp8", "DequantizeFp8", "DequantizeFp8Weight")]
+    nodes = placeholder_nodes(model, "QuantizeFp8", "DequantizeFp8", "DequantizeFp8Weight")
     if not nodes:
         return
     for node in nodes:
@@ -185,3 +173,10 @@ class Fp8WeightLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = DEQUANTIZE_FP8_WEIGHT(self.qweight_fp8, self.weight_scale, 0)
         return torch.nn.functional.linear(x, weight.to(x.dtype), self.bias)
+
+
+# fp8 weight-only layers come from the importers (torchao, ModelOpt); quantize()
+# has no fp8 weight-only path of its own yet.
+quantize_linear = None
+quantize_embedding = None
+check_options = None

@@ -1,33 +1,43 @@
-"""`quantize(model, ...)`: one call from a float model to one TensorRT can run
-quantized, ready for `executorch_tensorrt.export`.
+"""The two entry points. `quantize(model, ...)`: one call from a float model
+to one TensorRT can run quantized, ready for `executorch_tensorrt.export`; and
+`prepare_for_export`, what export does with any quantized model before
+torch.export.
 
 Weight-only schemes replace every `torch.nn.Linear` of the model, in a
-structural copy that shares the model's other tensors: "int8_weight_only" by a
-per-output-channel symmetric int8 weight (torchao_weights.DequantizedLinear,
-the same module and DequantizeLinear the torchao path lowers to),
-"int4_weight_only" by a per-group symmetric int4 weight packed two per byte
-(int4.Int4Linear), "fp4_weight_only" by NVFP4 weights: E2M1 packed two per
-byte, an FP8 scale per 16 input features, a float32 scale per tensor
-(fp4.Fp4Linear; SM120+). The returned model is the eager quantized reference (it
-dequantizes in torch), and records which layers it quantized
-(`quantization_plan`), which export checks against the TensorRT flavour and
-writes into the partition report (capability.py).
+structural copy that shares the model's other tensors, by the module form of
+the scheme's format (registry.py; formats/): "int8_weight_only" a
+per-output-channel symmetric int8 weight, "int4_weight_only" a per-group
+symmetric int4 weight packed two per byte, "fp4_weight_only" NVFP4 weights
+(SM120+). The returned model is the eager quantized reference (it dequantizes
+in torch), and records which layers it quantized (`quantization_plan`), which
+export checks against the TensorRT flavour and writes into the partition
+report (registry.refusal).
 
 The activation schemes ("int8_w8a8", "fp8_w8a8") run our PT2E quantizer
-(pt2e.quantize_pt2e: prepare_pt2e, calibration, convert_pt2e) and return the
-converted graph module, which export checks per layer (qdq_graph.lower_qdq).
+(importers/pt2e.quantize_pt2e: prepare_pt2e, calibration, convert_pt2e) and
+return the converted graph module, which export checks per layer
+(importers/qdq_graph.lower_qdq).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from .capability import IMPLEMENTED, Scheme, refusal, scheme_named
-from .errors import QuantizationError
-from .fp4 import Fp4Linear, quantize_fp4
-from .int4 import GROUP_SIZES, Int4Linear, quantize_int4
+from ..errors import QuantizationError
+from .importers.modelopt import has_modelopt_quantizers, lower_modelopt
+from .importers.pt2e import quantize_pt2e
+from .importers.qdq_graph import is_qdq_graph, lower_qdq
+from .importers.torchao import has_torchao_weights, lower_torchao
 from .plan import QuantizationPlan, quantization_plan, shared_copy, with_plan
-from .pt2e import quantize_pt2e
-from .torchao_weights import DequantizedLinear
+from .registry import FORMATS, Scheme, format_of, implemented, refusal, scheme_named
+
+# Every format's etrt_quant ops are defined once this module is imported (as
+# `import executorch_tensorrt.quantization` did before the registry was lazy):
+# export and saved programs that hold those ops rely on it.
+for _fmt in FORMATS.values():
+    _fmt.steps()
+
 
 def check_plan(plan: QuantizationPlan, flavor: str, capabilities: tuple[str, ...] | None,
                allow_unquantized: bool) -> dict[str, str]:
@@ -85,15 +95,6 @@ def float_where_refused(model: torch.nn.Module, flavor: str,
     return with_plan(result, QuantizationPlan(plan.scheme, layers, unquantized))
 
 
-def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A float weight [out, in] -> (int8 [out, in], scale float32 [out]), symmetric."""
-    w = weight.detach().to(torch.float32)
-    amax = w.abs().amax(dim=1, keepdim=True)
-    scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
-    q = torch.clamp(torch.round(w / scale), -127, 127).to(torch.int8)
-    return q.contiguous(), scale.reshape(-1).contiguous()
-
-
 def _linears(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, str, torch.nn.Linear]]:
     found = []
     for name, module in model.named_modules():
@@ -128,7 +129,7 @@ def quantize(model: torch.nn.Module, example_inputs=None, scheme: str = "int8_we
     chosen: Scheme = scheme_named(scheme)
     if not isinstance(model, torch.nn.Module):
         raise QuantizationError(f"quantize() takes a torch.nn.Module, got {type(model).__name__}")
-    if chosen.name in ("int8_w8a8", "fp8_w8a8"):
+    if chosen.activations:
         if example_inputs is None:
             raise QuantizationError(f"scheme {chosen.name!r} quantizes activations: pass "
                                     "example_inputs (a tuple of the model's inputs) so the "
@@ -141,9 +142,9 @@ def quantize(model: torch.nn.Module, example_inputs=None, scheme: str = "int8_we
         raise QuantizationError(
             f"{type(model).__name__} has no torch.nn.Linear to quantize; the weight-only schemes "
             "quantize Linear weights only (export the model unquantized)")
-    if chosen.name not in IMPLEMENTED:
+    if not chosen.implemented:
         why = (f"scheme {chosen.name!r} ({chosen.description}) is not implemented by "
-               f"executorch_tensorrt.quantization yet (implemented: {sorted(IMPLEMENTED)})")
+               f"executorch_tensorrt.quantization yet (implemented: {sorted(implemented())})")
         if not allow_unquantized:
             raise QuantizationError(why + "; pass allow_unquantized=True to export it float")
         return with_plan(shared_copy(model),
@@ -151,28 +152,48 @@ def quantize(model: torch.nn.Module, example_inputs=None, scheme: str = "int8_we
     if calibration is not None:
         raise QuantizationError(f"scheme {chosen.name!r} is weight-only and takes no "
                                 "calibration data; pass calibration=None")
-    if chosen.name == "int4_weight_only" and group_size not in GROUP_SIZES:
-        raise QuantizationError(f"int4 group size {group_size} is not one of "
-                                f"{list(GROUP_SIZES)}")
+    fmt = format_of(chosen.name)
+    steps = fmt.steps()
+    if steps.quantize_linear is None:
+        raise QuantizationError(f"scheme {chosen.name!r} has no Linear form in format "
+                                f"{fmt.name!r}")
+    if steps.check_options is not None:
+        steps.check_options(group_size)
     result = shared_copy(model)
     layers: dict[str, str] = {}
     replacements = []
     for parent, child_name, full, linear in _linears(result):
-        if chosen.name == "fp4_weight_only":
-            packed, block_scale, global_scale = quantize_fp4(linear.weight, full)
-            replacements.append((parent, child_name,
-                                 Fp4Linear(packed, block_scale, global_scale, linear.bias)))
-            layers[full] = "fp4 weight-only (NVFP4, block 16)"
-        elif chosen.name == "int4_weight_only":
-            packed, scale = quantize_int4(linear.weight, group_size, full)
-            replacements.append((parent, child_name,
-                                 Int4Linear(packed, scale, group_size, linear.bias)))
-            layers[full] = f"int4 weight-only (group {group_size})"
-        else:
-            q, scale = quantize_int8(linear.weight)
-            replacements.append((parent, child_name, DequantizedLinear(q, scale, linear.bias)))
-            layers[full] = "int8 weight-only (per channel)"
+        module, layers[full] = steps.quantize_linear(linear, full, group_size)
+        replacements.append((parent, child_name, module))
     for parent, child_name, module in replacements:  # after every check passed
         setattr(parent, child_name, module)
-    return with_plan(result, QuantizationPlan(chosen.name, layers,
-                                              runs_float=chosen.name == "fp4_weight_only"))
+    return with_plan(result, QuantizationPlan(chosen.name, layers, runs_float=fmt.runs_float))
+
+
+@dataclass(frozen=True)
+class PreparedModel:
+    """What export traces, the report's per-layer lines, and the eager reference."""
+    traced: torch.nn.Module
+    lines: dict[str, str]
+    reference: torch.nn.Module
+
+
+def prepare_for_export(model: torch.nn.Module, flavor: str,
+                       capabilities: tuple[str, ...] | None,
+                       allow_unquantized: bool) -> PreparedModel:
+    """Any quantized model -> the model torch.export traces, checked against the
+    TensorRT flavour and targets: torchao weights and ModelOpt quantizers become
+    our formats' modules; fp4 layers a target cannot run become float when
+    allowed; a quantize() plan is checked; a convert_pt2e graph is checked per
+    layer. A float model comes back as it is, with no lines."""
+    traced = (lower_torchao(model) if has_torchao_weights(model) else
+              lower_modelopt(model) if has_modelopt_quantizers(model) else model)
+    traced = float_where_refused(traced, flavor, capabilities, allow_unquantized)
+    plan = quantization_plan(traced)
+    lines = {} if plan is None else check_plan(plan, flavor, capabilities, allow_unquantized)
+    if is_qdq_graph(model):  # a convert_pt2e graph: checked, and what runs is the reference
+        traced, lines = lower_qdq(model, flavor, capabilities, allow_unquantized)
+    # Q/DQ graphs (PT2E, ModelOpt): the reference is what TensorRT's Q/DQ
+    # compute; ModelOpt's own rounding of x * (127 / amax) can differ by a step.
+    reference = traced if is_qdq_graph(model) or has_modelopt_quantizers(model) else model
+    return PreparedModel(traced, lines, reference)

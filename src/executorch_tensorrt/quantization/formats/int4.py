@@ -1,4 +1,4 @@
-"""INT4 weight-only quantization of Linear layers, our own path (issue #22).
+"""INT4 weight-only quantization of Linear layers and embedding tables, our own path.
 
 torchao 0.18's Int4WeightOnlyConfig needs the `mslk` package even to pack on
 the CPU, so we quantize ourselves: symmetric, per group of `group_size` input
@@ -8,29 +8,63 @@ low nibble, 2j+1 in the high), so named data holds ceil(numel / 2) bytes once;
 the scales [out, in / group] stay in the graph like the int8 path's.
 
 The model computes `etrt_quant.dequantize_int4(packed, scale, group_size)`,
-whose ONNX translation is a placeholder node that `lower_int4_nodes` turns,
+whose ONNX translation is a placeholder node that `lower_onnx` turns,
 after export, into an opset-21 block DequantizeLinear (axis 1, block_size =
 group) over an INT4 initializer that reinterprets the packed bytes (ONNX has no
 bitcast, and torch no int4 tensors the exporter could carry).
 """
 from __future__ import annotations
 
+import onnx
 import onnx_ir as ir
+import onnxscript
 import torch
 import torch.nn.functional as F
 
-from .errors import QuantizationError
-from .ops import (DEQUANTIZE_INT4, PLACEHOLDER_DOMAIN, PLACEHOLDER_OP, finish_placeholders,
-                  replace_placeholder)
+from ...errors import QuantizationError
+from ..placeholders import (PARAMETER, PLACEHOLDER_DOMAIN, PLACEHOLDER_OPSET, declare_packed,
+                            finish_placeholders, pack_int4, placeholder_nodes, placeholder_op,
+                            replace_placeholder, unpack_int4)
 
 GROUP_SIZES = (32, 64, 128)
 INT4_MAX = 7  # symmetric: [-7, 7] used, -8 never produced
 
 
-def pack_int4(q: torch.Tensor) -> torch.Tensor:
-    """int8 values in [-8, 7], shape [out, in] (in even) -> uint8 [out, in / 2]."""
-    nibbles = (q.to(torch.int16) & 0xF).to(torch.uint8)
-    return nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)
+_LIB = torch.library.Library("etrt_quant", "FRAGMENT")
+_LIB.define("dequantize_int4(Tensor packed, Tensor scale, int group_size) -> Tensor")
+
+
+@torch.library.impl(_LIB, "dequantize_int4", "CompositeExplicitAutograd")
+def _dequantize_int4(packed: torch.Tensor, scale: torch.Tensor, group_size: int) -> torch.Tensor:
+    q = unpack_int4(packed).to(scale.dtype)
+    return q * scale.repeat_interleave(group_size, dim=1)
+
+
+@torch.library.register_fake("etrt_quant::dequantize_int4")
+def _dequantize_int4_fake(packed: torch.Tensor, scale: torch.Tensor,
+                          group_size: int) -> torch.Tensor:
+    return torch.empty((packed.shape[0], packed.shape[1] * 2), dtype=scale.dtype,
+                       device=packed.device)
+
+
+DEQUANTIZE_INT4 = torch.ops.etrt_quant.dequantize_int4.default
+
+PLACEHOLDER_OP = "DequantizeInt4Packed"  # never left in an exported model (lower_onnx)
+_PLACEHOLDER_SCHEMA = onnx.defs.OpSchema(
+    PLACEHOLDER_OP, PLACEHOLDER_DOMAIN, 1,
+    inputs=[PARAMETER("packed", "tensor(uint8)"), PARAMETER("scale", "T")],
+    outputs=[PARAMETER("y", "T")],
+    type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")],
+    attributes=[onnx.defs.OpSchema.Attribute("group_size", onnx.defs.OpSchema.AttrType.INT, "")])
+_PLACEHOLDER_OP = placeholder_op(PLACEHOLDER_OP, _PLACEHOLDER_SCHEMA)
+
+
+def _onnx_dequantize_int4(packed, scale, group_size: int):
+    return _PLACEHOLDER_OP(packed, scale, group_size=group_size)
+
+
+TRANSLATIONS = {DEQUANTIZE_INT4: onnxscript.TracedOnnxFunction(PLACEHOLDER_OPSET,
+                                                               _onnx_dequantize_int4)}
 
 
 def check_group_size(layer: str, in_features: int, group_size: int) -> None:
@@ -69,6 +103,12 @@ class Int4Linear(torch.nn.Module):
         self.register_buffer("weight_scale", scale)
         self.bias = bias
 
+    @classmethod
+    def from_values(cls, q: torch.Tensor, scale: torch.Tensor, group_size: int,
+                    bias: torch.Tensor | None) -> Int4Linear:
+        """From int4 values held as int8 [out, in] (packed here) and scales [out, in / g]."""
+        return cls(pack_int4(q).contiguous(), scale.contiguous(), group_size, bias)
+
     @property
     def in_features(self) -> int:
         return self.qweight_int4.shape[1] * 2
@@ -82,26 +122,11 @@ class Int4Linear(torch.nn.Module):
         return F.linear(x, weight, self.bias)
 
 
-def declare_packed(value: ir.Value, dtype: ir.DataType) -> None:
-    """Declares a packed uint8 initializer [out, in / 2] as `dtype` [out, in]
-    (INT4, or fp4.py's FLOAT4E2M1) over the same bytes, no copy: ONNX has no
-    bitcast, and torch no 4-bit tensors the exporter could carry."""
-    packed = getattr(value.const_value, "raw", None)
-    if not isinstance(packed, torch.Tensor):
-        packed = torch.from_numpy(value.const_value.numpy())
-    rows, cols = packed.shape
-    shape = ir.Shape([rows, cols * 2])
-    value.const_value = ir.PackedTensor(packed, dtype, shape=shape, name=value.name)
-    value.dtype = dtype
-    value.shape = shape
-
-
-def lower_int4_nodes(model: ir.Model) -> None:
+def lower_onnx(model: ir.Model) -> None:
     """Rewrites each placeholder node of an exported model, in place, into
     DequantizeLinear(INT4 [out, in], scale, axis=1, block_size=group): the
     packed uint8 initializer is reinterpreted (same bytes, no copy)."""
-    nodes = [n for n in model.graph
-             if n.domain == PLACEHOLDER_DOMAIN and n.op_type == PLACEHOLDER_OP]
+    nodes = placeholder_nodes(model, PLACEHOLDER_OP)
     if not nodes:
         return
     for node in nodes:
@@ -118,3 +143,47 @@ def lower_int4_nodes(model: ir.Model) -> None:
         replace_placeholder(model, node, replacement)
     # Block DequantizeLinear and INT4 tensors need opset 21 (IR version 10).
     finish_placeholders(model)
+
+
+class Int4Embedding(torch.nn.Module):
+    """ids -> rows of the table dequantized per group of `group_size` features
+    (a row is an output channel, its features the groups' axis)."""
+
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, group_size: int,
+                 padding_idx: int | None) -> None:
+        super().__init__()
+        self.group_size = group_size
+        self.padding_idx = padding_idx
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("weight_scale", scale)
+
+    @property
+    def num_embeddings(self) -> int:
+        return self.qweight.shape[0]
+
+    def dequantized(self) -> torch.Tensor:
+        return DEQUANTIZE_INT4(self.qweight, self.weight_scale, self.group_size)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.dequantized(), self.padding_idx)
+
+
+def quantize_linear(linear: torch.nn.Linear, layer: str,
+                    group_size: int) -> tuple[torch.nn.Module, str]:
+    packed, scale = quantize_int4(linear.weight, group_size, layer)
+    return (Int4Linear(packed, scale, group_size, linear.bias),
+            f"int4 weight-only (group {group_size})")
+
+
+def quantize_embedding(embedding: torch.nn.Embedding, layer: str,
+                       group_size: int) -> tuple[torch.nn.Module, str]:
+    weight = embedding.weight.detach()
+    packed, scale = quantize_int4(weight, group_size, layer)
+    return (Int4Embedding(packed, scale.to(weight.dtype), group_size, embedding.padding_idx),
+            f"int4 weight-only embedding (group {group_size})")
+
+
+def check_options(group_size: int) -> None:
+    if group_size not in GROUP_SIZES:
+        raise QuantizationError(f"int4 group size {group_size} is not one of "
+                                f"{list(GROUP_SIZES)}")

@@ -1,15 +1,15 @@
-"""FP4 (NVFP4) weight-only quantization of Linear layers, SM120+ (issue #22).
+"""FP4 (NVFP4) weight-only quantization of Linear layers, SM120+.
 
 NVFP4's two-level scaling: each weight [out, in] is stored as E2M1 values
 (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives) packed two per byte (ONNX's
-FLOAT4E2M1 order: element 2j in the low nibble, like int4.py's packing), one
+FLOAT4E2M1 order: element 2j in the low nibble, like int4's packing), one
 FP8 E4M3 scale per block of BLOCK input features, and one float32 scale per
 tensor that the block scales are multiplied by. torch 2.13 has
 `float4_e2m1fn_x2` but no CPU conversion to it, so rounding to E2M1 (nearest,
 ties to even, saturating at 6) is ours.
 
 The model computes `etrt_quant.dequantize_fp4(packed, block_scale,
-global_scale)`, whose ONNX translation is a placeholder that `lower_fp4_nodes`
+global_scale)`, whose ONNX translation is a placeholder that `lower_onnx`
 turns after export into two chained DequantizeLinear (opset 23, IR 11): the
 fp8 block scales dequantized by the float32 scale, then the FLOAT4E2M1 weight
 (the packed uint8 initializer reinterpreted, no copy) by those (axis 1,
@@ -24,12 +24,11 @@ import onnxscript
 import torch
 import torch.nn.functional as F
 
-from ..dtypes import E2M1_VALUES
-from .errors import QuantizationError
-from .fp8 import fp8_zero
-from .int4 import declare_packed, pack_int4
-from .ops import (_LIB, PLACEHOLDER_DOMAIN, TRANSLATIONS, finish_placeholders,
-                  replace_placeholder, unpack_int4)
+from ...dtypes import E2M1_VALUES
+from ...errors import QuantizationError
+from ..placeholders import (PARAMETER, PLACEHOLDER_DOMAIN, PLACEHOLDER_OPSET, declare_packed,
+                            finish_placeholders, fp8_zero, pack_int4, placeholder_nodes,
+                            placeholder_op, replace_placeholder, unpack_int4)
 
 BLOCK = 16  # input features per fp8 block scale (NVFP4)
 E2M1_MAX = 6.0
@@ -92,6 +91,7 @@ def _block_scales(block_scale: torch.Tensor, global_scale: torch.Tensor) -> torc
     return block_scale.to(torch.float32) * global_scale.to(torch.float32)
 
 
+_LIB = torch.library.Library("etrt_quant", "FRAGMENT")
 # The block scales cross the op as their uint8 bits: a float8 buffer would be
 # converted by module.to(fp16) when an fp16/bf16 export re-traces the model.
 _LIB.define("dequantize_fp4(Tensor packed, Tensor block_scale_bits, Tensor global_scale) "
@@ -120,8 +120,7 @@ def _dequantize_fp4_fake(packed: torch.Tensor, block_scale_bits: torch.Tensor,
 DEQUANTIZE_FP4 = torch.ops.etrt_quant.dequantize_fp4.default
 
 FP4_PLACEHOLDER_OP = "DequantizeFp4Packed"
-_PLACEHOLDER = onnxscript.values.Opset(domain=PLACEHOLDER_DOMAIN, version=1)
-_P = onnx.defs.OpSchema.FormalParameter
+_P = PARAMETER
 # A schema of our own, given to onnxscript only (never registered with onnx).
 _SCHEMA = onnx.defs.OpSchema(
     FP4_PLACEHOLDER_OP, PLACEHOLDER_DOMAIN, 1,
@@ -129,14 +128,15 @@ _SCHEMA = onnx.defs.OpSchema(
             _P("global_scale", "T")],
     outputs=[_P("y", "T")],
     type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")])
-_OP = onnxscript.values.Op(_PLACEHOLDER, FP4_PLACEHOLDER_OP, _SCHEMA)
+_OP = placeholder_op(FP4_PLACEHOLDER_OP, _SCHEMA)
 
 
 def _onnx_dequantize_fp4(packed, block_scale_bits, global_scale):
     return _OP(packed, block_scale_bits, global_scale)
 
 
-TRANSLATIONS[DEQUANTIZE_FP4] = onnxscript.TracedOnnxFunction(_PLACEHOLDER, _onnx_dequantize_fp4)
+TRANSLATIONS = {DEQUANTIZE_FP4: onnxscript.TracedOnnxFunction(PLACEHOLDER_OPSET,
+                                                              _onnx_dequantize_fp4)}
 
 
 class Fp4Linear(torch.nn.Module):
@@ -176,12 +176,11 @@ def _constant(model: ir.Model, value, what: str, node) -> ir.Value:
     return value
 
 
-def lower_fp4_nodes(model: ir.Model) -> None:
+def lower_onnx(model: ir.Model) -> None:
     """Rewrites each fp4 placeholder of an exported model, in place, into
     DequantizeLinear(FLOAT4E2M1 [out, in], DequantizeLinear(block_scale fp8,
     global_scale, zero fp8 0), axis=1, block_size=BLOCK)."""
-    nodes = [n for n in model.graph
-             if n.domain == PLACEHOLDER_DOMAIN and n.op_type == FP4_PLACEHOLDER_OP]
+    nodes = placeholder_nodes(model, FP4_PLACEHOLDER_OP)
     if not nodes:
         return
     for node in nodes:
@@ -193,7 +192,7 @@ def lower_fp4_nodes(model: ir.Model) -> None:
         block_value.const_value = ir.tensor(bits, dtype=ir.DataType.FLOAT8E4M3FN,
                                             name=block_value.name)
         block_value.dtype = ir.DataType.FLOAT8E4M3FN
-        zero = fp8_zero(model, f"{node.name}_zero")  # as every fp8 Q/DQ (fp8.py)
+        zero = fp8_zero(model, f"{node.name}_zero")  # as every fp8 Q/DQ
         scales = ir.node("DequantizeLinear", [block_value, global_value, zero],
                          name=f"{node.name}_block_scales")
         scales.outputs[0].name = f"{node.name}_block_scales"
@@ -206,3 +205,14 @@ def lower_fp4_nodes(model: ir.Model) -> None:
         replace_placeholder(model, node, weight, before=[scales])
     # FLOAT4E2M1 tensors need opset 23 and IR version 11.
     finish_placeholders(model, opset=23, ir_version=11)
+
+
+def quantize_linear(linear: torch.nn.Linear, layer: str,
+                    group_size: int) -> tuple[torch.nn.Module, str]:
+    packed, block_scale, global_scale = quantize_fp4(linear.weight, layer)
+    return (Fp4Linear(packed, block_scale, global_scale, linear.bias),
+            "fp4 weight-only (NVFP4, block 16)")
+
+
+quantize_embedding = None
+check_options = None

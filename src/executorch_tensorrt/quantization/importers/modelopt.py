@@ -21,10 +21,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .errors import QuantizationError
-from .fp8 import DEQUANTIZE_FP8, DEQUANTIZE_FP8_WEIGHT, FP8, FP8_MAX, QUANTIZE_FP8
-from .ops import DEQUANTIZE_WEIGHT
-from .plan import QuantizationPlan, shared_copy, with_plan
+from ...errors import QuantizationError
+from ..formats.fp8 import DEQUANTIZE_FP8, DEQUANTIZE_FP8_WEIGHT, FP8, FP8_MAX, QUANTIZE_FP8
+from ..formats.int8 import DEQUANTIZE_WEIGHT
+from ..plan import QuantizationPlan, shared_copy, with_plan
 
 _INT8 = 8
 _FP8 = (4, 3)  # ModelOpt's num_bits for e4m3

@@ -19,13 +19,22 @@ symmetric specs only (TensorRT takes zero points of 0 only):
   (both flavours; TensorRT-RTX's INT8 path).
 - "int4_weight_only" (with `group_size`, 32, 64 or 128): symmetric int4
   weights of Linear layers per group of input features, packed two per byte
-  (pt2e_int4.py: quantize()'s int4 path, block DequantizeLinear). Conv2d stays
+  (Int4WeightObserver below: quantize()'s int4 path, block DequantizeLinear). Conv2d stays
   float. A group size that does not divide a layer's input features is refused
   at prepare_pt2e, the layer named.
 
 `quantize_pt2e(model, example_inputs, scheme, calibration)` runs the whole
 sequence for quantize() (quantize.py). Bias stays float (TensorRT adds it in
 float).
+
+Int4WeightObserver: torchao 0.18's pt2e observers have no per-group int4 spec
+that convert_pt2e lowers to quantized_decomposed ops, but convert_pt2e hands
+any observer with a `convert(model, node)` method its own node. The observer
+uses that to put quantize()'s int4 path into the graph: the Linear's weight
+becomes `etrt_quant.dequantize_int4(packed uint8, scale, group)` over buffers
+of the packed weight (two per byte) and its scales, which export stores in
+named data and lowers to an opset-21 block DequantizeLinear, exactly as for
+Int4Linear. The weight is a constant, so the observer needs no calibration.
 """
 from __future__ import annotations
 
@@ -33,16 +42,16 @@ import warnings
 
 import torch
 from torch.fx import GraphModule, Node
-from torchao.quantization.pt2e.observer import MinMaxObserver, PerChannelMinMaxObserver
+from torchao.quantization.pt2e.observer import (MinMaxObserver, ObserverBase,
+                                                PerChannelMinMaxObserver)
 from torchao.quantization.pt2e.quantizer import (QuantizationAnnotation, QuantizationSpec,
                                                  Quantizer)
 
-from .capability import scheme_named
-from .errors import QuantizationError
-from .fp8 import FP8, FP8_MAX
-from .int4 import check_group_size
-from .pt2e_int4 import Int4WeightObserver
-from .qdq_graph import LAYERS, layer_name
+from ...errors import QuantizationError
+from ..formats.fp8 import FP8, FP8_MAX
+from ..formats.int4 import DEQUANTIZE_INT4, check_group_size, quantize_int4
+from ..registry import scheme_named
+from .fx_nodes import LAYERS, graph_attr, layer_name
 
 PT2E_SCHEMES = ("int8_w8a8", "fp8_w8a8", "int8_weight_only", "int4_weight_only")
 _EPS = 2 ** -20  # smallest scale an observer may choose (an all-zero tensor)
@@ -67,6 +76,53 @@ def _fp8_tensor() -> QuantizationSpec:
     return QuantizationSpec(dtype=FP8, quant_min=-bound, quant_max=bound,
                             qscheme=torch.per_tensor_symmetric,
                             observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=_EPS))
+
+
+def _free_name(gm: GraphModule, stem: str) -> str:
+    i = 0
+    while hasattr(gm, f"{stem}_{i}"):
+        i += 1
+    return f"{stem}_{i}"
+
+
+class Int4WeightObserver(ObserverBase):
+    """Observes nothing (the weight is a constant); convert() quantizes it."""
+
+    def __init__(self, group_size: int = 128, layer: str = "", **kwargs) -> None:
+        super().__init__(dtype=torch.int8)
+        self.group_size = group_size
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def calculate_qparams(self, **kwargs):
+        raise NotImplementedError("int4 scales come from the weight itself, in convert()")
+
+    def convert(self, model: GraphModule, observer_node: Node) -> None:
+        weight_node = observer_node.args[0]
+        if not (isinstance(weight_node, Node) and weight_node.op == "get_attr"):
+            raise QuantizationError(f"layer {self.layer!r}: its weight is computed in the graph, "
+                                    "not a constant; int4 weight-only needs constant weights")
+        weight = graph_attr(model, weight_node.target)
+        if weight.dim() != 2:
+            raise QuantizationError(f"layer {self.layer!r}: int4 weight-only takes Linear "
+                                    f"weights [out, in], this one has shape {list(weight.shape)}")
+        packed, scale = quantize_int4(weight, self.group_size, self.layer)
+        names = []
+        for stem, value in (("_etrt_int4_weight", packed), ("_etrt_int4_scale", scale)):
+            names.append(_free_name(model, stem))
+            model.register_buffer(names[-1], value)
+        with model.graph.inserting_before(observer_node):
+            packed_node = model.graph.get_attr(names[0])
+            scale_node = model.graph.get_attr(names[1])
+            dq = model.graph.call_function(DEQUANTIZE_INT4,
+                                           (packed_node, scale_node, self.group_size))
+        dq.meta["val"] = observer_node.meta.get("val")
+        observer_node.replace_all_uses_with(dq)
+        model.graph.erase_node(observer_node)
+        if not weight_node.users:  # the float weight is no longer read
+            model.graph.erase_node(weight_node)
 
 
 class TensorRTQuantizer(Quantizer):

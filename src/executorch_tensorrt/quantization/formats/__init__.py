@@ -1,0 +1,8 @@
+"""The quantization formats: one module each, what `registry.py` lists.
+
+A format module provides what `registry.FormatSteps` names: its ops' ONNX
+translations (`TRANSLATIONS`), the rewrite of its placeholders after export
+(`lower_onnx`), and the module forms quantize() builds (`quantize_linear`,
+`quantize_embedding`, `check_options`); None where it has none. It imports
+torch; the registry loads it on first use.
+"""

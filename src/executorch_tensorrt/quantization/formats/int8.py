@@ -1,0 +1,111 @@
+"""INT8 weight-only: symmetric int8 weights per output channel (the scheme
+int8_weight_only, and the weights of int8_w8a8).
+
+torchao keeps quantized weights as tensor subclasses that torch.export
+flattens into an int8 matmul followed by a scale multiply, with storage the
+exporter cannot read ("invalid python storage"). We instead give each quantized
+layer an explicit `etrt_quant.dequantize_weight(q, scale, axis)` over plain
+buffers: ExecuTorch's named data stores `q` as int8 (once), and the ONNX
+translation is DequantizeLinear(q, scale, axis) with no zero point (symmetric,
+which is all TensorRT's parser takes), so TensorRT sees a weight-only quantized
+MatMul. That op is opset 18, so this format needs no rewrite after export.
+"""
+from __future__ import annotations
+
+import onnxscript
+import torch
+import torch.nn.functional as F
+from onnxscript.onnx_opset import opset18 as op
+
+_LIB = torch.library.Library("etrt_quant", "FRAGMENT")
+_LIB.define("dequantize_weight(Tensor q, Tensor scale, int axis) -> Tensor")
+
+
+def _scale_view(q: torch.Tensor, scale: torch.Tensor, axis: int) -> torch.Tensor:
+    shape = [1] * q.dim()
+    shape[axis] = q.shape[axis]
+    return scale.reshape(shape)
+
+
+@torch.library.impl(_LIB, "dequantize_weight", "CompositeExplicitAutograd")
+def _dequantize_weight(q: torch.Tensor, scale: torch.Tensor, axis: int) -> torch.Tensor:
+    return q.to(scale.dtype) * _scale_view(q, scale, axis)
+
+
+@torch.library.register_fake("etrt_quant::dequantize_weight")
+def _dequantize_weight_fake(q: torch.Tensor, scale: torch.Tensor, axis: int) -> torch.Tensor:
+    return torch.empty(q.shape, dtype=scale.dtype, device=q.device)
+
+
+DEQUANTIZE_WEIGHT = torch.ops.etrt_quant.dequantize_weight.default
+
+_OPSET = onnxscript.values.Opset(domain="pkg.executorch_tensorrt.quant", version=1)
+
+
+def _onnx_dequantize_weight(q, scale, axis: int):
+    """Per-channel DequantizeLinear, zero point omitted (= 0, symmetric)."""
+    return op.DequantizeLinear(q, scale, axis=axis)
+
+
+TRANSLATIONS = {DEQUANTIZE_WEIGHT: onnxscript.TracedOnnxFunction(_OPSET, _onnx_dequantize_weight)}
+lower_onnx = None  # DequantizeLinear is already standard ONNX
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A float weight [out, in] -> (int8 [out, in], scale float32 [out]), symmetric."""
+    w = weight.detach().to(torch.float32)
+    amax = w.abs().amax(dim=1, keepdim=True)
+    scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+    q = torch.clamp(torch.round(w / scale), -127, 127).to(torch.int8)
+    return q.contiguous(), scale.reshape(-1).contiguous()
+
+
+class DequantizedLinear(torch.nn.Module):
+    """y = x @ dequantize(q, scale).T + bias, with q int8 [out, in], scale [out]."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.register_buffer("qweight", q)
+        self.register_buffer("weight_scale", scale)
+        self.bias = bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, DEQUANTIZE_WEIGHT(self.qweight, self.weight_scale, 0), self.bias)
+
+
+class Int8Embedding(torch.nn.Module):
+    """ids -> rows of the table dequantized per row (a row is an output channel)."""
+
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor,
+                 padding_idx: int | None) -> None:
+        super().__init__()
+        self.padding_idx = padding_idx
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("weight_scale", scale)
+
+    @property
+    def num_embeddings(self) -> int:
+        return self.qweight.shape[0]
+
+    def dequantized(self) -> torch.Tensor:
+        return DEQUANTIZE_WEIGHT(self.qweight, self.weight_scale, 0)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.dequantized(), self.padding_idx)
+
+
+def quantize_linear(linear: torch.nn.Linear, layer: str,
+                    group_size: int) -> tuple[torch.nn.Module, str]:
+    q, scale = quantize_int8(linear.weight)
+    return DequantizedLinear(q, scale, linear.bias), "int8 weight-only (per channel)"
+
+
+def quantize_embedding(embedding: torch.nn.Embedding, layer: str,
+                       group_size: int) -> tuple[torch.nn.Module, str]:
+    weight = embedding.weight.detach()
+    q, scale = quantize_int8(weight)
+    return (Int8Embedding(q, scale.to(weight.dtype), embedding.padding_idx),
+            "int8 weight-only embedding (per row)")
+
+
+check_options = None
