@@ -18,7 +18,7 @@ PACKAGE = "executorch_tensorrt"
 # program (reading programs) sits below runtime, as docs/architecture.md draws
 # it, now that its dtype names come from dtypes.py: neither imports the other.
 LEVELS = {
-    "": 0, "__init__": 0, "errors": 0, "dtypes": 0, "optimum_hook": 0,
+    "": 0, "__init__": 0, "errors": 0, "dtypes": 0, "optimum_hook": 0, "output_files": 0,
     "tensorrt": 1, "blob": 2, "program": 3, "runtime": 4,
     "aot": 5, "quantization": 5, "deploy": 5, "llm": 6, "examples": 6,
     "cli": 7, "__main__": 8,
