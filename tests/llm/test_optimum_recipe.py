@@ -45,8 +45,16 @@ progs = main_export(model_dir, task="text-generation", recipe="tensorrt", output
                     local_files_only=True, max_seq_len=%d,
                     recipe_kwargs={"max_seq_len": %d, "external_weights": True,
                                    "progress": None})
+import hashlib, os
+def snapshot():
+    return {n: hashlib.sha256(open(os.path.join(out, n), "rb").read()).hexdigest()
+            for n in sorted(os.listdir(out))}
+published = snapshot()
 errors = {}
 for name, call in {
+        "unknown option over the program": lambda: main_export(
+            model_dir, task="text-generation", recipe="tensorrt", output_dir=out,
+            local_files_only=True, max_seq_len=16, recipe_kwargs={"workspace": 1}),
         "unknown option": lambda: recipe_registry["tensorrt"](None, workspace=1),
         "custom sdpa": lambda: main_export(model_dir, task="text-generation",
                                            recipe="tensorrt", output_dir=out + "-sdpa",
@@ -57,7 +65,8 @@ for name, call in {
         errors[name] = None
     except Exception as e:
         errors[name] = f"{type(e).__name__}: {e}"
-print(json.dumps({"written": sorted(progs), "errors": errors}))
+print(json.dumps({"written": sorted(progs), "errors": errors, "published": published,
+                  "after_failure": snapshot()}))
 """ % (CONTEXT, PER_CALL)
 
 
@@ -111,6 +120,15 @@ def test_recipe_refusals_name_the_cause(exported):
         errors["unknown option"] and "max_seq_len" in errors["unknown option"]
     assert errors["custom sdpa"].startswith("ValueError") and "custom_sdpa" in \
         errors["custom sdpa"]
+
+
+def test_the_set_is_published_whole_and_a_failed_export_leaves_it(exported):
+    """The program, its .ptd and report land together with nothing of the
+    staging left; a later main_export that fails leaves them byte for byte."""
+    report = exported[2]
+    assert set(report["published"]) == {"model.pte", "model.ptd", "model.report.json"}
+    assert report["errors"]["unknown option over the program"].startswith("TypeError")
+    assert report["after_failure"] == report["published"]
 
 
 def test_recipe_registers_when_optimum_was_imported_first():

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from ..aot.export_files import companions_of
+from ..output_files import Staging, write_whole
 from ..quantization.importers.torchao import has_torchao_weights
 from .exporter import QUANTIZE, LLMExportResult, export
 
@@ -33,24 +35,54 @@ OPTIONS = ("max_seq_len", "quantize", "group_size", "external_weights", "precisi
 
 class WrittenProgram:
     """What the recipe returns for optimum to write: the program `llm.export`
-    already wrote (and ran) in a private folder, copied where optimum asks.
-    `result` is llm.export's LLMExportResult (metadata, partition reports)."""
+    already wrote (and ran) in a private folder, published where optimum asks.
+    `result` is llm.export's LLMExportResult (metadata, partition reports).
+
+    optimum opens `<output_dir>/model.pte` for writing and then calls
+    `write_to_file(f)` and `write_tensor_data_to_file(output_dir)`. The whole
+    set (.ptd, report, program last) is published in `write_to_file`, staged
+    beside the file optimum opened and renamed over it, so what lands is whole
+    (output_files.py). An export that fails never reaches optimum's open.
+    """
 
     def __init__(self, result: LLMExportResult, folder: Path):
         self.result = result
         self._folder = folder
+        self._published = False
+
+    def _companions(self) -> list[Path]:
+        report = self.result.export.report_path
+        return [*self.result.data_paths, *([report] if report else [])]
 
     def write_to_file(self, f) -> None:
-        with open(self.result.path, "rb") as src:
-            shutil.copyfileobj(src, f)
+        name = getattr(f, "name", None)
+        if not isinstance(name, str) or not Path(name).parent.is_dir():
+            with open(self.result.path, "rb") as src:  # not a file on disk: stream into it
+                shutil.copyfileobj(src, f)
+            return
+        target = Path(name)
+        files = [*self._companions(), self.result.path]
+        with Staging(target.parent) as staging:
+            for path in files:
+                dest = target if path == self.result.path else target.parent / path.name
+                with open(path, "rb") as src:
+                    staging.write(dest, lambda out, src=src: shutil.copyfileobj(src, out))
+            staging.publish([*(target.parent / p.name for p in self._companions()), target],
+                            remove=companions_of(target))
+        self._published = True
 
     def write_tensor_data_to_file(self, output_dir) -> None:
-        """The .ptd (external weights) and the partition report; optimum calls
-        this after write_to_file, so the private folder goes afterwards."""
-        report = self.result.export.report_path
-        for path in [*self.result.data_paths, *([report] if report else [])]:
-            shutil.copy2(path, Path(output_dir) / path.name)
-        shutil.rmtree(self._folder, ignore_errors=True)
+        """The .ptd (external weights) and the partition report, when
+        write_to_file could not publish them with the program; then the
+        private folder goes (optimum calls this last)."""
+        try:
+            if not self._published:
+                for path in self._companions():
+                    with open(path, "rb") as src:
+                        write_whole(Path(output_dir) / path.name,
+                                    lambda out, src=src: shutil.copyfileobj(src, out))
+        finally:
+            shutil.rmtree(self._folder, ignore_errors=True)
 
 
 def _causal_lm_module(model):
