@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..blob import Blob, BlobError, read_blob
-from ..errors import (EngineUnavailable, InvalidProgramError, NamedDataError,
+from ..errors import (EngineUnavailable, InvalidProgramError, NamedDataError, OutputWriteError,
                       TensorRTNotInstalledError)
 from ..program.info import read_pte
 from ..program.named_data import DataFileError, read_ptd_segments
@@ -171,6 +171,9 @@ def prepare(pte: str | Path, ptd: str | Path | None = None, *,
         except RebuildImpossible as e:
             raise EngineUnavailable(f"{where}: cannot prepare the engine for {target}: {e}") \
                 from None
+        if fetched.not_stored:
+            raise OutputWriteError(f"{where}: the engine for {target} was built but not "
+                                   f"prepared: {fetched.not_stored}", path=str(store.directory))
         seconds = time.perf_counter() - start
         facts = fetched.facts
         say(f"{where}: {'built' if fetched.built else 'already prepared'} "

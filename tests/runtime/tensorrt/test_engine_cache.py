@@ -236,3 +236,44 @@ def test_a_changed_build_time_is_a_modified_entry(tmp_path):
     entry(tmp_path).write_bytes(data.replace(b'"build_seconds": 1.0', b'"build_seconds": 9.0'))
     entry(tmp_path).chmod(0o600)
     assert "truncated or modified" in EngineCache(tmp_path).peek(KEY, FACTS)[1]
+
+
+def test_a_dead_writers_temporary_goes_with_the_next_write(tmp_path):
+    """A writer killed mid-write leaves `.<key>.<pid>.<rand>.tmp`; the next
+    write of that key (under its lock, so never a live writer's) removes it."""
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o700)
+    stale = folder / f".{KEY}.99999.deadbeef.tmp"
+    stale.write_bytes(b"half an engine")
+    other = folder / f".{'cd' * 32}.99999.deadbeef.tmp"  # another key's: not ours to judge
+    other.write_bytes(b"x")
+    assert EngineCache(folder).get_or_build(KEY, Builds()) == ENGINE
+    assert not stale.exists() and other.exists()
+    assert sorted(p.name for p in folder.iterdir() if p.suffix == ".tmp") == [other.name]
+
+
+STORE_OVER_LIMIT = """
+import resource, signal, sys
+from executorch_tensorrt.runtime.tensorrt.engine_cache import EngineCache
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # the write fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+fetched = EngineCache(sys.argv[1]).fetch("%s", lambda: b"e" * 5000)
+print(len(fetched.engine), fetched.built, bool(fetched.not_stored))
+""" % KEY
+
+
+def test_an_engine_that_cannot_be_stored_is_used_uncached(tmp_path):
+    """A file-size limit (a real EFBIG from the kernel) makes the store fail:
+    the load still gets its engine, says why it is not cached, and leaves no
+    partial entry or temporary."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "cache"
+    done = subprocess.run([sys.executable, "-c", STORE_OVER_LIMIT, str(folder)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["5000", "True", "True"]
+    assert "larger than the file system allows" in done.stderr
+    assert "used without being cached" in done.stderr
+    assert [p.name for p in folder.iterdir() if not p.name.endswith(".lock")] == []

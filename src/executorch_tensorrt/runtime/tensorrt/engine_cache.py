@@ -40,6 +40,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from ...output_files import write_error
+
 MAGIC = b"ETRTENG1"
 MAGIC_FACTS = b"ETRTENG2"  # + u32 facts length and the facts' JSON before the engine
 _HEADER = struct.Struct("<8s32sQ32s")  # magic, sha256(key), engine length, sha256(engine)
@@ -103,6 +105,7 @@ class Fetched:
     built: bool
     facts: EntryFacts | None
     rejected: str | None = None  # why an entry found under the key was not used
+    not_stored: str | None = None  # why a built engine could not be stored (disk full, ...)
 
 
 def _note(message: str) -> None:
@@ -273,6 +276,14 @@ class EngineCache:
 
     def _write(self, fd: int, key: str, engine: bytes,
                facts: EntryFacts | None = None) -> None:
+        """Written whole under the key's lock; so a temporary of this key found
+        here is a dead writer's, and goes."""
+        for name in os.listdir(fd):
+            if name.startswith(f".{key}.") and name.endswith(".tmp"):
+                try:
+                    os.unlink(name, dir_fd=fd)
+                except OSError:
+                    pass
         temp = f".{key}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600, dir_fd=fd)
         try:
@@ -347,7 +358,13 @@ class EngineCache:
                 if found is not None:
                     return found
                 fetched = replace(_timed_build(build, rejected, facts), rejected=rejected)
-                self._write(fd, key, fetched.engine, fetched.facts)
+                try:
+                    self._write(fd, key, fetched.engine, fetched.facts)
+                except OSError as e:
+                    # The engine is good; a load runs it uncached (prepare refuses).
+                    why = str(write_error(e, where / f"{key}.engine", len(fetched.engine)))
+                    _note(f"{why} The engine is used without being cached.")
+                    return replace(fetched, not_stored=why)
                 return fetched
             finally:
                 os.close(lock)  # releases the flock
