@@ -94,6 +94,20 @@ def test_run_reads_inputs_and_writes_outputs(exported, tmp_path):
     np.testing.assert_array_equal(o.array, np.arange(1, 7, dtype=np.float32).reshape(2, 3))
 
 
+def test_run_outputs_into_a_folder_in_its_place_is_exit_2_and_keeps_it(exported, tmp_path):
+    """`run --outputs` writes whole or not at all: a folder where the file
+    should go is refused by name, and what is there stays."""
+    _, _, path = exported("add")
+    out = tmp_path / "out.etensors"
+    out.mkdir()
+    (out / "mine.txt").write_text("kept")
+    r = cli("run", str(path), "--outputs", str(out), env=FALLBACK)
+    assert r.returncode == 2, r.stderr
+    assert f"could not write {out}: the path is a folder" in r.stderr, r.stderr
+    assert (out / "mine.txt").read_text() == "kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.etensors"]
+
+
 def test_run_without_a_usable_backend_is_exit_3(exported):
     _, _, path = exported("add")
     env = {k: v for k, v in os.environ.items() if k != "EXECUTORCH_TENSORRT_FALLBACK"}

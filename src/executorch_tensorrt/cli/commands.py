@@ -402,7 +402,10 @@ def classify(e: Exception) -> tuple[int, str]:
         return EXIT_RUN, str(e)
     if isinstance(e, OSError) and e.filename:
         return EXIT_USAGE, f"{e.filename}: {e.strerror}"
-    from ..errors import ExportError
+    from ..errors import ExportError, OutputWriteError
+
+    if isinstance(e, OutputWriteError):  # an output of a command other than export
+        return EXIT_USAGE, str(e)
 
     if isinstance(e, ExportError):
         return EXIT_EXPORT, str(e)

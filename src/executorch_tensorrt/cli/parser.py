@@ -19,7 +19,8 @@ EXIT_CODES = """exit codes:
   1  checked and wrong: outputs differ from the reference (verify, demo),
      or inspect --device-resident found a problem
   2  usage: bad arguments, a missing file or one of the wrong kind, an
-     unknown method, a malformed reference or tensor file
+     unknown method, a malformed reference or tensor file, an output file
+     that cannot be written
   3  the program could not be loaded or run (the backend's cause is printed)
   4  export failed
 Set EXECUTORCH_TENSORRT_DEBUG=1 for Python tracebacks."""
