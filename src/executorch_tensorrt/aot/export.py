@@ -326,8 +326,11 @@ def export(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | Pa
     weights are stored once in the program's named data (docs/big-models.md).
     Before returning, export runs the written program once on the reference
     inputs and compares with eager (`run_check=False`: not); when it cannot
-    run or differs, the files stay written and RunCheckError is raised
-    (docs/verification.md, "The run check at export").
+    run or differs, nothing is published, the new files are kept in
+    `<stem>.rejected/` and RunCheckError is raised (docs/verification.md).
+    Every file is written whole or not at all and the set is published
+    together, the program last: a failed export leaves what was at the path
+    (docs/output-files.md).
     """
     return export_program(model, example_inputs, path, dynamic_shapes=dynamic_shapes,
                           partitioners=partitioners, exclude_ops=exclude_ops, **options).path

@@ -106,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reference", action="store_true", help="write no .expected reference")
     p.add_argument("--no-run-check", action="store_true",
                    help="do not run the written program once and compare it with eager "
-                        "(by default export fails, exit 4, keeping the files, when it cannot "
-                        "run or differs)")
+                        "(by default export fails, exit 4, when it cannot run or differs: "
+                        "nothing is published, the new files go to OUTPUT's .rejected folder)")
     p.add_argument("--run-check-tolerance", type=float, metavar="TOL",
                    help="the run check's allowed |program - eager| per output, times max(1, "
                         "its largest |eager|) (default 1e-3 fp32, 4e-3 fp16, 2e-2 bf16)")
