@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from executorch_tensorrt import llm
-from executorch_tensorrt.aot.run_check import TOLERANCE, load_program
+from executorch_tensorrt.aot.checks.run_check import TOLERANCE, load_program
 from executorch_tensorrt.examples.llm import hf_example_inputs
 from executorch_tensorrt.llm import reference
 

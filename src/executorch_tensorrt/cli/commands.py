@@ -102,7 +102,7 @@ def _export_options(args) -> dict:
         raise Fail(EXIT_USAGE, "--profiles N splits the range itself; --profile gives each "
                                 "profile: use one of them")
     if args.profiles is not None or args.profile:
-        from ..aot.optimization_profiles import normalize_profiles, parse_profile_text
+        from ..aot.profiles.option import normalize_profiles, parse_profile_text
 
         try:
             options["profiles"] = normalize_profiles(
@@ -352,13 +352,13 @@ def _without_reference(path: Path) -> bool:
 
 def _run_check_without_reference(path: Path, data: str | None) -> int:
     """verify MODEL.pte with no reference: every method once on generated
-    inputs (aot/run_check.py); exit 0 when all ran, 3 when one did not."""
+    inputs (aot/checks/run_check.py); exit 0 when all ran, 3 when one did not."""
     from .runner import check_program_file
 
     path = check_program_file(path)
     data_path = _data_path(path, data)
     _refuse_device_resident_program(path)
-    from ..aot.run_check import check_program, safe_int_range, tolerance_for
+    from ..aot.checks.run_check import check_program, safe_int_range, tolerance_for
     from ..program.info import read_program
 
     print(f"note: no reference beside {path}: running every method once on generated inputs",

@@ -26,7 +26,7 @@ import torch
 
 from ..aot.export import ExportResult, export_program
 from ..aot.partition.report import format_report
-from ..aot.run_check import tolerance_for
+from ..aot.checks.run_check import tolerance_for
 from ..errors import ExportError
 from ..examples.llm import export_hf, hf_decode_step, hf_example_inputs, hf_static_cache_wrapper
 from ..tensorrt.engine_builder import Progress, stderr_progress

@@ -1,7 +1,7 @@
 """Per-call checks of what eager PyTorch would refuse (issue 19): integer
 inputs that index a dimension ("index_range" on an input binding) and input
 dimensions that must agree ("equal_dims"), both recorded at export
-(aot/input_checks.py) and checked before anything is read or written.
+(aot/checks/input_checks.py) and checked before anything is read or written.
 
 The Python gate (arguments.check_args) runs them on every call it sees; a
 native plan of the onnxruntime fallback runs the value checks in C++

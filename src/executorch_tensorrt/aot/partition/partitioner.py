@@ -40,7 +40,7 @@ from .checks import options_error, output_mismatch
 from .program import extract_partition
 from ..program_copy import needs_stand_ins
 from .report import PartitionReport
-from ..shapes import input_profile_sets, resolve_profiles, resolved_option
+from ..profiles.shapes import input_profile_sets, resolve_profiles, resolved_option
 from ..state.owned import mark_caller_caches, tag_owned_state
 from ...tensorrt.flavor import load_tensorrt
 from ..onnx.translatable import aten_op, untranslatable_nodes

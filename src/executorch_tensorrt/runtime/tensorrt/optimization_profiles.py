@@ -1,7 +1,7 @@
 """Which optimization profile of an engine runs a call (docs/gpu-runtime.md,
 "Optimization profiles").
 
-An engine exported with several profiles (aot/shapes.py) holds one
+An engine exported with several profiles (aot/profiles/shapes.py) holds one
 optimization profile per size bucket; TensorRT runs a call in the profile its
 execution context is set to, and refuses input shapes outside it. The rule:
 a call runs in the FIRST profile, in the blob's (= the engine's) order, that

@@ -15,9 +15,9 @@ import re
 import sympy
 import torch
 
-from ..errors import ExportError
-from ..tensorrt.options import InputProfile
-from .optimization_profiles import ProfileOption, Range, normalize_profiles
+from ...errors import ExportError
+from ...tensorrt.options import InputProfile
+from .option import ProfileOption, Range, normalize_profiles
 
 __all__ = ["InputProfile", "input_profile_sets", "input_profiles",
            "resolve_profiles"]

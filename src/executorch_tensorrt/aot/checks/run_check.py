@@ -24,10 +24,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import ExportError
-from ..program import tensor_file as tf
-from ..program.compare import compare_tensors
-from ..program.info import MethodInfo
+from ...errors import ExportError
+from ...program import tensor_file as tf
+from ...program.compare import compare_tensors
+from ...program.info import MethodInfo
 
 #: Allowed |program - eager| per output, times max(1, the output's largest
 #: |eager|), by engine precision: about twice what docs/precision.md's tests
@@ -148,7 +148,7 @@ def generated_inputs(method, int_range: tuple[int, int]) -> list:
     (seeded: the same program gets the same inputs)."""
     import torch
 
-    from ..dtypes import by_scalar_type
+    from ...dtypes import by_scalar_type
 
     gen = torch.Generator().manual_seed(0)
     meta, inputs = method.method_meta(), []
@@ -185,7 +185,7 @@ class MethodCase:
 @contextmanager
 def _fallback_allowed():
     """TensorRT first, then the onnxruntime fallback, for this check only."""
-    from ..runtime.executor import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
+    from ...runtime.executor import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
 
     before = os.environ.get(FALLBACK_ENV)
     os.environ[FALLBACK_ENV] = FALLBACK_ONNXRUNTIME
@@ -264,7 +264,7 @@ def check_program(path: str | Path, data_path: str | Path | None,
     program's own failures: they are the result."""
     import executorch_tensorrt
 
-    from ..runtime import callbacks
+    from ...runtime import callbacks
 
     executorch_tensorrt.register()
     results = []
@@ -286,7 +286,7 @@ def check_program(path: str | Path, data_path: str | Path | None,
 
 def _run_method(program, name: str, case: MethodCase, tolerance: float,
                 int_range: tuple[int, int], before: set[int]) -> MethodRunCheck:
-    from ..runtime import callbacks
+    from ...runtime import callbacks
 
     try:
         method = program.load_method(name)

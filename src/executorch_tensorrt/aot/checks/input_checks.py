@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ..blob.metadata import Binding
+from ...blob.metadata import Binding
 
 __all__ = ["equal_dims", "index_ranges"]
 
