@@ -106,6 +106,7 @@ RUNTIME_MODULES = [
     "executorch_tensorrt.runtime.cuda.copies",
     "executorch_tensorrt.runtime.named_data",
     "executorch_tensorrt.runtime.native_plan",
+    "executorch_tensorrt.runtime.onnxruntime.run_plan",
     "executorch_tensorrt.runtime.profiling",
     "executorch_tensorrt.runtime.cuda.device",
     "executorch_tensorrt.runtime.cuda.graphs",

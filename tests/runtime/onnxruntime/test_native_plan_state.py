@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import executorch_tensorrt
-from executorch_tensorrt.runtime import native_plan, state as rt_state
+from executorch_tensorrt.runtime import state as rt_state
+from executorch_tensorrt.runtime.onnxruntime import run_plan
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.examples import llm as lm
 from helpers import lower_to_buffer
@@ -230,8 +231,8 @@ def test_python_after_an_odd_number_of_planned_runs_reads_the_buffer_written_las
     assert entry["update"] == "functional"
     planned, state, planned_id = _load(buffer, monkeypatch, lasting=lasting)
     made = []
-    original = native_plan.OrtRunPlan.__init__
-    monkeypatch.setattr(native_plan.OrtRunPlan, "__init__",
+    original = run_plan.OrtRunPlan.__init__
+    monkeypatch.setattr(run_plan.OrtRunPlan, "__init__",
                         lambda self, *a, **k: (made.append(1), original(self, *a, **k))[1])
     calls = [[0, 1], [2, 3], [4], [5], [0], [1, 2], [3, 4], [5, 0], [1]]
     for positions in calls:

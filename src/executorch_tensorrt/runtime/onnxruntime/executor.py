@@ -27,7 +27,8 @@ from ..arguments import (
 from .cuda_staging import CudaStaging
 from ..executor import Executor, native_plans_enabled
 from ..input_checks import InputChecks
-from ..native_plan import OrtRunPlan, binding_args, binding_bounds, signature_key
+from ..native_plan import signature_key
+from .run_plan import OrtRunPlan, binding_args, binding_bounds
 from ..onnx_safety import self_contained_onnx
 from .upcast import has_bfloat16, upcast_to_fp32
 from .where_used import cast_where_used
