@@ -17,11 +17,13 @@ PACKAGE = "executorch_tensorrt"
 # (blob/metadata_profiles.py reads tensorrt.options.MAX_OPTIMIZATION_PROFILES);
 # program (reading programs) sits below runtime, as docs/architecture.md draws
 # it, now that its dtype names come from dtypes.py: neither imports the other.
+# examples sits above llm: the example decoders use the product's
+# transformers wrapper (llm/hf_export.py), and the product never imports an example.
 LEVELS = {
     "": 0, "__init__": 0, "errors": 0, "dtypes": 0, "optimum_hook": 0,
     "tensorrt": 1, "blob": 2, "program": 3, "runtime": 4,
-    "aot": 5, "quantization": 5, "deploy": 5, "llm": 6, "examples": 6,
-    "cli": 7, "__main__": 8,
+    "aot": 5, "quantization": 5, "deploy": 5, "llm": 6, "examples": 7,
+    "cli": 8, "__main__": 9,
 }
 RUNTIME_FORBIDDEN = (f"{PACKAGE}.aot", f"{PACKAGE}.quantization", f"{PACKAGE}.cli",
                      "executorch.exir", "torch")

@@ -179,6 +179,10 @@ def test_checker_reports_planted_violations(tmp_path):
         "fakepkg/cli/main.py": "from fakepkg.aot import backend\n",
         "fakepkg/tensorrt/__init__.py": "from fakepkg.program import info\n",
         "fakepkg/program/__init__.py": "",
+        "fakepkg/llm/__init__.py": "",
+        "fakepkg/llm/exporter.py": "from ..examples.llm import export_hf\n",
+        "fakepkg/examples/__init__.py": "",
+        "fakepkg/examples/llm.py": "from ..llm.exporter import export\n",
     })
     found = violations(import_edges(tmp_path, "fakepkg"), "fakepkg")
     assert found == [
@@ -192,6 +196,9 @@ def test_checker_reports_planted_violations(tmp_path):
         "fakepkg.runtime.run:4 imports torch",
         "upward import (aot below cli): fakepkg.aot.backend:1 imports fakepkg.cli",
         "upward import (aot below cli): fakepkg.aot.backend:1 imports fakepkg.cli.main",
+        "upward import (llm below examples): fakepkg.llm.exporter:1 imports fakepkg.examples.llm",
+        "upward import (llm below examples): "
+        "fakepkg.llm.exporter:1 imports fakepkg.examples.llm.export_hf",
         "upward import (runtime below aot): fakepkg.runtime.run:3 imports fakepkg.aot",
         "upward import (runtime below aot): fakepkg.runtime.run:3 imports fakepkg.aot.backend",
         "upward import (tensorrt below program): fakepkg.tensorrt:1 imports fakepkg.program",

@@ -22,6 +22,7 @@ from executorch_tensorrt.runtime import state as rt_state
 from executorch_tensorrt.runtime.onnxruntime import run_plan
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.examples import llm as lm
+from executorch_tensorrt.llm.hf_export import export_hf
 from helpers import lower_to_buffer
 
 PLAN_ENV = "EXECUTORCH_TENSORRT_NATIVE_PLAN"
@@ -45,7 +46,7 @@ def hf_llama():
         model = copy.deepcopy(eager).model
         return lambda t, p: model(input_ids=t, cache_position=p)
 
-    return fresh, lower_to_buffer(lm.export_hf(wrapper))
+    return fresh, lower_to_buffer(export_hf(wrapper))
 
 
 _loaded: list = []
