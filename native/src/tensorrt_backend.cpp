@@ -393,7 +393,7 @@ class TensorRTBackend final : public et::BackendInterface {
       arg_array[i].struct_size = sizeof(etrt_arg);
     }
     // A plan for any address lets the first call run without the executor
-    // (no Python, so no other thread can enter the method mid-call; issue 19).
+    // (no Python, so no other thread can enter the method mid-call).
     const etrt_native_plan* plan = nullptr;
     if (has_native_plan(table) && table->native_plan(handle, &plan) == 0 && plan != nullptr &&
         !state->plan.adopt(plan, num_args)) {

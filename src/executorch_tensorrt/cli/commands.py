@@ -1,9 +1,9 @@
 """What each executorch-tensorrt subcommand does (`cmd_*`), and how an error a
 command lets through becomes an exit code and a message (`classify`).
 
-A thin layer over the tools (runner.py runs and times, compare.py and
-expected.py check, model_source.py finds what to export, program_info.py
-describes). Each command imports what it needs when it runs, so that
+A thin layer over the tools (runner.py runs and times, program/compare.py
+and program/references.py check, model_source.py finds what to export,
+program/info.py describes). Each command imports what it needs when it runs, so that
 parsing (cli/parser.py, which names these functions) loads nothing heavy.
 """
 from __future__ import annotations

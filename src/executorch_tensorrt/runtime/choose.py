@@ -50,7 +50,7 @@ def fallback_requested(option: str | None) -> str | None:
 
 # TEST-ONLY: a module whose `tensorrt_executor` (an ExecutorFactory) builds the
 # TensorRT executor over a FAKE, labelled engine (tools/gpu/stand_in_engine.py),
-# so that a C++ process on a GPU no TensorRT runs on (the H200) still runs its
+# so that a C++ process on a GPU that TensorRT-RTX refuses still runs its
 # partitions through this executor and the adapter's plans. Never set unless a
 # test or benchmark asks; every load it serves says so on stderr.
 STAND_IN_ENV = "EXECUTORCH_TENSORRT_TEST_STAND_IN"

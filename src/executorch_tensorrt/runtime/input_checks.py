@@ -1,4 +1,4 @@
-"""Per-call checks of what eager PyTorch would refuse (issue 19): integer
+"""Per-call checks of what eager PyTorch would refuse: integer
 inputs that index a dimension ("index_range" on an input binding) and input
 dimensions that must agree ("equal_dims"), both recorded at export
 (aot/checks/input_checks.py) and checked before anything is read or written.

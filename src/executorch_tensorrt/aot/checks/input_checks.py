@@ -1,5 +1,5 @@
 """What a partition's inputs must satisfy for eager PyTorch to accept them,
-read from the partition's graph at export (issue 19).
+read from the partition's graph at export.
 
 ONNX's Gather wraps negative indices and onnxruntime or TensorRT refuse
 out-of-range ones with their own words (or read garbage), where eager raises

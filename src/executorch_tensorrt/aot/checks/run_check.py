@@ -1,12 +1,12 @@
 """The run check: a written program run once through the runtime a user loads
 it with, every method, compared with eager PyTorch where a reference exists
-(issue 21; docs/verification.md, "The run check at export").
+(docs/verification.md, "The run check at export").
 
 export() calls it after the files are written and export has let go of its
 own copies of the program (export_check.py: in this process, or in a child
 for a big program). `verify MODEL.pte` without a reference calls it too, on
-generated inputs (integers inside every index range the program records,
-issue 19), and then reports only whether each method ran.
+generated inputs (integers inside every index range the program records:
+input_checks.py), and then reports only whether each method ran.
 
 TensorRT is tried first, as at any load; where it cannot serve this process
 (no GPU), the onnxruntime fallback runs the partitions, and the result says
@@ -133,7 +133,7 @@ def tolerance_for(precision: str | None, activations: str | None = None) -> floa
 def safe_int_range(methods: Sequence[MethodInfo]) -> tuple[int, int]:
     """[low, high) for generated integer inputs: inside every index range any
     TensorRT partition of the program records (an input that indexes a
-    dimension must stay below its size, issue 19), and small."""
+    dimension must stay below its size), and small."""
     low, high = 0, GENERATED_INT_HIGH
     for m in methods:
         for d in m.delegates:

@@ -7,7 +7,7 @@
    to TensorRT: nodes its parser places in no supported subgraph, then nodes
    a full parse rejects, are dropped; a partition whose engine does not build
    is dropped whole. Repeat until every partition builds.
-The ONNX graphs carry no weights (onnx_export.py); the parser reads them by
+The ONNX graphs carry no weights (aot/onnx/export.py); the parser reads them by
 address. ExecuTorch hands partitioners programs with fake weights: the check
 build uses zero pages instead (no memory) and keeps no plan when no engine is
 shipped (the default without a GPU), so preprocess builds nothing at all;

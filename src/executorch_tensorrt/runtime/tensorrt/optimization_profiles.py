@@ -9,7 +9,7 @@ contains every input's shape. Export orders the automatic buckets from the
 smallest, so that is the only bucket containing the call; with profiles of
 your own that overlap, list the narrower first.
 
-GPU-only where it switches the context (the switch itself ran on the H200
+GPU-only where it switches the context (the switch itself ran on a GPU
 with a labelled stand-in context, tests/runtime/tensorrt/test_tensorrt_profiles_gpu.py).
 """
 from __future__ import annotations
