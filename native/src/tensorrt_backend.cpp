@@ -12,9 +12,9 @@
 #include "blob_header.h"
 #include "embedded/embedded_start.h"
 #include "last_error.h"
-#include "named_data.h"
-#include "cuda_graph_plan.h"
-#include "native_plan.h"
+#include "named_data/named_data.h"
+#include "plans/cuda_graph_plan.h"
+#include "plans/native_plan.h"
 #include "profiling.h" // profiling: ETDump delegate events
 
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>

@@ -2,7 +2,7 @@
 docs/concurrency.md): the onnxruntime executor hands the adapter a plan with
 per-argument bounds at init, so every call the Python gate would accept, the
 first one included and whatever its batch size, runs onnxruntime from C++
-(native/src/native_plan.cpp, plan_signature.cpp, native_plan_outputs.cpp);
+(native/src/plans/native_plan.cpp, plan_signature.cpp, native_plan_outputs.cpp);
 a call outside the bounds goes to the Python executor, which refuses it in
 its own words.
 

@@ -1,5 +1,5 @@
 """Native plans of stateful partitions (issues 13, 24): the plan with bounds
-made at init runs every call in the adapter (native/src/native_plan.cpp),
+made at init runs every call in the adapter (native/src/plans/native_plan.cpp),
 which first checks the cache positions the way runtime/state.py does, then
 runs onnxruntime over the state the executor bound, its logits bound in
 place; without it, a call identical to a checked one runs there.

@@ -8,7 +8,7 @@ operand of an indexing op over a dimension of static size n (directly or
 through ops that keep its values), the half-open range eager accepts
 (`index_range`), and the groups of input dimensions torch.export gave one
 symbol (`equal_dims`: "2 tokens with 1 position" is refused). The runtime
-checks both per call (runtime/input_checks.py, native/src/input_checks.cpp).
+checks both per call (runtime/input_checks.py, native/src/plans/input_checks.cpp).
 
 What eager accepts (measured with torch 2.13 on the CPU, n = 5): embedding,
 index_select and gather take [0, n) (-1 raises); index.Tensor takes [-n, n).

@@ -5,7 +5,7 @@ After a call that BoundContext checked, bound and ran as a CUDA-graph replay
 everything around it: the argument signature it was bound for, the staging
 buffers of host arguments, the two events, the engine's stream and the
 caller's stream. The adapter then runs identical calls itself
-(native/src/cuda_graph_plan.cpp): no Python on the steady-state GPU path.
+(native/src/plans/cuda_graph_plan.cpp): no Python on the steady-state GPU path.
 
 A plan is made only when the call can be replayed exactly: a graph replay (no
 ping-pong state, no aliases, no per-layer profiling: those run plain
