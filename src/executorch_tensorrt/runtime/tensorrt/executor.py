@@ -180,17 +180,6 @@ class TensorRTExecutor(Executor):
         self._plan: CudaGraphPlan | None = None
         self._last_call: tuple | None = None  # (args, num_args) of the last execute
 
-    @classmethod
-    def over_bound_context(cls, bound: BoundContext) -> "TensorRTExecutor":
-        """An executor around a context bound elsewhere, with no engine of its
-        own: for stand-in engines (GPU benchmarks and tests), since loading
-        needs a TensorRT engine, which no reachable GPU runs. Only execute,
-        native_plan and withdraw_native_plan work; plans are published."""
-        executor = object.__new__(cls)
-        executor.bound = bound
-        executor._start_plans(True)
-        return executor
-
     def execute(self, args, num_args: int | None = None) -> None:
         if self.bound is None:
             raise ArgumentError("this executor was closed (the delegate was destroyed)")
