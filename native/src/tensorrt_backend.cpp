@@ -12,9 +12,9 @@
 #include "blob_header.h"
 #include "embedded/embedded_start.h"
 #include "last_error.h"
-#include "named_data.h"
-#include "cuda_graph_plan.h"
-#include "native_plan.h"
+#include "named_data/named_data.h"
+#include "plans/cuda_graph_plan.h"
+#include "plans/native_plan.h"
 #include "profiling.h" // profiling: ETDump delegate events
 
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
@@ -393,7 +393,7 @@ class TensorRTBackend final : public et::BackendInterface {
       arg_array[i].struct_size = sizeof(etrt_arg);
     }
     // A plan for any address lets the first call run without the executor
-    // (no Python, so no other thread can enter the method mid-call; issue 19).
+    // (no Python, so no other thread can enter the method mid-call).
     const etrt_native_plan* plan = nullptr;
     if (has_native_plan(table) && table->native_plan(handle, &plan) == 0 && plan != nullptr &&
         !state->plan.adopt(plan, num_args)) {

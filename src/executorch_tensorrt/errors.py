@@ -3,7 +3,7 @@ what failed, the cause, and what to do.
 
 Every class carries `et_error`, the ExecuTorch Error code (runtime/core/error.h)
 that the backend returns to ExecuTorch when it escapes an executor callback
-(backend_callbacks.py looks it up with `error_code`). Built-in mixins
+(runtime/callbacks.py looks it up with `error_code`). Built-in mixins
 (ValueError, RuntimeError, ImportError) stay where callers catch those.
 Imports nothing, so every layer can use it.
 """

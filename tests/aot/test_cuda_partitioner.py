@@ -50,7 +50,7 @@ def test_a_program_for_another_runtime_is_flagged():
     failing on the et_copy kernels that ExecuTorch's CUDA runtime provides."""
     from executorch.exir._serialize._program import deserialize_pte_binary
 
-    from executorch_tensorrt.aot.runtime_kernels import (
+    from executorch_tensorrt.aot.checks.runtime_kernels import (
         RuntimeMismatchWarning, check_runtime_kernels)
     from executorch_tensorrt.program.info import describe_program
 

@@ -20,7 +20,7 @@ import torch
 
 import executorch_tensorrt
 from executorch_tensorrt.aot.compile_spec import TensorRTCompileSpec
-from executorch_tensorrt.aot.device_resident import target_device_spec
+from executorch_tensorrt.aot.checks.device_resident import target_device_spec
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.cli import main as cli_main
 from executorch_tensorrt.errors import ExportError
@@ -59,7 +59,7 @@ def programs(tmp_path_factory):
     config (et_copy ops around the delegate, CUDA-planned buffers)."""
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-    from executorch_tensorrt.aot.device_resident import place_on_device
+    from executorch_tensorrt.aot.checks.device_resident import place_on_device
     from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
 
     tmp = tmp_path_factory.mktemp("device_resident")

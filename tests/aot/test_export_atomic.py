@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ from executorch_tensorrt.errors import OutputWriteError
 
 PAGE = 4096
 TESTS = Path(__file__).resolve().parent.parent
-X = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+X = torch.randn(2, 64, generator=torch.Generator().manual_seed(0))
 XW = torch.randn(2, 256, generator=torch.Generator().manual_seed(0))
 # The order export writes its set in (program, weights, report, reference).
 NEW_SET = ["m.pte", "m.ptd", "m.report.json", "m.expected.etensors", "m.expected"]
@@ -42,7 +43,7 @@ class Small(torch.nn.Module):
     def __init__(self, out: int = 4, seed: int = 0):
         super().__init__()
         torch.manual_seed(seed)
-        self.fc = torch.nn.Linear(8, out)
+        self.fc = torch.nn.Linear(64, out)  # 1 kB and more: weights in a .ptd
 
     def forward(self, x):
         return torch.relu(self.fc(x))
@@ -87,10 +88,23 @@ def copy_set(source: Path, dest: Path) -> Path:
     return dest / "m.pte"
 
 
-def verify(pte: Path) -> int:
-    code, out, err = cli_main("verify", pte)
-    assert code == 0, out + err
-    return code
+def matches_reference(pte: Path) -> tuple[int, str]:
+    """Runs the program on its stored inputs (`run --outputs`, into a folder of
+    its own) and compares every element with its reference (`verify`)."""
+    outputs = Path(tempfile.mkdtemp(prefix="etrt-test-outputs-"))
+    try:
+        code, out, err = cli_main("run", pte, "--outputs", outputs / "out.etensors")
+        if code == 0:
+            code, out2, err2 = cli_main("verify", pte, outputs / "out.etensors")
+            out, err = out + out2, err + err2
+        return code, out + err
+    finally:
+        shutil.rmtree(outputs, ignore_errors=True)
+
+
+def verify(pte: Path) -> None:
+    code, text = matches_reference(pte)
+    assert code == 0 and "in every element" in text, text
 
 
 def pages(nbytes: int) -> int:
@@ -118,8 +132,7 @@ from pathlib import Path
 
 cfg = json.loads(sys.stdin.read())
 sys.path[:0] = cfg["paths"]
-from test_export_atomic import Wide, XW, listing
-from executorch_tensorrt import cli
+from test_export_atomic import Wide, XW, listing, matches_reference
 from executorch_tensorrt.aot.export import export_program
 
 mount, earlier = Path(cfg["mount"]), Path(cfg["earlier"])
@@ -160,9 +173,7 @@ for sc in cfg["scenarios"]:
                       "traceback": traceback.format_exc()[-3000:]}
     r["after"] = listing(mount)
     if (mount / "m.pte").exists():
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            r["verify"] = [cli.main(["verify", str(mount / "m.pte")]), out.getvalue()[-2000:]]
+        r["verify"] = matches_reference(mount / "m.pte")
     if sc["mode"] != "setuid":
         subprocess.run(["umount", str(mount)], check=True)
 print("RESULT " + json.dumps(results), flush=True)
@@ -229,22 +240,39 @@ def plan(earlier, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def namespace(plan, earlier, tmp_path_factory):
+def namespace_run(plan, earlier):
+    """Every tmpfs scenario in one child (one import of torch); its failure is
+    kept, so that each test fails with it rather than running the child again."""
     scenarios, weights = plan
-    mount = tmp_path_factory.mktemp("tmpfs")
-    results = in_mount_namespace(NAMESPACE_CHILD, {
-        "paths": [str(TESTS), str(TESTS / "aot")], "mount": str(mount),
-        "earlier": str(earlier), "scenarios": scenarios})
-    assert list(mount.iterdir()) == []  # the mount died with the namespace
-    return results, {sc["name"]: sc for sc in scenarios}, mount, weights
+    # The mount point's parents must let the unprivileged user of the
+    # permission scenario through (pytest's own folders are 0700).
+    mount = Path(tempfile.mkdtemp(prefix="etrt-test-tmpfs-"))
+    mount.chmod(0o755)
+    try:
+        results = in_mount_namespace(NAMESPACE_CHILD, {
+            "paths": [str(TESTS), str(TESTS / "aot")], "mount": str(mount),
+            "earlier": str(earlier), "scenarios": scenarios})
+        assert list(mount.iterdir()) == []  # the mount died with the namespace
+        return results, {sc["name"]: sc for sc in scenarios}, mount, weights
+    except BaseException as e:  # noqa: BLE001 - reported by each test below
+        return e
+    finally:
+        shutil.rmtree(mount, ignore_errors=True)
+
+
+@pytest.fixture
+def namespace(namespace_run):
+    if isinstance(namespace_run, BaseException):
+        pytest.fail(f"the tmpfs scenarios could not run: {namespace_run}")
+    return namespace_run
 
 
 def assert_earlier_intact(r: dict, earlier: Path) -> None:
     want = listing(earlier)
     assert r["before"] == want
     assert r["after"] == want, {k: v for k, v in r["after"].items() if want.get(k) != v}
-    code, out = r["verify"]
-    assert code == 0, out
+    code, text = r["verify"]
+    assert code == 0 and "in every element" in text, text
 
 
 @pytest.mark.parametrize("name", NEW_SET)

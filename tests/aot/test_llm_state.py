@@ -16,6 +16,7 @@ from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.examples import llm as lm
+from executorch_tensorrt.llm.hf_export import export_hf
 from helpers import tensorrt_blobs
 
 PROMPT = list(range(3, 11))  # 8 tokens
@@ -44,7 +45,7 @@ def hf_llama():
     wrapper = lm.hf_tiny_llama()
     wrapper.requires_grad_(False)
     eager = copy.deepcopy(wrapper)
-    program, report = _lower(lm.export_hf(wrapper))
+    program, report = _lower(export_hf(wrapper))
     return (lambda t, p: eager.model(input_ids=t, cache_position=p)), program, report
 
 
@@ -275,7 +276,7 @@ def test_reduced_precision_decode_keeps_eager_tokens(flow, precision, tolerance,
     if flow == "decoder":
         ep = lm.export_cached_decoder(lm.CachedDecoder().eval().requires_grad_(False))
     else:
-        ep = lm.export_hf(lm.hf_tiny_llama().requires_grad_(False))
+        ep = export_hf(lm.hf_tiny_llama().requires_grad_(False))
     program, report = _lower(ep, precision=precision)
     plan = program.executorch_program.execution_plan[0]
     assert _non_delegate_instructions(plan) == [] and not plan.operators
@@ -297,7 +298,7 @@ def test_a_batch_of_two_prompts_decodes_each_row_as_eager(allow_fallback):
 
     wrapper = lm.hf_tiny_llama(batch_size=2).requires_grad_(False)
     eager = copy.deepcopy(wrapper)
-    program, _ = _lower(lm.export_hf(wrapper, batch_size=2))
+    program, _ = _lower(export_hf(wrapper, batch_size=2))
     assert _non_delegate_instructions(program.executorch_program.execution_plan[0]) == []
     [blob] = tensorrt_blobs(program.buffer)
     caches = [s for s in read_blob(blob).metadata["state"] if s["dtype"] == "float32"]

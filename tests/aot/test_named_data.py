@@ -16,7 +16,7 @@ from executorch.exir._serialize._program import deserialize_pte_binary
 from onnx import TensorProto, helper
 
 from executorch_tensorrt.aot.export import export_program
-from executorch_tensorrt.aot.memory_check import check_export_memory
+from executorch_tensorrt.aot.checks.memory_check import check_export_memory
 from executorch_tensorrt.aot.weights.named_data import store_weights
 from executorch_tensorrt.aot.weights.content import INLINE_LIMIT, Weight
 from executorch_tensorrt.blob import read_blob
@@ -198,7 +198,7 @@ def test_progress_names_each_stage(tmp_path):
 
 
 def test_export_fails_early_when_memory_clearly_will_not_do(monkeypatch):
-    from executorch_tensorrt.aot import memory_check
+    from executorch_tensorrt.aot.checks import memory_check
 
     state = [{"w": torch.zeros(1 << 20)}]  # 4 MiB of weights
     monkeypatch.setattr(memory_check, "available_bytes", lambda: 1 << 20)
@@ -215,7 +215,7 @@ def test_weights_mapped_from_a_checkpoint_file_are_estimated_apart(monkeypatch):
     from safetensors.torch import save_file
     from transformers.modeling_utils import load_state_dict
 
-    from executorch_tensorrt.aot import memory_check
+    from executorch_tensorrt.aot.checks import memory_check
 
     # Beside the tests, on disk: a tmpfs /tmp would hold the file in memory.
     with tempfile.TemporaryDirectory(dir=Path(__file__).parent) as folder:

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from executorch_tensorrt.aot.export import export
-from executorch_tensorrt.aot.optimization_profiles import normalize_profiles, parse_profile_text
-from executorch_tensorrt.aot.shapes import input_profile_sets, resolve_profiles
+from executorch_tensorrt.aot.profiles.option import normalize_profiles, parse_profile_text
+from executorch_tensorrt.aot.profiles.shapes import input_profile_sets, resolve_profiles
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.errors import ExportError
 from executorch_tensorrt.tensorrt.engine_builder import build_engine

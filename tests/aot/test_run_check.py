@@ -1,4 +1,4 @@
-"""The run check at export (issue 21, part 2; aot/run_check.py): export runs
+"""The run check at export (issue 21, part 2; aot/checks/run_check.py): export runs
 the program it wrote once through executorch.runtime (TensorRT first, the
 onnxruntime fallback here, where no GPU runs engines) and compares with eager.
 
@@ -22,8 +22,8 @@ import torch
 from helpers import child_env, tensorrt_blobs
 from executorch_tensorrt import cli
 from executorch_tensorrt.aot.export import RunCheckError, export_program
-from executorch_tensorrt.aot.export_check import from_json, to_json
-from executorch_tensorrt.aot.run_check import safe_int_range
+from executorch_tensorrt.aot.checks.export_check import from_json, to_json
+from executorch_tensorrt.aot.checks.run_check import safe_int_range
 from executorch_tensorrt.program.info import read_program
 from executorch_tensorrt.runtime.executor import FALLBACK_ENV
 
@@ -237,7 +237,7 @@ def test_the_child_process_check_starts_early_and_catches_a_program_that_cannot_
     """Above the in-process limit (here: every program) the check runs in a
     child started before lowering (its imports overlap the export); it still
     fails export on a damaged program with the backend's cause."""
-    from executorch_tensorrt.aot import export_check
+    from executorch_tensorrt.aot.checks import export_check
 
     monkeypatch.setattr(export_check, "IN_PROCESS_LIMIT", 0)
     events = []
@@ -268,7 +268,7 @@ def test_the_check_child_runs_the_program_without_importing_the_compiler(good):
     runtime extension: `executorch.runtime` imports `executorch.exir` (the
     compiler, 70 % of the child's import time), which the check never uses.
     Read from the child's own import log (-X importtime), on a real check."""
-    from executorch_tensorrt.aot import export_check
+    from executorch_tensorrt.aot.checks import export_check
 
     pte, _ = good
     args = {"path": str(pte), "data": None,

@@ -1,6 +1,6 @@
 """The LLM export path holds the weights once while torch.export traces:
 strict torch.export (dynamo) would otherwise keep a clone of every weight
-(examples/llm.py `_parameters_not_cloned_by_dynamo`). Measured in a child
+(llm/hf_export.py `_parameters_not_cloned_by_dynamo`). Measured in a child
 process: its peak resident memory (VmHWM, reset just before the trace) over
 the memory before it, against the model's weight bytes."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ import json, sys, torch
 sys.path.insert(0, sys.argv[2])
 from proc_status import reset_peak, status
 from executorch_tensorrt.llm import causal_lm
-from executorch_tensorrt.examples.llm import export_hf, hf_static_cache_wrapper
+from executorch_tensorrt.llm.hf_export import export_hf, hf_static_cache_wrapper
 
 model = causal_lm(json.loads(sys.argv[1]), dtype=torch.bfloat16)
 weights = sum(p.numel() * p.element_size() for p in model.parameters())

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from executorch_tensorrt import llm
-from executorch_tensorrt.aot.run_check import TOLERANCE, load_program
-from executorch_tensorrt.examples.llm import hf_example_inputs
+from executorch_tensorrt.aot.checks.run_check import TOLERANCE, load_program
+from executorch_tensorrt.llm.hf_export import hf_example_inputs
 from executorch_tensorrt.llm import reference
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ sys.path[:0] = [sys.argv[1]]
 import torch
 from proc_status import reset_peak, status
 from executorch_tensorrt import llm
-from executorch_tensorrt.examples.llm import hf_decode_step, hf_example_inputs
+from executorch_tensorrt.llm.hf_export import hf_decode_step, hf_example_inputs
 from executorch_tensorrt.llm import reference
 
 config = dict(model_type="llama", vocab_size=65536, hidden_size=1024, intermediate_size=256,

@@ -175,7 +175,7 @@ def test_runner_usage(runner):
 # ---- steady state: Python executor entries over identical calls ----------------
 
 # A test-only executor factory for EXECUTORCH_TENSORRT_TEST_STAND_IN (runtime/
-# choose.py): the real onnxruntime executor, saying each call that enters it.
+# testing.py): the real onnxruntime executor, saying each call that enters it.
 COUNTING_FACTORY = """
 import sys
 from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor

@@ -51,12 +51,13 @@ def llama_pte(tmp_path_factory):
 
     from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
     from executorch_tensorrt.examples import llm as lm
+    from executorch_tensorrt.llm.hf_export import export_hf
 
     wrapper = lm.hf_tiny_llama()
     wrapper.requires_grad_(False)
     eager = copy.deepcopy(wrapper)
     edge = to_edge_transform_and_lower(
-        lm.export_hf(wrapper), partitioner=[TensorRTPartitioner(progress=None)],
+        export_hf(wrapper), partitioner=[TensorRTPartitioner(progress=None)],
         compile_config=EdgeCompileConfig(_check_ir_validity=False))
     path = tmp_path_factory.mktemp("llama") / "llama.pte"
     path.write_bytes(edge.to_executorch().buffer)
@@ -112,12 +113,13 @@ def llama_batch2_pte(tmp_path_factory):
 
     from executorch_tensorrt.aot.partition.partitioner import TensorRTPartitioner
     from executorch_tensorrt.examples import llm as lm
+    from executorch_tensorrt.llm.hf_export import export_hf
 
     wrapper = lm.hf_tiny_llama(batch_size=2)
     wrapper.requires_grad_(False)
     eager = copy.deepcopy(wrapper)
     edge = to_edge_transform_and_lower(
-        lm.export_hf(wrapper, max_seq=4, batch_size=2),
+        export_hf(wrapper, max_seq=4, batch_size=2),
         partitioner=[TensorRTPartitioner(progress=None)],
         compile_config=EdgeCompileConfig(_check_ir_validity=False))
     path = tmp_path_factory.mktemp("llama2") / "llama2.pte"

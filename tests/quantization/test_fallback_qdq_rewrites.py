@@ -103,7 +103,7 @@ def test_int8_w8a8_rounding_tie_passes_the_default_run_check(tmp_path, allow_fal
     which moves the output by |weight| x step (0.025 here, 1.5 % of the
     output). The program is right; export's default check allows W8A8 programs
     that (run_check.ACTIVATION_TOLERANCE); at the float tolerance it refuses."""
-    from executorch_tensorrt.aot.run_check import RunCheckError
+    from executorch_tensorrt.aot.checks.run_check import RunCheckError
 
     monkeypatch.setattr(export_module, "target_flavor", lambda: "tensorrt")
     lin = torch.nn.Linear(16, 4, bias=False).eval()

@@ -17,14 +17,21 @@ PACKAGE = "executorch_tensorrt"
 # (blob/metadata_profiles.py reads tensorrt.options.MAX_OPTIMIZATION_PROFILES);
 # program (reading programs) sits below runtime, as docs/architecture.md draws
 # it, now that its dtype names come from dtypes.py: neither imports the other.
+# examples sits above llm: the example decoders use the product's
+# transformers wrapper (llm/hf_export.py), and the product never imports an example.
 LEVELS = {
     "": 0, "__init__": 0, "errors": 0, "dtypes": 0, "optimum_hook": 0, "output_files": 0,
     "tensorrt": 1, "blob": 2, "program": 3, "runtime": 4,
-    "aot": 5, "quantization": 5, "deploy": 5, "llm": 6, "examples": 6,
-    "cli": 7, "__main__": 8,
+    "aot": 5, "quantization": 5, "deploy": 5, "llm": 6, "examples": 7,
+    "cli": 8, "__main__": 9,
 }
 RUNTIME_FORBIDDEN = (f"{PACKAGE}.aot", f"{PACKAGE}.quantization", f"{PACKAGE}.cli",
                      "executorch.exir", "torch")
+# The two executors share only what sits beside them in runtime/.
+EXECUTOR_FOLDERS = ("runtime.tensorrt", "runtime.onnxruntime")
+# Test-only hooks (the GPU stand-in) stay off the product path: only the
+# executor choice asks them, and only whether a test set one.
+TEST_HOOKS, TEST_HOOKS_USERS = "runtime.testing", ("runtime.choose",)
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,12 @@ def violations(edges: list[Edge], package: str = PACKAGE) -> list[str]:
             found.add(f"runtime/ never imports aot, quantization, cli, exir or torch: {where}")
         if not _within(edge.imported, package):
             continue
+        importer, imported = (m.split(".", 1)[-1] for m in (edge.importer, edge.imported))
+        for a, b in (EXECUTOR_FOLDERS, EXECUTOR_FOLDERS[::-1]):
+            if _within(importer, a) and _within(imported, b):
+                found.add(f"the TensorRT and onnxruntime executors never import each other: {where}")
+        if _within(imported, TEST_HOOKS) and importer not in (TEST_HOOKS, *TEST_HOOKS_USERS):
+            found.add(f"only runtime/choose.py asks the test-only hooks: {where}")
         dst = top_package(edge.imported)
         if dst == "cli" and src not in ("cli", "__main__"):
             found.add(f"nothing imports cli/: {where}")

@@ -5,7 +5,7 @@ ExecuTorch's binding holds the GIL for the whole Method.execute, which keeps a
 second thread out of the method's planned memory as long as nothing inside
 the call runs Python bytecode: the interpreter may switch threads between any
 two bytecodes. After the first call the adapter runs identical calls from the
-executor's native plan (native_plan.cpp, runtime/native_plan.py) without
+executor's native plan (native_plan.cpp, runtime/onnxruntime/run_plan.py) without
 entering Python, so there is nothing to switch in; a partition with static
 shapes has its plan from init, its first call included. A call that runs
 Python (dynamic shapes, plans off) can be overlapped; the adapter detects

@@ -106,6 +106,7 @@ RUNTIME_MODULES = [
     "executorch_tensorrt.runtime.cuda.copies",
     "executorch_tensorrt.runtime.named_data",
     "executorch_tensorrt.runtime.native_plan",
+    "executorch_tensorrt.runtime.onnxruntime.run_plan",
     "executorch_tensorrt.runtime.profiling",
     "executorch_tensorrt.runtime.cuda.device",
     "executorch_tensorrt.runtime.cuda.graphs",
@@ -178,19 +179,42 @@ def test_checker_reports_planted_violations(tmp_path):
         "fakepkg/cli/main.py": "from fakepkg.aot import backend\n",
         "fakepkg/tensorrt/__init__.py": "from fakepkg.program import info\n",
         "fakepkg/program/__init__.py": "",
+        "fakepkg/llm/__init__.py": "",
+        "fakepkg/llm/exporter.py": "from ..examples.llm import export_hf\n",
+        "fakepkg/examples/__init__.py": "",
+        "fakepkg/examples/llm.py": "from ..llm.exporter import export\n",
+        "fakepkg/runtime/choose.py": "from .testing import stand_in_factory\n",
+        "fakepkg/runtime/testing.py": "def later():\n    from .tensorrt import executor\n",
+        "fakepkg/runtime/tensorrt/__init__.py": "",
+        "fakepkg/runtime/tensorrt/executor.py": ("from ..onnxruntime.run_plan import OrtRunPlan\n"
+                                                 "from ..testing import executor_over\n"),
+        "fakepkg/runtime/onnxruntime/__init__.py": "",
+        "fakepkg/runtime/onnxruntime/run_plan.py": "from ..native_plan import retire\n",
     })
     found = violations(import_edges(tmp_path, "fakepkg"), "fakepkg")
     assert found == [
         "nothing imports cli/: fakepkg.aot.backend:1 imports fakepkg.cli",
         "nothing imports cli/: fakepkg.aot.backend:1 imports fakepkg.cli.main",
+        "only runtime/choose.py asks the test-only hooks: "
+        "fakepkg.runtime.tensorrt.executor:2 imports fakepkg.runtime.testing",
+        "only runtime/choose.py asks the test-only hooks: "
+        "fakepkg.runtime.tensorrt.executor:2 imports fakepkg.runtime.testing.executor_over",
         "runtime/ never imports aot, quantization, cli, exir or torch: "
         "fakepkg.runtime.run:3 imports fakepkg.aot",
         "runtime/ never imports aot, quantization, cli, exir or torch: "
         "fakepkg.runtime.run:3 imports fakepkg.aot.backend",
         "runtime/ never imports aot, quantization, cli, exir or torch: "
         "fakepkg.runtime.run:4 imports torch",
+        "the TensorRT and onnxruntime executors never import each other: "
+        "fakepkg.runtime.tensorrt.executor:1 imports fakepkg.runtime.onnxruntime.run_plan",
+        "the TensorRT and onnxruntime executors never import each other: "
+        "fakepkg.runtime.tensorrt.executor:1 imports "
+        "fakepkg.runtime.onnxruntime.run_plan.OrtRunPlan",
         "upward import (aot below cli): fakepkg.aot.backend:1 imports fakepkg.cli",
         "upward import (aot below cli): fakepkg.aot.backend:1 imports fakepkg.cli.main",
+        "upward import (llm below examples): fakepkg.llm.exporter:1 imports fakepkg.examples.llm",
+        "upward import (llm below examples): "
+        "fakepkg.llm.exporter:1 imports fakepkg.examples.llm.export_hf",
         "upward import (runtime below aot): fakepkg.runtime.run:3 imports fakepkg.aot",
         "upward import (runtime below aot): fakepkg.runtime.run:3 imports fakepkg.aot.backend",
         "upward import (tensorrt below program): fakepkg.tensorrt:1 imports fakepkg.program",

@@ -3,7 +3,7 @@ damage; never a crash or other outputs. One damage class per test, every case
 loaded and run in one child process (a crash fails the test instead of
 killing pytest): truncation, flipped bits in the flatbuffer index, a changed
 `segment_base_offset` in the FH01 header, flipped weight bytes. The index
-checks are native/src/ptd_check.cpp; the content check (keys are
+checks are native/src/named_data/ptd_check.cpp; the content check (keys are
 "etrt.<sha256>") is runtime/named_data.py."""
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ def plan_overhead(calls: int, adapter_dir: Path, raw_lib: Path) -> dict:
     (not installed on the GPU machine)."""
     from executorch_tensorrt.runtime.adapter import abi
     from executorch_tensorrt.runtime.arguments import split_bindings
-    from executorch_tensorrt.runtime.tensorrt.executor import BoundContext, TensorRTExecutor
+    from executorch_tensorrt.runtime.tensorrt.executor import BoundContext
+    from executorch_tensorrt.runtime.testing import executor_over_bound_context
 
     ctypes.CDLL(str(adapter_dir / "executorch/lib/libexecutorch.so"), mode=os.RTLD_GLOBAL)
     lib = ctypes.CDLL(str(adapter_dir / "executorch_tensorrt/lib/libexecutorch_backend_tensorrt.so"))
@@ -44,7 +45,7 @@ def plan_overhead(calls: int, adapter_dir: Path, raw_lib: Path) -> dict:
     inputs, outputs = split_bindings(meta)
     report: dict = {"calls": calls}
     for where in ("cuda", "cpu"):
-        ex = TensorRTExecutor.over_bound_context(  # its engine: the stand-in below
+        ex = executor_over_bound_context(  # its engine: the stand-in below
             BoundContext(KernelsContext(1), inputs, outputs, 0, graphs=True))
         keep: list = []
         tensors = [torch.zeros(2, 3, device=where) for _ in range(3)]

@@ -56,6 +56,7 @@ def lower(ep, backend: str):
 
 def models():
     from executorch_tensorrt.examples import llm as lm
+    from executorch_tensorrt.llm.hf_export import export_hf
 
     torch.manual_seed(0)
     decoder = lm.CachedDecoder().eval().requires_grad_(False)
@@ -64,7 +65,7 @@ def models():
     wrapper = lm.hf_tiny_llama()
     wrapper.requires_grad_(False)
     yield "transformers tiny Llama (2 layers, dim 32, cache 48)", wrapper, \
-        lambda: lm.export_hf(copy.deepcopy(wrapper)), 128
+        lambda: export_hf(copy.deepcopy(wrapper)), 128
 
 
 def outside_ops(program) -> list[str]:

@@ -104,8 +104,8 @@ def compare_first_token(folder: Path, max_seq_len: int, max_context_len: int) ->
     import torch
     from transformers import AutoModelForCausalLM
 
-    from executorch_tensorrt.aot.run_check import load_program
-    from executorch_tensorrt.examples.llm import hf_example_inputs
+    from executorch_tensorrt.aot.checks.run_check import load_program
+    from executorch_tensorrt.llm.hf_export import hf_example_inputs
     from executorch_tensorrt.llm.reference import eager_logits
 
     inputs = hf_example_inputs(max_seq_len)

@@ -108,7 +108,7 @@ def phases_child(start: str, folder: str) -> None:
         import torch  # noqa: F401
         from executorch.extension.pybindings import _C  # noqa: F401
     mark()
-    from executorch_tensorrt.aot.run_check import load_program, stored_case
+    from executorch_tensorrt.aot.checks.run_check import load_program, stored_case
     from executorch_tensorrt.program import tensor_file as tf
     from executorch_tensorrt.program.compare import compare_tensors
     from executorch_tensorrt.runtime.executor import FALLBACK_ENV, FALLBACK_ONNXRUNTIME

@@ -50,7 +50,7 @@ for io in device host; do  # the outputs equal x + y of the stored example input
   EXECUTORCH_TENSORRT_SKIP_REGISTRATION=1 PYTHONPATH="$C/src" "$PY" -m executorch_tensorrt.cli \
     verify programs/add_$io.expected "$OUT/$io.etensors" --tolerance 1e-6 || status=1
 done
-T=$(ls tests/runtime/tensorrt/test_tensorrt_*_gpu.py tests/runtime/cuda/test_cuda_objects_gpu.py)
+T=$(ls tests/runtime/tensorrt/test_tensorrt_*_gpu.py tests/runtime/cuda/test_objects_gpu.py)
 EXECUTORCH_TENSORRT_SKIP_REGISTRATION=1 ETRT_ADAPTER_DIR=$C/adapter \
   PYTHONPATH=$C/src:$C/tests/runtime:$C/tests "$PY" -m pytest -q -p no:cacheprovider $T 2>&1 |
   tee "$OUT/tests.log" | tail -3

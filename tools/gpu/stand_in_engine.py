@@ -3,7 +3,7 @@ labelled stand-in for TensorRT's IExecutionContext, for the GPU machine (the
 H200), where no TensorRT runs an engine.
 
 Selected by EXECUTORCH_TENSORRT_TEST_STAND_IN=stand_in_engine (runtime/
-choose.py; this folder on PYTHONPATH), never otherwise. Each partition with
+testing.py; this folder on PYTHONPATH), never otherwise. Each partition with
 two inputs and one output of one shape gets a TensorRTExecutor around a
 BoundContext (CUDA graphs on, as create_context makes it) whose context binds
 like TensorRT's and whose enqueue runs one real CUDA kernel, out = x + y, on
@@ -34,6 +34,7 @@ from executorch_tensorrt.runtime.cuda.device import chosen_device
 from executorch_tensorrt.runtime.executor import native_plans_enabled
 from executorch_tensorrt.runtime.tensorrt.context import BoundContext
 from executorch_tensorrt.runtime.tensorrt.executor import TensorRTExecutor
+from executorch_tensorrt.runtime.testing import executor_over_bound_context
 from gpu_timing import best_us_per_call  # this folder (on PYTHONPATH with the stand-in)
 
 RAW_ENV = "ETRT_RAW_LAUNCH_LIB"
@@ -132,7 +133,7 @@ def tensorrt_executor(blob, named_data, device):
     torch.cuda.set_device(gpu)
     context = AddContext([b.name for b in inputs], outputs[0].name, shapes.pop())
     bound = BoundContext(context, inputs, outputs, gpu, graphs=True)
-    executor = TensorRTExecutor.over_bound_context(bound)
+    executor = executor_over_bound_context(bound)
     executor.publish_plans = native_plans_enabled()  # EXECUTORCH_TENSORRT_NATIVE_PLAN, as loaded
     executor.inputs, executor.outputs = inputs, outputs
     executor.execute = CountedEntries(executor)

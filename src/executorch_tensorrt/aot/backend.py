@@ -31,13 +31,13 @@ from ..tensorrt.flavor import load_tensorrt
 from ..tensorrt.onnx_parser import ParseFailure, parse_network
 from .compile_spec import TensorRTCompileSpec
 from .debug_handles import debug_handle_map, onnx_node_sources
-from .input_checks import equal_dims, index_ranges
+from .checks.input_checks import equal_dims, index_ranges
 from .weights.named_data import store_weights
 from .onnx.export import OnnxExport, export_onnx
 from .onnx.export_cache import cache_named_in
 from .program_copy import copy_program
 from .torch_dtypes import BLOB_NAME_OF_ONNX
-from .shapes import input_profile_sets, resolve_profiles
+from .profiles.shapes import input_profile_sets, resolve_profiles
 from .state.owned import (
     STATE_INPUT_PREFIX,
     STATE_OUTPUT_PREFIX,

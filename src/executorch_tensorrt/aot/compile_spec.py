@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 from ..tensorrt.options import BuildOptions
-from .optimization_profiles import ProfileOption, normalize_profiles, profiles_json
+from .profiles.option import ProfileOption, normalize_profiles, profiles_json
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 _CC = re.compile(r"^SM(\d{2,3})$")
@@ -38,7 +38,7 @@ class TensorRTCompileSpec:
     weights_file: the stem of the .ptd the named data goes to (export sets it
         from the .pte's name with external_weights=True); None: in the .pte.
     profiles: TensorRT optimization profiles for the dynamic dimensions
-        (aot/optimization_profiles.py): None, one over the export ranges; N, the
+        (aot/profiles/option.py): None, one over the export ranges; N, the
         widest dimension split in power-of-two buckets; or a list of
         {dimension: (min, opt, max)} (docs/gpu-runtime.md).
     """

@@ -18,17 +18,17 @@ from ..quantization.importers.qdq_graph import activation_quantization, check_qd
 from ..quantization.workflow import prepare_for_export
 from ..program.references import reference_source, write_export_reference
 from ..program.info import describe_program
-from . import device_resident as dr
+from .checks import device_resident as dr
 from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
-from .memory_check import check_export_memory, weight_bytes
+from .checks.memory_check import check_export_memory, weight_bytes
 from .export_files import beside, rejected_folder, write_program
 from ..output_files import Staging, check_free_space, check_target, write_whole, writing
 from .partition.partitioner import BACKEND_ID, TensorRTPartitioner
 from .partition.report import PartitionReport, format_report, write_report
 from .cia_ops_cache import cia_ops_cached
-from .export_check import checks_in_child, export_run_check, start_check_child, stop_check_child
-from .run_check import RunCheck, RunCheckError, tolerance_for
-from .runtime_kernels import check_runtime_kernels
+from .checks.export_check import checks_in_child, export_run_check, start_check_child, stop_check_child
+from .checks.run_check import RunCheck, RunCheckError, tolerance_for
+from .checks.runtime_kernels import check_runtime_kernels
 
 
 class PartitionSplitWarning(UserWarning):

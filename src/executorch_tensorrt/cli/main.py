@@ -1,6 +1,6 @@
 """The executorch-tensorrt command line's entry point (`executorch_tensorrt.cli:main`,
 `python -m executorch_tensorrt.cli`): parse (cli/parser.py), run the command
-(cli/commands.py), and turn what it raises into a message and an exit code.
+(cli/commands/), and turn what it raises into a message and an exit code.
 Set EXECUTORCH_TENSORRT_DEBUG=1 for Python tracebacks.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .commands import Fail, classify
+from .exits import Fail, classify
 from .parser import build_parser
 
 __all__ = ["main"]

@@ -10,12 +10,12 @@ with a dynamic S, serving prefill (S > 1) and decode (S = 1).
 """
 from __future__ import annotations
 
-import importlib
 import math
-from contextlib import contextmanager
 
 import torch
 from torch import nn
+
+from ..llm.hf_export import hf_static_cache_wrapper
 
 
 class _Layer(nn.Module):
@@ -77,7 +77,7 @@ def export_cached_decoder(model: CachedDecoder, max_seq: int = 16) -> torch.expo
 
 def hf_tiny_llama(max_cache_len: int = 48, seed: int = 0, batch_size: int = 1):
     """transformers' ExecuTorch wrapper (static cache of `batch_size` rows)
-    around a tiny random Llama; export it with export_hf."""
+    around a tiny random Llama; export it with llm.hf_export.export_hf."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
@@ -85,71 +85,3 @@ def hf_tiny_llama(max_cache_len: int = 48, seed: int = 0, batch_size: int = 1):
                       max_position_embeddings=64, use_cache=True)
     torch.manual_seed(seed)
     return hf_static_cache_wrapper(LlamaForCausalLM(cfg).eval(), max_cache_len, batch_size)
-
-
-def hf_static_cache_wrapper(model, max_cache_len: int, batch_size: int = 1):
-    """transformers' ExecuTorch wrapper around a causal LM: a static cache of
-    `batch_size` rows and `max_cache_len` positions (sliding-window layers get
-    transformers' hybrid cache). Sets the model's generation config for it."""
-    from transformers import GenerationConfig
-    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
-
-    model.generation_config = GenerationConfig(
-        use_cache=True, cache_implementation="static",
-        cache_config={"batch_size": batch_size, "max_cache_len": max_cache_len})
-    return TorchExportableModuleForDecoderOnlyLM(model, batch_size=batch_size,
-                                                 max_cache_len=max_cache_len)
-
-
-def hf_decode_step(model, max_cache_len: int, batch_size: int = 1, cache_dtype=None):
-    """`(tokens, positions) -> logits` of a causal LM over a fresh static
-    cache (hf_static_cache_wrapper), in `cache_dtype` where given:
-    transformers makes it in the model's dtype."""
-    wrapper = hf_static_cache_wrapper(model, max_cache_len, batch_size)
-    if cache_dtype is not None:
-        for buffer in wrapper.model.buffers(recurse=False):
-            if buffer.is_floating_point():
-                buffer.data = buffer.data.to(cache_dtype)  # the cache layers hold these objects
-    return lambda tokens, positions: wrapper.model(input_ids=tokens, cache_position=positions)
-
-
-def hf_example_inputs(max_seq: int, batch_size: int = 1) -> tuple:
-    """(input_ids, cache_position) export_hf traces with: a few tokens, inside
-    the sequence Dim's range."""
-    example = min(3, max_seq)
-    return torch.tensor([list(range(1, example + 1))] * batch_size), torch.arange(example)
-
-
-@contextmanager
-def _parameters_not_cloned_by_dynamo():
-    """Strict torch.export (dynamo) keeps a clone of every real tensor it
-    reads, for the rare trace that needs a concrete value: all the weights
-    twice over (a 2-layer 8B-shaped bf16 decoder: 3.3 GB -> 8.1 GB peak).
-    Inside this block parameters are kept by reference instead: a forward
-    never writes its weights, so the reference holds the same values. Other
-    tensors (the KV cache buffers, which the trace writes) are cloned as
-    before. Where torch has no such hook the export runs as it would."""
-    builder = importlib.import_module("torch._dynamo.variables.builder")
-    clone = getattr(builder, "_clone_input", None)
-    if clone is None:
-        yield
-        return
-
-    def keep_parameters(value, fake_mode):
-        return value if isinstance(value, nn.Parameter) else clone(value, fake_mode)
-
-    builder._clone_input = keep_parameters
-    try:
-        yield
-    finally:
-        builder._clone_input = clone
-
-
-def export_hf(wrapper, max_seq: int = 16, batch_size: int = 1) -> torch.export.ExportedProgram:
-    """`batch_size`: the wrapper's (its static cache's rows)."""
-    seq = torch.export.Dim("seq", min=1, max=max_seq)
-    input_ids, cache_position = hf_example_inputs(max_seq, batch_size)
-    with _parameters_not_cloned_by_dynamo():
-        return wrapper.export(input_ids=input_ids, cache_position=cache_position,
-                              dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
-                              strict=True)

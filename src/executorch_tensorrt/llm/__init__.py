@@ -1,6 +1,7 @@
 """Helpers for language models: the one-call export for ExecuTorch's LLM
 runner (`executorch_tensorrt.llm.export`, llm/exporter.py), the runner's
-metadata (metadata.py), greedy decoding over an exported program
+metadata (metadata.py), transformers' static-cache wrapper and its export
+(hf_export.py), greedy decoding over an exported program
 (greedy_decode.py). `export` is imported on first use: decoding needs no AOT
 code."""
 

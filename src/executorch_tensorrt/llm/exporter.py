@@ -13,7 +13,7 @@ What the runner needs from a program (ExecuTorch 1.5.1, extension/llm/runner):
   written for other readers (the runner takes both from its tokenizer).
 
 The decoder is exported the one way this package has for LLMs
-(examples/llm.py: transformers' static-cache wrapper, dynamic S), and its KV
+(hf_export.py: transformers' static-cache wrapper, dynamic S), and its KV
 caches are owned by the TensorRT partition (aot/state/, docs/llm.md).
 """
 from __future__ import annotations
@@ -26,10 +26,10 @@ import torch
 
 from ..aot.export import ExportResult, export_program
 from ..aot.partition.report import format_report
-from ..aot.run_check import tolerance_for
+from ..aot.checks.run_check import tolerance_for
 from ..errors import ExportError
-from ..examples.llm import export_hf, hf_decode_step, hf_example_inputs, hf_static_cache_wrapper
 from ..tensorrt.engine_builder import Progress, stderr_progress
+from .hf_export import export_hf, hf_decode_step, hf_example_inputs, hf_static_cache_wrapper
 from .metadata import LLMMetadata
 from .reference import measure as measure_reference
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..examples.llm import hf_decode_step
+from .hf_export import hf_decode_step
 
 #: fp32 bytes of a Linear weight cast at once (the 8B head is 2.1 GB in fp32).
 CAST_BLOCK_BYTES = 64 * 1024 * 1024

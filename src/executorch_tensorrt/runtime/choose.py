@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import sys
-import importlib
 from typing import Callable
 
 from ..blob import Blob
 from ..errors import ArgumentError, EngineUnavailable
 from .executor import FALLBACK_ENV, FALLBACK_ONNXRUNTIME, Executor
 from .named_data import NamedData
+from .testing import stand_in_factory  # None unless a test asks for the GPU stand-in
 
 # (blob, the program's named data or None, the load-time "device" option or None)
 ExecutorFactory = Callable[[Blob, "NamedData | None", "str | None"], Executor]
@@ -48,35 +48,9 @@ def fallback_requested(option: str | None) -> str | None:
     return value
 
 
-# TEST-ONLY: a module whose `tensorrt_executor` (an ExecutorFactory) builds the
-# TensorRT executor over a FAKE, labelled engine (tools/gpu/stand_in_engine.py),
-# so that a C++ process on a GPU no TensorRT runs on (the H200) still runs its
-# partitions through this executor and the adapter's plans. Never set unless a
-# test or benchmark asks; every load it serves says so on stderr.
-STAND_IN_ENV = "EXECUTORCH_TENSORRT_TEST_STAND_IN"
-
-
-def _stand_in(module_name: str) -> ExecutorFactory:
-    try:
-        factory = importlib.import_module(module_name).tensorrt_executor
-    except (ImportError, AttributeError) as e:
-        raise ArgumentError(f"{STAND_IN_ENV}={module_name!r} (a test-only stand-in engine) "
-                            f"names no importable module with a tensorrt_executor: {e}; "
-                            f"unset it to run TensorRT") from None
-
-    def labelled(blob: Blob, named_data: NamedData | None, device: str | None) -> Executor:
-        print(f"[executorch_tensorrt] FAKE TensorRT engine: {STAND_IN_ENV}={module_name} "
-              f"runs this partition with a test-only stand-in", file=sys.stderr, flush=True)
-        return factory(blob, named_data, device)
-
-    return labelled
-
-
 def executor_factories(fallback: str | None) -> list[tuple[str, ExecutorFactory]]:
     """The executors to try, in order, given the fallback the caller allowed."""
-    stand_in = os.environ.get(STAND_IN_ENV)
-    factories: list[tuple[str, ExecutorFactory]] = [
-        ("tensorrt", _stand_in(stand_in) if stand_in else _tensorrt)]
+    factories: list[tuple[str, ExecutorFactory]] = [("tensorrt", stand_in_factory() or _tensorrt)]
     if fallback == FALLBACK_ONNXRUNTIME:
         factories.append((FALLBACK_ONNXRUNTIME, _onnxruntime))
     return factories

@@ -1,14 +1,14 @@
-"""Per-call checks of what eager PyTorch would refuse (issue 19): integer
+"""Per-call checks of what eager PyTorch would refuse: integer
 inputs that index a dimension ("index_range" on an input binding) and input
 dimensions that must agree ("equal_dims"), both recorded at export
-(aot/input_checks.py) and checked before anything is read or written.
+(aot/checks/input_checks.py) and checked before anything is read or written.
 
 The Python gate (arguments.check_args) runs them on every call it sees; a
 native plan of the onnxruntime fallback runs the value checks in C++
-(native/src/input_checks.cpp, the same words). A plan for exact shapes needs
+(native/src/plans/input_checks.cpp, the same words). A plan for exact shapes needs
 no equal-dims check (it matches only the shapes of a call that passed here);
 one with bounds carries them, and a call where they differ goes to this gate
-(native/src/plan_signature.cpp).
+(native/src/plans/plan_signature.cpp).
 """
 from __future__ import annotations
 

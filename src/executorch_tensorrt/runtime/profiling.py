@@ -35,7 +35,7 @@ _functions: Optional[tuple] = None
 
 def _adapter_functions() -> tuple:
     """(etrt_profiling_flags, etrt_log_event, tick offset), called through
-    PyDLL: the GIL stays held (backend_callbacks.py says why executors must
+    PyDLL: the GIL stays held (runtime/callbacks.py says why executors must
     keep it). Without the adapter (executors used directly), profiling is off."""
     global _functions
     if _functions is None:

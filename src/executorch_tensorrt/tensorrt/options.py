@@ -1,6 +1,6 @@
 """Plain build options and input profiles: what an engine build needs, with no
 AOT types (aot/compile_spec.py converts its compile spec to BuildOptions;
-aot/shapes.py derives profiles from torch.export, the rebuild path reads them
+aot/profiles/shapes.py derives profiles from torch.export, the rebuild path reads them
 from the blob)."""
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 docs/concurrency.md): the onnxruntime executor hands the adapter a plan with
 per-argument bounds at init, so every call the Python gate would accept, the
 first one included and whatever its batch size, runs onnxruntime from C++
-(native/src/native_plan.cpp, plan_signature.cpp, native_plan_outputs.cpp);
+(native/src/plans/native_plan.cpp, plan_signature.cpp, native_plan_outputs.cpp);
 a call outside the bounds goes to the Python executor, which refuses it in
 its own words.
 
@@ -24,7 +24,8 @@ import torch
 
 import executorch_tensorrt
 from executorch_tensorrt.examples.models import Mlp
-from executorch_tensorrt.runtime import callbacks, native_plan
+from executorch_tensorrt.runtime import callbacks
+from executorch_tensorrt.runtime.onnxruntime import run_plan
 from executorch_tensorrt.runtime.onnxruntime import executor as ort_executor
 from executorch_tensorrt.runtime.onnxruntime.executor import OnnxRuntimeExecutor
 
@@ -105,7 +106,7 @@ def test_a_shape_outside_the_bounds_goes_to_python_which_refuses_it(mlp, allow_f
 def _tampered(monkeypatch, change):
     """Plans made with bounds that `change` rewrites (what a broken or
     hostile executor could hand the adapter)."""
-    original = native_plan.binding_bounds
+    original = run_plan.binding_bounds
 
     def tampered(*args):
         bounds = original(*args)
@@ -119,7 +120,7 @@ def test_an_allocated_output_outside_its_bounds_is_refused_by_the_adapter(
     """onnxruntime's output shape is checked against the output's bounds
     before ExecuTorch's output is resized or written."""
     _, path = mlp
-    _tampered(monkeypatch, lambda b: [b[0], native_plan.ArgBounds(
+    _tampered(monkeypatch, lambda b: [b[0], run_plan.ArgBounds(
         (0, 16), (4, 16), b[1].element_size, allocated=True)])
     method = _load(path)
     # The output starts at its upper bound, [8, 16], outside the tampered
@@ -137,7 +138,7 @@ def _follows(bounds, rule):
     """The output's bounds with another ETRT_OUTPUT_FOLLOWS rule."""
     out = bounds[1]
     assert out.follows == ((0, 0), 16), out  # the batch of input 0, then 16 (output_shapes.py)
-    return [bounds[0], native_plan.ArgBounds(out.min, out.max, out.element_size, follows=rule)]
+    return [bounds[0], run_plan.ArgBounds(out.min, out.max, out.element_size, follows=rule)]
 
 
 def test_an_output_that_follows_its_input_is_bound_without_a_copy(mlp, allow_fallback,
@@ -207,7 +208,7 @@ def test_an_allocated_output_of_another_element_type_is_refused_by_the_adapter(
 
     # onnxruntime allocates the output (else it is bound in place, and
     # onnxruntime's wrap refuses the lie first: int64 needs twice the bytes).
-    _tampered(monkeypatch, lambda b: [b[0], native_plan.ArgBounds(
+    _tampered(monkeypatch, lambda b: [b[0], run_plan.ArgBounds(
         b[1].min, b[1].max, b[1].element_size, allocated=True)])
 
     def lying(self):  # the plan claims int64 for the float output

@@ -1,6 +1,6 @@
 """The native plan: after the Python executor has checked and bound a call,
 the adapter runs identical calls in C++ without entering Python
-(native/src/native_plan.cpp, runtime/native_plan.py).
+(native/src/plans/native_plan.cpp, runtime/onnxruntime/run_plan.py).
 
 Real programs through the real ExecuTorch runtime and onnxruntime; the only
 instrumentation is a pass-through wrapper around the executor's execute that

@@ -1,5 +1,5 @@
 """Native plans of stateful partitions (issues 13, 24): the plan with bounds
-made at init runs every call in the adapter (native/src/native_plan.cpp),
+made at init runs every call in the adapter (native/src/plans/native_plan.cpp),
 which first checks the cache positions the way runtime/state.py does, then
 runs onnxruntime over the state the executor bound, its logits bound in
 place; without it, a call identical to a checked one runs there.
@@ -18,9 +18,11 @@ import pytest
 import torch
 
 import executorch_tensorrt
-from executorch_tensorrt.runtime import native_plan, state as rt_state
+from executorch_tensorrt.runtime import state as rt_state
+from executorch_tensorrt.runtime.onnxruntime import run_plan
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.examples import llm as lm
+from executorch_tensorrt.llm.hf_export import export_hf
 from helpers import lower_to_buffer
 
 PLAN_ENV = "EXECUTORCH_TENSORRT_NATIVE_PLAN"
@@ -44,7 +46,7 @@ def hf_llama():
         model = copy.deepcopy(eager).model
         return lambda t, p: model(input_ids=t, cache_position=p)
 
-    return fresh, lower_to_buffer(lm.export_hf(wrapper))
+    return fresh, lower_to_buffer(export_hf(wrapper))
 
 
 _loaded: list = []
@@ -230,8 +232,8 @@ def test_python_after_an_odd_number_of_planned_runs_reads_the_buffer_written_las
     assert entry["update"] == "functional"
     planned, state, planned_id = _load(buffer, monkeypatch, lasting=lasting)
     made = []
-    original = native_plan.OrtRunPlan.__init__
-    monkeypatch.setattr(native_plan.OrtRunPlan, "__init__",
+    original = run_plan.OrtRunPlan.__init__
+    monkeypatch.setattr(run_plan.OrtRunPlan, "__init__",
                         lambda self, *a, **k: (made.append(1), original(self, *a, **k))[1])
     calls = [[0, 1], [2, 3], [4], [5], [0], [1, 2], [3, 4], [5, 0], [1]]
     for positions in calls:

@@ -1,4 +1,4 @@
-"""The adapter's CUDA-graph plan checks on the CPU (native/src/cuda_graph_plan.cpp):
+"""The adapter's CUDA-graph plan checks on the CPU (native/src/plans/cuda_graph_plan.cpp):
 which plans it refuses, and that every signature field it was bound for is
 compared before a launch. Runs the real adapter; the plan's CUDA handles are
 plain numbers that matching never dereferences (no GPU and no driver here;

@@ -1,5 +1,5 @@
-"""The CUDA-graph plan of a stateful partition, on the CPU (native/src/cuda_graph_plan.cpp,
-native/src/position_checks.cpp): the adapter checks the KV cache's write positions
+"""The CUDA-graph plan of a stateful partition, on the CPU (native/src/plans/cuda_graph_plan.cpp,
+native/src/plans/position_checks.cpp): the adapter checks the KV cache's write positions
 before it copies or launches anything, in the executor's own words, stops at a
 reset of the state, and refuses position checks it cannot perform. Runs the real
 adapter and the real plan builder (runtime/tensorrt/cuda_graph_plan.py); the CUDA

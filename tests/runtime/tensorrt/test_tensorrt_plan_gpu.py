@@ -1,5 +1,5 @@
 """The TensorRT executor's native plan on a real GPU (runtime/tensorrt/cuda_graph_plan.py,
-native/src/cuda_graph_plan.cpp): the adapter's C++ replays the captured graph,
+native/src/plans/cuda_graph_plan.cpp): the adapter's C++ replays the captured graph,
 and a steady-state call enters no Python.
 
 Uses the FAKE, labelled StandInContext of test_tensorrt_executor_gpu.py in
@@ -23,6 +23,7 @@ import torch
 from executorch_tensorrt.runtime.adapter import abi
 from executorch_tensorrt.runtime.tensorrt.context import SharedScratch
 from executorch_tensorrt.runtime.tensorrt.executor import TensorRTExecutor
+from executorch_tensorrt.runtime.testing import executor_over_bound_context
 
 from test_tensorrt_context_gpu import args_of, bound_context  # tests/runtime
 from test_tensorrt_executor_gpu import SHAPE, StandInContext
@@ -69,7 +70,7 @@ def executor_over(context: StandInContext) -> TensorRTExecutor:
     reachable GPU runs)."""
     scratch = SharedScratch(0)  # as create_context gives it: the stand-in computes through it
     scratch.reserve(4096)
-    return TensorRTExecutor.over_bound_context(bound_context(context, graphs=True, scratch=scratch))
+    return executor_over_bound_context(bound_context(context, graphs=True, scratch=scratch))
 
 
 class Dispatch:
@@ -189,7 +190,7 @@ def test_several_profiles_get_plans_and_a_switch_drops_them():
 
     lib = adapter()
     context, bound = profiled(graphs=True)
-    ex = TensorRTExecutor.over_bound_context(bound)
+    ex = executor_over_bound_context(bound)
     run = Dispatch(lib, ex)
     big = [torch.zeros(2048, 3, device="cuda") for _ in range(3)]
     keep: list = []

@@ -1,7 +1,7 @@
 """A stateful partition's native plan on a real GPU (issue 23): a decode loop over a
 KV cache updated in place runs in the adapter's C++ after its first calls, the
 cache positions checked there (runtime/tensorrt/cuda_graph_plan.py,
-native/src/cuda_graph_plan.cpp, native/src/position_checks.cpp).
+native/src/plans/cuda_graph_plan.cpp, native/src/plans/position_checks.cpp).
 
 Uses a FAKE, labelled stand-in for TensorRT's engine and execution context
 (DecodeContext below; no reachable GPU runs a TensorRT engine): its enqueue
@@ -25,7 +25,7 @@ from executorch_tensorrt.runtime.arguments import split_bindings
 from executorch_tensorrt.runtime.state import StateSpec
 from executorch_tensorrt.runtime.tensorrt.context import BoundContext
 from executorch_tensorrt.runtime.tensorrt.device_state import DeviceState
-from executorch_tensorrt.runtime.tensorrt.executor import TensorRTExecutor
+from executorch_tensorrt.runtime.testing import executor_over_bound_context
 
 from test_tensorrt_executor_gpu import arg  # tests/runtime
 from test_tensorrt_plan_gpu import Dispatch, adapter
@@ -90,7 +90,7 @@ def decode_executor(in_place: bool = True, sleep_cycles: int = 200_000):
     spec = StateSpec("layers.0.k_cache", "state_in.k", "state_out.k", np.dtype(np.float32),
                      (1, L, D), in_place, None, positions_input=1, positions_axis=1)
     bound.state = DeviceState([spec], StandInEngine(), 0)
-    return TensorRTExecutor.over_bound_context(bound)
+    return executor_over_bound_context(bound)
 
 
 class DecodeArgs:

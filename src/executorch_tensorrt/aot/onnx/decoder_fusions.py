@@ -1,4 +1,4 @@
-"""Fusion rules for a decoder's attention and MLP chains (issue #24).
+"""Fusion rules for a decoder's attention and MLP chains.
 
 transformers' decoders reach us with chains onnxruntime runs node by node
 (docs/llm.md, "Where the one-thread time goes"); each rule here gives the same

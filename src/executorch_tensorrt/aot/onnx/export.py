@@ -99,7 +99,7 @@ def export_onnx(ep: torch.export.ExportedProgram, precision: str = "fp32", *,
     The optimizer is needed: without it TensorRT rejects Sequence ops and
     reductions whose axes are computed. Chains the edge dialect decomposed
     (GELU, RMS norm, rotary embedding, batched matmul) are folded back into single ops
-    (onnx_fusions.py). `precision` other than fp32 re-exports
+    (fusions.py). `precision` other than fp32 re-exports
     the program computing in fp16/bf16 (precision.py), and the weights listed
     are the converted ones. Initializers of INLINE_LIMIT bytes or more become
     EXTERNAL references and are returned as `weights` (no protobuf ever holds

@@ -18,7 +18,7 @@ grouped-query value repeats in decoder_fusions.py.
 Every rule checks that the intermediate values it removes have no other
 reader and are not graph outputs, so a chain that is used elsewhere is left
 as it is. The fused node takes the metadata of the chain's last node, which
-maps it back to that edge node (onnx_export.py); a folded matmul keeps the
+maps it back to that edge node (edge_tags.py); a folded matmul keeps the
 MatMul's.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fusion rules for an attention block's projections (issue #24).
+"""Fusion rules for an attention block's projections.
 
 A decoder layer projects one normalized input three times (Q, K, V), each as
 MatMul [+ bias Add] -> Reshape to heads -> Transpose: 9-12 small nodes per

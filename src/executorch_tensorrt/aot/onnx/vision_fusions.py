@@ -1,4 +1,4 @@
-"""Fusion rules for vision transformers' chains (issue #21, part 4).
+"""Fusion rules for vision transformers' chains.
 
 Measured on ViT and LeViT (docs/benchmarks.md), three patterns cost the
 onnxruntime fallback full-size elementwise passes that TensorRT removes while

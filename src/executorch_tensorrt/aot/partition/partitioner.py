@@ -7,7 +7,7 @@
    to TensorRT: nodes its parser places in no supported subgraph, then nodes
    a full parse rejects, are dropped; a partition whose engine does not build
    is dropped whole. Repeat until every partition builds.
-The ONNX graphs carry no weights (onnx_export.py); the parser reads them by
+The ONNX graphs carry no weights (aot/onnx/export.py); the parser reads them by
 address. ExecuTorch hands partitioners programs with fake weights: the check
 build uses zero pages instead (no memory) and keeps no plan when no engine is
 shipped (the default without a GPU), so preprocess builds nothing at all;
@@ -40,7 +40,7 @@ from .checks import options_error, output_mismatch
 from .program import extract_partition
 from ..program_copy import needs_stand_ins
 from .report import PartitionReport
-from ..shapes import input_profile_sets, resolve_profiles, resolved_option
+from ..profiles.shapes import input_profile_sets, resolve_profiles, resolved_option
 from ..state.owned import mark_caller_caches, tag_owned_state
 from ...tensorrt.flavor import load_tensorrt
 from ..onnx.translatable import aten_op, untranslatable_nodes

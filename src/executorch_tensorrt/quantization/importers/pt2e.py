@@ -24,7 +24,7 @@ symmetric specs only (TensorRT takes zero points of 0 only):
   at prepare_pt2e, the layer named.
 
 `quantize_pt2e(model, example_inputs, scheme, calibration)` runs the whole
-sequence for quantize() (quantize.py). Bias stays float (TensorRT adds it in
+sequence for quantize() (workflow.py). Bias stays float (TensorRT adds it in
 float).
 
 Int4WeightObserver: torchao 0.18's pt2e observers have no per-group int4 spec

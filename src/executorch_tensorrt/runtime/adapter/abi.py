@@ -135,7 +135,7 @@ class EtrtInitArgs(ctypes.Structure):
         # Appended: present only when struct_size covers them (has_named_data).
         ("named_data_ctx", ctypes.c_void_p),  # valid during init only
         ("get_named_data", GetNamedDataFn),
-        # Appended for the GPU runtime (issue 14): read only when struct_size covers it.
+        # Appended for the GPU runtime: read only when struct_size covers it.
         ("device", ctypes.c_char_p),  # load-time option "device", or None
     ]
 
@@ -236,7 +236,7 @@ class EtrtCudaGraphPlan(ctypes.Structure):
         ("epoch", ctypes.POINTER(ctypes.c_uint64)),
         ("epoch_at_plan", ctypes.c_uint64),
         ("launches", ctypes.POINTER(ctypes.c_uint64)),
-        # appended (issue 23): stateful partitions
+        # appended: stateful partitions
         ("states", ctypes.POINTER(EtrtStagedCopy)),
         ("num_states", ctypes.c_uint64),
         ("state_epoch", ctypes.POINTER(ctypes.c_uint64)),
@@ -298,7 +298,7 @@ class EtrtNativePlan(ctypes.Structure):
         ("output_names", ctypes.POINTER(ctypes.c_char_p)),
         ("outputs", ctypes.POINTER(ctypes.c_void_p)),
         ("num_outputs", ctypes.c_uint64),
-        # Appended (issue 13; read by the adapter when struct_size covers them):
+        # Appended (read by the adapter when struct_size covers them):
         # state values after the delegate's inputs/outputs, position checks,
         # and what copying out an output of dynamic shape (a NULL entry) needs.
         ("num_state_values", ctypes.c_uint64),
@@ -314,21 +314,21 @@ class EtrtNativePlan(ctypes.Structure):
         ("alt_inputs", ctypes.POINTER(ctypes.c_void_p)),
         ("alt_outputs", ctypes.POINTER(ctypes.c_void_p)),
         ("swaps", ctypes.POINTER(ctypes.c_uint64)),
-        # Appended (issue 23): ETRT_PLAN_CUDA_GRAPH's own fields.
+        # Appended: ETRT_PLAN_CUDA_GRAPH's own fields.
         ("cuda_graph", ctypes.POINTER(EtrtCudaGraphPlan)),
-        # Appended (issue 19): the adapter binds any address itself.
+        # Appended: the adapter binds any address itself.
         ("any_address", ctypes.c_int32),
         ("reserved1", ctypes.c_int32),
         ("ort_create_tensor", ctypes.c_void_p),
         ("ort_memory_info", ctypes.c_void_p),
         ("element_types", ctypes.POINTER(ctypes.c_int32)),
-        # Appended (issue 19, part 3): value checks of integer index inputs.
+        # Appended: value checks of integer index inputs.
         ("index_checks", ctypes.POINTER(EtrtIndexCheck)),
         ("num_index_checks", ctypes.c_uint64),
-        # Appended (issue 19, part 2): dynamic shapes within bounds.
+        # Appended: dynamic shapes within bounds.
         ("bounds", ctypes.POINTER(EtrtArgBounds)),
         ("ort_get_tensor_element_type", ctypes.c_void_p),
-        # Appended (issue 24, abi_version 2): equal dimensions under bounds.
+        # Appended (abi_version 2): equal dimensions under bounds.
         ("equal_dims", ctypes.POINTER(EtrtEqualDim)),
         ("num_equal_dims", ctypes.c_uint64),
     ]

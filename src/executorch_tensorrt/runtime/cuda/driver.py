@@ -1,14 +1,14 @@
 """The CUDA driver calls the TensorRT path makes itself, through ctypes
-(GPU-only; the calls below ran on the H200 through the graph tests when torch
+(GPU-only; the calls below ran on a GPU through the graph tests when torch
 made them, see docs/gpu-runtime.md).
 
 The runtime does not import torch (docs/cpp.md: a C++ process embedding it
 starts in a fraction of the time), so device buffers, streams, events and
 graph captures are these few driver calls; TensorRT's Python API takes their
 integer handles. Called through ctypes.PyDLL, so the GIL stays held
-(backend_callbacks.py says why executors keep it), and a call costs about a
+(runtime/callbacks.py says why executors keep it), and a call costs about a
 microsecond. These are also the calls a native plan would make from C++
-(docs/concurrency.md). cuda_objects.py wraps them in small owning classes.
+(docs/concurrency.md). objects.py wraps them in small owning classes.
 """
 from __future__ import annotations
 

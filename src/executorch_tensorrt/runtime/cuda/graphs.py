@@ -1,13 +1,13 @@
 """CUDA graphs of a TensorRT context's enqueue (docs/gpu-runtime.md).
 
-GPU-only: ran on the H200 with a labelled stand-in for TensorRT's execution
+GPU-only: ran on a GPU with a labelled stand-in for TensorRT's execution
 context (tests/runtime/tensorrt/test_tensorrt_graphs_gpu.py); never with a real engine.
 
 A graph launch replaces the engine's many kernel launches with one, which is
 what small partitions pay for per call. TensorRT documents a captured graph as
 valid only for the input shapes and tensor addresses bound at capture, so:
 - one graph per context, for one *binding generation* (the context bumps it
-  whenever it sets a shape or an address; see tensorrt_context.py). Graphs for
+  whenever it sets a shape or an address; see tensorrt/context.py). Graphs for
   several shapes of one context are not kept: replaying one after the context
   was re-bound for another shape would run with state TensorRT set for that
   other shape. Alternating shapes therefore run plain enqueues;

@@ -1,7 +1,7 @@
 """Devices, streams, events and device buffers for the TensorRT path, over
-the CUDA driver (cuda_driver.py) instead of torch.cuda (docs/cpp.md says why).
+the CUDA driver (driver.py) instead of torch.cuda (docs/cpp.md says why).
 
-GPU-only: the H200 tests (tests/runtime/test_tensorrt_*_gpu.py) exercise it
+GPU-only: the GPU tests (tests/runtime/tensorrt/test_tensorrt_*_gpu.py) exercise it
 with a labelled stand-in for TensorRT's execution context.
 
 Everything runs in each device's primary context, the one the CUDA runtime

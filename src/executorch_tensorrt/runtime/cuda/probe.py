@@ -1,6 +1,6 @@
 """Why CUDA is or is not usable here, asked of the CUDA driver itself.
 
-Through cuda_driver.py's binding, loaded at run time, so CPU machines import
+Through driver.py's binding, loaded at run time, so CPU machines import
 the package fine.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Why: the executors run inside ExecuTorch's `Method.execute`, which holds the
 GIL for the whole call; that is what keeps a second Python thread out of the
 method's planned memory. onnxruntime's Python `run` releases the GIL, and
-another thread then entered the same method mid-call (issue #9). Calls made
+another thread then entered the same method mid-call. Calls made
 through `ctypes.PyDLL` / `ctypes.PYFUNCTYPE` do not release it, so a session
 run through this binding holds the GIL from start to end. onnxruntime's own
 worker threads never touch Python, so its intra-op thread pool stays usable.
@@ -78,7 +78,7 @@ _SLOTS: dict[str, tuple[int, object, tuple]] = {
     "ReleaseTensorTypeAndShapeInfo": (99, None, (c_void_p,)),
     "ReleaseSessionOptions": (100, None, (c_void_p,)),
     "SessionEndProfiling": (110, _Status, (c_void_p, c_void_p, POINTER(c_void_p))),  # profiling
-    # Weights from named data (ort_named_weights.py). AddSessionConfigEntry
+    # Weights from named data (named_weights.py). AddSessionConfigEntry
     # since API 2, AddInitializer since 3, AddExternalInitializers since 12.
     "AddSessionConfigEntry": (130, _Status, (c_void_p, c_char_p, c_char_p)),
     "AddInitializer": (150, _Status, (c_void_p, c_char_p, c_void_p)),

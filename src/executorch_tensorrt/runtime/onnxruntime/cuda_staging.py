@@ -1,7 +1,7 @@
 """Host staging of device-resident arguments for the onnxruntime fallback,
 which runs on the host: each CUDA argument is copied to host memory before
 the call and each CUDA output back after it, with the CUDA driver
-(cuda_driver.py) in the device's primary context. Said once on stderr.
+(runtime/cuda/) in the device's primary context. Said once on stderr.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ __all__ = ["CudaStaging"]
 
 
 class CudaStaging:
-    """Copies CUDA arguments to and from host memory (cuda_driver.py, primary context)."""
+    """Copies CUDA arguments to and from host memory (runtime/cuda/, primary context)."""
 
     _instance: "CudaStaging | None" = None
     _lock = threading.Lock()

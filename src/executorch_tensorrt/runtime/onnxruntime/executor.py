@@ -2,7 +2,7 @@
 
 Used only when the caller allows the fallback (EXECUTORCH_TENSORRT_FALLBACK=
 onnxruntime or the load-time backend option "fallback"). Reduced-precision
-partitions run in fp32 here (onnx_upcast.py). Arguments in CUDA memory
+partitions run in fp32 here (upcast.py). Arguments in CUDA memory
 (device-resident programs) are staged through host memory with the CUDA
 driver API, which it says once on stderr.
 """
@@ -27,7 +27,8 @@ from ..arguments import (
 from .cuda_staging import CudaStaging
 from ..executor import Executor, native_plans_enabled
 from ..input_checks import InputChecks
-from ..native_plan import OrtRunPlan, binding_args, binding_bounds, signature_key
+from ..native_plan import signature_key
+from .run_plan import OrtRunPlan, binding_args, binding_bounds
 from ..onnx_safety import self_contained_onnx
 from .upcast import has_bfloat16, upcast_to_fp32
 from .where_used import cast_where_used
@@ -44,7 +45,7 @@ from .bound_values import (EMPTY, ORT_ELEMENT_TYPES, BoundValues, element_type,
                            make_values)
 
 
-# --- begin: GIL-holding onnxruntime session (ort_capi.py; docs/concurrency.md) ---
+# --- begin: GIL-holding onnxruntime session (capi.py; docs/concurrency.md) ---
 # ctypes.memmove is a CFUNCTYPE and would release the GIL; this one keeps it.
 _memmove = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(
     ctypes.cast(ctypes.memmove, ctypes.c_void_p).value)
@@ -52,7 +53,7 @@ _memmove = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, 
 
 class OnnxRuntimeExecutor(Executor):
     """Runs the embedded ONNX with onnxruntime's C API. Every call keeps the GIL
-    (ort_capi.py says why), so a second Python thread cannot enter the same
+    (capi.py says why), so a second Python thread cannot enter the same
     ExecuTorch method while this partition runs."""
 
     kind = "onnxruntime"
@@ -81,7 +82,7 @@ class OnnxRuntimeExecutor(Executor):
         # FP4 weights: onnxruntime has no FLOAT4E2M1 kernels; float16 values (fp4.py).
         # After the upcast, so the block scales' dequantize is float32 and folds.
         model = fp4_as_float16(model)
-        # Weights stay in the named data (ort_named_weights.py); released in close().
+        # Weights stay in the named data (named_weights.py); released in close().
         names = [w.name for w in weights]
         self.weights = OrtNamedWeights(
             OrtApi.get(), weights, upcast, where_used=where_used,
@@ -144,7 +145,7 @@ class OnnxRuntimeExecutor(Executor):
         """A plan that serves every call the gate would accept, from the first
         (docs/concurrency.md, cold first calls): for any address when every
         shape is static and every output written in place, else with bounds
-        (issue 19, part 2; with the partition's state: issue 24). It outlives
+        (the partition's state included). It outlives
         the calls: the adapter takes it back after each Python call, a refused
         one included. None when there can be none; not with per-node timings
         (a traced call replaces the session)."""

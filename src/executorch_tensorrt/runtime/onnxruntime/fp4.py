@@ -18,7 +18,7 @@ onnxruntime folds it, at session build, into one float32 weight that the
 MatMul reads, with no dequantizing per call. Exact in values, but the fallback
 then holds 4 bytes per weight (8x the packed bytes) and cannot read the
 packed named data in place (docs/quantization.md). Only 2-D weights dequantized along axis 1 (what
-quantization/fp4.py writes) are taken; anything else is refused by name.
+quantization/formats/fp4.py writes) are taken; anything else is refused by name.
 """
 from __future__ import annotations
 

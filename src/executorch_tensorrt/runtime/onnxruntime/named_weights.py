@@ -16,7 +16,7 @@ instead, which costs their size in memory but runs faster. So a partition
 whose MatMul/Gemm weights total at most PREPACK_LIMIT is packed, a bigger one
 is not; EXECUTORCH_TENSORRT_ORT_PREPACK=1 or 0 decides for every partition.
 
-Exception (issue #21): onnxruntime's transpose optimizer (the level-1
+Exception: onnxruntime's transpose optimizer (the level-1
 "TransposeOptimizer" and the per-EP "TransposeOptimizer_CPUExecutionProvider")
 pushes a Transpose through an elementwise node by transposing or reshaping
 that node's constant input, and replaces the initializer under the SAME name

@@ -31,7 +31,7 @@ def _upcast_tensor(t: TensorProto, keep: frozenset[str] = frozenset()) -> None:
         return  # cast where used (where_used.py)
     if t.data_type in _REDUCED and t.data_location == TensorProto.EXTERNAL:
         # A named-data weight (onnx_safety.py admitted only those): its bytes
-        # are upcast where they are fed (ort_named_weights.py), never loaded here.
+        # are upcast where they are fed (named_weights.py), never loaded here.
         t.data_type = TensorProto.FLOAT
         return
     if t.data_type in _REDUCED:

@@ -1,10 +1,10 @@
 """A TensorRT execution context bound to a partition's arguments, call after
 call (docs/gpu-runtime.md).
 
-GPU-only: ran on the H200 with a labelled stand-in for TensorRT's execution
+GPU-only: ran on a GPU with a labelled stand-in for TensorRT's execution
 context that runs real CUDA kernels on the stream it is given
-(tests/runtime/test_tensorrt_*_gpu.py); TensorRT's own context never ran
-(TensorRT-RTX refuses the H200, and no other GPU is reachable).
+(tests/runtime/tensorrt/test_tensorrt_*_gpu.py); TensorRT's own context never
+ran (TensorRT-RTX refuses the data-centre GPUs the tests reach).
 
 Per call, only what changed reaches TensorRT: input shapes and tensor
 addresses are cached, and set_input_shape / set_tensor_address are called for
@@ -161,7 +161,7 @@ class BoundContext:
         # What eager would refuse (../input_checks.py), set by the executor:
         # device-resident index inputs are copied to the host to be checked.
         self.input_checks = None
-        # Several optimization profiles: the one each call runs in (profile_choice.py).
+        # Several optimization profiles: the one each call runs in (optimization_profiles.py).
         self.profiles: ProfileChoice | None = None
         graphs = cuda_graphs_enabled() if graphs is None else graphs
         self.graph = EnqueueGraph() if graphs else None
@@ -230,7 +230,7 @@ class BoundContext:
         # Stage events (ETDump on) are host timestamps: "bind" includes queueing
         # the input copies; with host outputs the GPU work lands in "copies"
         # (the copy back into pageable host memory waits for the stream, as the
-        # H200 showed), else in "wait". Device-resident calls do not wait: their
+        # GPU runs showed), else in "wait". Device-resident calls do not wait: their
         # "wait" is the event that orders the caller's stream after the engine.
         recorder = profiling.begin_call()
         t0 = profiling.now() if recorder else 0

@@ -1,11 +1,11 @@
 """Native plans of the TensorRT executor (executor_table.h, ETRT_PLAN_CUDA_GRAPH).
 
 After a call that BoundContext checked, bound and ran as a CUDA-graph replay
-(cuda_graphs.py), the executor hands the adapter that graph exec with
+(runtime/cuda/graphs.py), the executor hands the adapter that graph exec with
 everything around it: the argument signature it was bound for, the staging
 buffers of host arguments, the two events, the engine's stream and the
 caller's stream. The adapter then runs identical calls itself
-(native/src/cuda_graph_plan.cpp): no Python on the steady-state GPU path.
+(native/src/plans/cuda_graph_plan.cpp): no Python on the steady-state GPU path.
 
 A plan is made only when the call can be replayed exactly: a graph replay (no
 ping-pong state, no aliases, no per-layer profiling: those run plain
@@ -23,7 +23,7 @@ positions in CUDA memory keep the call in Python (reading them needs a
 synchronous copy the executor makes itself). A reset of the state moves its
 epoch on, so the next call goes to the executor and re-plans.
 
-GPU-only: ran on the H200 with a labelled stand-in for TensorRT's execution
+GPU-only: ran on a GPU with a labelled stand-in for TensorRT's execution
 context (tests/runtime/tensorrt/test_tensorrt_plan_gpu.py).
 """
 from __future__ import annotations

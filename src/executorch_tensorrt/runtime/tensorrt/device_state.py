@@ -1,8 +1,8 @@
 """The TensorRT executor's partition state: ExecutorState (runtime/state.py)
 held in CUDA buffers, bound on the execution context before each enqueue.
 
-GPU-only (no machine here runs it; tests/runtime/tensorrt/test_tensorrt_state_gpu.py
-runs on an H200); only the TensorRT executor uses it.
+GPU-only (tests/runtime/tensorrt/test_tensorrt_state_gpu.py runs it with a
+labelled stand-in); only the TensorRT executor uses it.
 """
 from __future__ import annotations
 

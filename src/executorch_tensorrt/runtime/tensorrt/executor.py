@@ -2,7 +2,7 @@
 
 No machine this project is tested on can execute a TensorRT engine, so this
 stays thin: the CUDA driver is asked first, an engine from another TensorRT
-or for another GPU is rebuilt from the embedded ONNX (engine_portability.py)
+or for another GPU is rebuilt from the embedded ONNX (portability.py)
 or refused with the real cause, and argument handling is shared with the
 onnxruntime executor (arguments.py).
 """
@@ -43,7 +43,7 @@ from .device_state import DeviceState
 from .context import BoundContext, create_context
 from .layer_timings import attach_layer_timings
 
-__all__ = ["BoundContext", "EngineUnavailable", "TensorRTExecutor"]  # BoundContext: tensorrt_context.py
+__all__ = ["BoundContext", "EngineUnavailable", "TensorRTExecutor"]  # BoundContext: context.py
 
 
 def device_capability(device: int) -> str:
@@ -157,15 +157,15 @@ class TensorRTExecutor(Executor):
         self.outputs = [engine_binding(self.trt, self.engine, b) for b in self.outputs]
         self.kernel_cache = KernelCache(self.trt, engine, device_name(device))
         self.bound = create_context(self.trt, self.engine, device,
-                                    kernel_cache=self.kernel_cache)  # tensorrt_context.py
+                                    kernel_cache=self.kernel_cache)  # context.py
         self.bound.bind(self.inputs, self.outputs)
         self.state = self.bound.state = (DeviceState(state_specs(blob, self.inputs), self.engine,
                                                      device) if meta.state else None)
         self.bound.aliases = dict(aliased_pairs(blob, self.inputs, self.outputs))
-        # Several optimization profiles: one chosen per call (profile_choice.py).
+        # Several optimization profiles: one chosen per call (optimization_profiles.py).
         self.bound.profiles = (profile_choice(meta, self.inputs) if meta.profiles is not None
                                else engine_profile_choice(self.engine, self.inputs))
-        if profiling.nodes_requested():  # GPU-only, unverified (tensorrt_profiling.py)
+        if profiling.nodes_requested():  # GPU-only, unverified (layer_timings.py)
             self.bound.layer_timings = attach_layer_timings(self.trt, self.bound.context)
         self.bound.input_checks = InputChecks.from_metadata(meta, [b.name for b in self.inputs])
         # Not with index ranges: the graph plan does not read input values
@@ -179,17 +179,6 @@ class TensorRTExecutor(Executor):
         self.plan_launches = ctypes.c_uint64(0)
         self._plan: CudaGraphPlan | None = None
         self._last_call: tuple | None = None  # (args, num_args) of the last execute
-
-    @classmethod
-    def over_bound_context(cls, bound: BoundContext) -> "TensorRTExecutor":
-        """An executor around a context bound elsewhere, with no engine of its
-        own: for stand-in engines (GPU benchmarks and tests), since loading
-        needs a TensorRT engine, which no reachable GPU runs. Only execute,
-        native_plan and withdraw_native_plan work; plans are published."""
-        executor = object.__new__(cls)
-        executor.bound = bound
-        executor._start_plans(True)
-        return executor
 
     def execute(self, args, num_args: int | None = None) -> None:
         if self.bound is None:

@@ -1,7 +1,7 @@
 """Which optimization profile of an engine runs a call (docs/gpu-runtime.md,
 "Optimization profiles").
 
-An engine exported with several profiles (aot/shapes.py) holds one
+An engine exported with several profiles (aot/profiles/shapes.py) holds one
 optimization profile per size bucket; TensorRT runs a call in the profile its
 execution context is set to, and refuses input shapes outside it. The rule:
 a call runs in the FIRST profile, in the blob's (= the engine's) order, that
@@ -9,7 +9,7 @@ contains every input's shape. Export orders the automatic buckets from the
 smallest, so that is the only bucket containing the call; with profiles of
 your own that overlap, list the narrower first.
 
-GPU-only where it switches the context (the switch itself ran on the H200
+GPU-only where it switches the context (the switch itself ran on a GPU
 with a labelled stand-in context, tests/runtime/tensorrt/test_tensorrt_profiles_gpu.py).
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@ user's GPU, kept on disk beside the rebuilt-engine cache so that the next
 process skips the compilation (docs/gpu-runtime.md).
 
 GPU-only and unverified: TensorRT-RTX never ran an engine on a reachable GPU
-(it refuses the H200). Thin and guarded by hasattr, so standard TensorRT (no
+(it refuses the data-centre GPUs the tests reach). Thin and guarded by hasattr, so standard TensorRT (no
 runtime cache) passes through. Entries go through engine_cache.py's checks
 (our folder, our files, length and SHA-256 verified, atomic writes);
 TensorRT-RTX validates the content itself against this GPU, driver and

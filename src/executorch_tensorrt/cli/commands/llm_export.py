@@ -13,7 +13,33 @@ import os
 import sys
 from pathlib import Path
 
-from .commands import EXIT_EXPORT, EXIT_OK, EXIT_USAGE, Fail
+from ..exits import EXIT_EXPORT, EXIT_OK, EXIT_USAGE, Fail
+from .common import add_command, add_quantize_options
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub, "llm-export",
+        help="export a transformers causal LM for ExecuTorch's LLM runner (docs/llm.md)",
+        description="Writes OUTPUT (.pte, + .ptd with --external-weights) with the method "
+                    "forward(tokens[1, S], positions[S]) -> logits, its KV cache owned by "
+                    "TensorRT, and the constant methods ExecuTorch's TextLLMRunner reads.")
+    p.add_argument("output", help="the .pte to write")
+    p.add_argument("--config", metavar="JSON",
+                   help="a transformers config.json (or its JSON text): random weights")
+    p.add_argument("--model", metavar="DIR", help="a local transformers model folder")
+    p.add_argument("--max-seq-len", type=int, required=True,
+                   help="most tokens per call (longer prompts go in chunks)")
+    p.add_argument("--max-context-len", type=int, required=True,
+                   help="the KV cache's positions: prompt plus generated tokens")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="rows of the static KV cache (ExecuTorch's runner takes 1)")
+    add_quantize_options(p)
+    p.add_argument("--external-weights", action="store_true",
+                   help="store the weights in OUTPUT's .ptd beside it")
+    p.add_argument("--seed", type=int, default=0, help="random weights' seed (--config)")
+    p.set_defaults(func=run)
 
 
 def _model(args):
@@ -26,7 +52,7 @@ def _model(args):
                                     "transformers model; nothing is downloaded)")
         from transformers import AutoModelForCausalLM
 
-        from ..llm.exporter import DTYPES
+        from ...llm.exporter import DTYPES
 
         # Loaded in the export's dtype: a checkpoint stored in it is mapped,
         # not copied (nor converted after a float32 load).
@@ -46,17 +72,17 @@ def _model(args):
     if not isinstance(config, dict) or "model_type" not in config:
         raise Fail(EXIT_USAGE, "--config: a JSON object with a 'model_type' (e.g. "
                                 '{"model_type": "llama", ...}) is needed')
-    from ..llm.exporter import DTYPES, causal_lm
+    from ...llm.exporter import DTYPES, causal_lm
 
     return causal_lm(config, seed=args.seed, dtype=DTYPES[args.dtype])
 
 
-def cmd_llm_export(args) -> int:
+def run(args) -> int:
     out = Path(args.output)
     if out.suffix != ".pte":
         raise Fail(EXIT_USAGE, f"the output {out} should end in .pte")
     model = _model(args)
-    from ..llm.exporter import export
+    from ...llm.exporter import export
 
     try:
         result = export(model, max_seq_len=args.max_seq_len,

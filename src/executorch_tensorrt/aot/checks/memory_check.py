@@ -21,8 +21,8 @@ from typing import Iterable, Mapping
 
 import torch
 
-from ..errors import ExportError
-from ..tensorrt.engine_builder import Progress
+from ...errors import ExportError
+from ...tensorrt.engine_builder import Progress
 
 # Peak RSS above the pre-export baseline / weight bytes, measured on the
 # benchmark's models (docs/big-models.md), rounded up. Inline weights copy

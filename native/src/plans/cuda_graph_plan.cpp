@@ -97,7 +97,7 @@ int32_t cuda_failed(const Driver& d, CUresult r, const char* what) {
               what, name != nullptr ? name : "unknown", r);
 }
 
-/* The appended fields (issue 23, stateful partitions) are there. */
+/* The appended fields (stateful partitions) are there. */
 bool has_states(const etrt_cuda_graph_plan& g) {
   return g.struct_size >= offsetof(etrt_cuda_graph_plan, state_epoch_at_plan) + sizeof(uint64_t);
 }

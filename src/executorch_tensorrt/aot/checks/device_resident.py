@@ -21,9 +21,9 @@ from executorch.exir.passes import MemoryPlanningPass
 from executorch.exir.passes.propagate_device_config import PropagateDeviceConfig
 from torch.export.graph_signature import InputKind, OutputKind
 
-from ..errors import ExportError
-from ..program.info import ET_COPY_OPS, describe_program, device_resident_problems
-from .compile_spec import TARGET_DEVICE_KEY
+from ...errors import ExportError
+from ...program.info import ET_COPY_OPS, describe_program, device_resident_problems
+from ..compile_spec import TARGET_DEVICE_KEY
 
 
 def target_device_spec(device_id: int) -> CompileSpec:

@@ -53,7 +53,7 @@ class NativePlan {
   PositionChecks positions_; // KV-cache write positions (position_checks.h)
   IndexChecks index_checks_; // integer inputs' values (input_checks.h)
   std::vector<uint64_t> copy_out_; // delegate outputs onnxruntime allocates (NULL entries)
-  // any_address plans (issue 19): the adapter's own value arrays and the
+  // any_address plans: the adapter's own value arrays and the
   // OrtValues it made over each delegate argument's memory (with bounds: the
   // shape each was made for, laid out like the signature's sizes).
   bool any_address_ = false;

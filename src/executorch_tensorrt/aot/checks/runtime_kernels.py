@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import warnings
 
-from ..errors import ExportError
-from ..program.info import MethodInfo
-from .partition.partitioner import BACKEND_ID
+from ...errors import ExportError
+from ...program.info import MethodInfo
+from ..partition.partitioner import BACKEND_ID
 
 
 class RuntimeMismatchWarning(UserWarning):

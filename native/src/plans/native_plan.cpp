@@ -21,12 +21,12 @@ using executorch::runtime::Error;
 
 namespace {
 
-// The plan's fields before the appended ones (issue 13): the smallest plan accepted.
+// The plan's fields before the first appended ones: the smallest plan accepted.
 constexpr size_t kBasePlanSize = offsetof(etrt_native_plan, num_state_values);
 constexpr size_t kMaxOutputRank = 16;  // ExecuTorch's kTensorDimensionLimit
 
 bool has_appended(const etrt_native_plan& plan) {
-  // Up to issue 13's last field: a writer from before cuda_graph was appended has them all.
+  // Up to the first appended block's last field: a writer from before cuda_graph was appended has them all.
   return plan.struct_size >= offsetof(etrt_native_plan, cuda_graph);
 }
 
@@ -35,12 +35,12 @@ bool has_any_address(const etrt_native_plan& plan) {
          plan.any_address != 0;
 }
 
-// Bounds for dynamic shapes (issue 19, part 2).
+// Bounds for dynamic shapes.
 const etrt_arg_bounds* bounds_of(const etrt_native_plan& plan) {
   return plan.struct_size >= offsetof(etrt_native_plan, equal_dims) ? plan.bounds : nullptr;
 }
 
-// Equal dimensions of a plan with bounds (issue 24): the last appended fields.
+// Equal dimensions of a plan with bounds: the last appended fields.
 bool has_equal_dims(const etrt_native_plan& plan) {
   return plan.struct_size >= sizeof(etrt_native_plan) && plan.num_equal_dims > 0;
 }

@@ -1,4 +1,4 @@
-"""How export runs the check of the program it wrote (aot/run_check.py):
+"""How export runs the check of the program it wrote (aot/checks/run_check.py):
 on the reference's inputs, in this process or, for a big program, a child.
 
 Running a program costs about twice its weights on top of the process (the
@@ -9,8 +9,8 @@ own peak stays what the export needed, and a crash of the program cannot
 take the exporting process down (it becomes the check's failure). Below the
 limit the interpreter's start (seconds) would cost more than the check.
 
-    python -m executorch_tensorrt.aot.export_check ARGS_JSON
-    python -m executorch_tensorrt.aot.export_check -   (ARGS_JSON on standard input)
+    python -m executorch_tensorrt.aot.checks.export_check ARGS_JSON
+    python -m executorch_tensorrt.aot.checks.export_check -   (ARGS_JSON on standard input)
 
 prints the RunCheck as JSON on its last line of standard output. The child's
 imports cost more than the check itself, so export starts it with `-` as
@@ -32,9 +32,9 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from ..program import tensor_file as tf
-from ..program.info import MethodInfo
-from ..program.references import tensors_path
+from ...program import tensor_file as tf
+from ...program.info import MethodInfo
+from ...program.references import tensors_path
 from .run_check import MethodRunCheck, RunCheck, check_program, safe_int_range, stored_case
 
 IN_PROCESS_LIMIT = 32 * 1024 * 1024  # .pte + .ptd bytes run in the exporting process
@@ -43,7 +43,7 @@ STDERR_SHOWN = 2000
 # libexecutorch.so loaded and imports nothing more to get it (run_check.load_program).
 CHILD_START = ("import sys, torch\n"
                "from executorch.extension.pybindings import _C\n"
-               "from executorch_tensorrt.aot.export_check import main\n"
+               "from executorch_tensorrt.aot.checks.export_check import main\n"
                "main(sys.argv[1:])\n")
 
 
@@ -103,7 +103,7 @@ def check_in_child(path: Path, data_path: Path | None, reference: tuple[Path, st
 def _eager_file(folder: str, eager) -> tuple[Path, str] | None:
     """The eager run of `eager` ((model, inputs, source), when export wrote no
     reference) stored in `folder`, or None when there is none or it fails."""
-    from ..program.references import reference_outputs
+    from ...program.references import reference_outputs
 
     if eager is None:
         return None
@@ -157,7 +157,7 @@ def main(argv: list[str]) -> None:
         import torch  # noqa: F401
         from executorch.extension.pybindings import _C  # noqa: F401
 
-        from ..runtime import callbacks  # noqa: F401
+        from ...runtime import callbacks  # noqa: F401
         line = sys.stdin.readline()
         if not line.strip():
             return  # export did not need this child

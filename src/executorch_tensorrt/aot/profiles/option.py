@@ -1,6 +1,6 @@
 """The `profiles` option (export, TensorRTCompileSpec, `--profiles` /
 `--profile` on the command line): its forms, checked for shape alone; what
-they mean for a program is aot/shapes.py's (docs/gpu-runtime.md,
+they mean for a program is aot/profiles/shapes.py's (docs/gpu-runtime.md,
 "Optimization profiles").
 
 Forms:
@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..tensorrt.options import MAX_OPTIMIZATION_PROFILES
+from ...tensorrt.options import MAX_OPTIMIZATION_PROFILES
 
 Range = tuple[int, int, int]  # min, opt, max of one dimension
 ProfileOption = tuple[tuple[tuple[str, Range], ...], ...]  # per profile: sorted (key, range)

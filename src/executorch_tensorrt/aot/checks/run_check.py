@@ -1,12 +1,12 @@
 """The run check: a written program run once through the runtime a user loads
 it with, every method, compared with eager PyTorch where a reference exists
-(issue 21; docs/verification.md, "The run check at export").
+(docs/verification.md, "The run check at export").
 
 export() calls it after the files are written and export has let go of its
 own copies of the program (export_check.py: in this process, or in a child
 for a big program). `verify MODEL.pte` without a reference calls it too, on
-generated inputs (integers inside every index range the program records,
-issue 19), and then reports only whether each method ran.
+generated inputs (integers inside every index range the program records:
+input_checks.py), and then reports only whether each method ran.
 
 TensorRT is tried first, as at any load; where it cannot serve this process
 (no GPU), the onnxruntime fallback runs the partitions, and the result says
@@ -24,10 +24,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import ExportError
-from ..program import tensor_file as tf
-from ..program.compare import compare_tensors
-from ..program.info import MethodInfo
+from ...errors import ExportError
+from ...program import tensor_file as tf
+from ...program.compare import compare_tensors
+from ...program.info import MethodInfo
 
 #: Allowed |program - eager| per output, times max(1, the output's largest
 #: |eager|), by engine precision: about twice what docs/precision.md's tests
@@ -138,7 +138,7 @@ def tolerance_for(precision: str | None, activations: str | None = None) -> floa
 def safe_int_range(methods: Sequence[MethodInfo]) -> tuple[int, int]:
     """[low, high) for generated integer inputs: inside every index range any
     TensorRT partition of the program records (an input that indexes a
-    dimension must stay below its size, issue 19), and small."""
+    dimension must stay below its size), and small."""
     low, high = 0, GENERATED_INT_HIGH
     for m in methods:
         for d in m.delegates:
@@ -153,7 +153,7 @@ def generated_inputs(method, int_range: tuple[int, int]) -> list:
     (seeded: the same program gets the same inputs)."""
     import torch
 
-    from ..dtypes import by_scalar_type
+    from ...dtypes import by_scalar_type
 
     gen = torch.Generator().manual_seed(0)
     meta, inputs = method.method_meta(), []
@@ -190,7 +190,7 @@ class MethodCase:
 @contextmanager
 def _fallback_allowed():
     """TensorRT first, then the onnxruntime fallback, for this check only."""
-    from ..runtime.executor import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
+    from ...runtime.executor import FALLBACK_ENV, FALLBACK_ONNXRUNTIME
 
     before = os.environ.get(FALLBACK_ENV)
     os.environ[FALLBACK_ENV] = FALLBACK_ONNXRUNTIME
@@ -269,7 +269,7 @@ def check_program(path: str | Path, data_path: str | Path | None,
     program's own failures: they are the result."""
     import executorch_tensorrt
 
-    from ..runtime import callbacks
+    from ...runtime import callbacks
 
     executorch_tensorrt.register()
     results = []
@@ -291,7 +291,7 @@ def check_program(path: str | Path, data_path: str | Path | None,
 
 def _run_method(program, name: str, case: MethodCase, tolerance: float,
                 int_range: tuple[int, int], before: set[int]) -> MethodRunCheck:
-    from ..runtime import callbacks
+    from ...runtime import callbacks
 
     try:
         method = program.load_method(name)

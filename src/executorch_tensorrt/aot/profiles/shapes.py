@@ -4,7 +4,7 @@ A profile gives each dynamic symbol of a program (a torch.export Dim) a range
 and an opt value; an input's min/opt/max shapes follow from its dimensions'
 expressions. Symbols keep their names from the whole program to its
 partitions, so profiles resolved once on the whole program (the `$<symbol>`
-keys of profile_option.py) apply to every partition.
+keys of option.py) apply to every partition.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import re
 import sympy
 import torch
 
-from ..errors import ExportError
-from ..tensorrt.options import InputProfile
-from .optimization_profiles import ProfileOption, Range, normalize_profiles
+from ...errors import ExportError
+from ...tensorrt.options import InputProfile
+from .option import ProfileOption, Range, normalize_profiles
 
 __all__ = ["InputProfile", "input_profile_sets", "input_profiles",
            "resolve_profiles"]
@@ -191,7 +191,7 @@ def _check_coverage(profiles: list[SymbolProfile], ranges: dict[str, tuple[int, 
 
 
 def resolve_profiles(ep: torch.export.ExportedProgram, option) -> list[SymbolProfile] | None:
-    """The `profiles` option (profile_option.py) for the whole program `ep`:
+    """The `profiles` option (option.py) for the whole program `ep`:
     None for one profile over the export ranges, else one {symbol name:
     (min, opt, max)} per profile, checked against the export ranges (inside
     them, and covering them together)."""

@@ -1,5 +1,5 @@
 """What a partition's inputs must satisfy for eager PyTorch to accept them,
-read from the partition's graph at export (issue 19).
+read from the partition's graph at export.
 
 ONNX's Gather wraps negative indices and onnxruntime or TensorRT refuse
 out-of-range ones with their own words (or read garbage), where eager raises
@@ -8,7 +8,7 @@ operand of an indexing op over a dimension of static size n (directly or
 through ops that keep its values), the half-open range eager accepts
 (`index_range`), and the groups of input dimensions torch.export gave one
 symbol (`equal_dims`: "2 tokens with 1 position" is refused). The runtime
-checks both per call (runtime/input_checks.py, native/src/input_checks.cpp).
+checks both per call (runtime/input_checks.py, native/src/plans/input_checks.cpp).
 
 What eager accepts (measured with torch 2.13 on the CPU, n = 5): embedding,
 index_select and gather take [0, n) (-1 raises); index.Tensor takes [-n, n).
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ..blob.metadata import Binding
+from ...blob.metadata import Binding
 
 __all__ = ["equal_dims", "index_ranges"]
 

@@ -2,7 +2,7 @@
  * executorch-tensorrt: a native plan's index checks (executor_table.h,
  * "Index checks"): integer inputs whose values must lie in the range eager
  * PyTorch accepts, read before every run so that a refused call writes
- * nothing (issue 19). The executor's Python gate makes the same checks in
+ * nothing. The executor's Python gate makes the same checks in
  * the same words (runtime/input_checks.py).
  */
 #ifndef EXECUTORCH_TENSORRT_INPUT_CHECKS_H

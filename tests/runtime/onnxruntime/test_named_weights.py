@@ -1,4 +1,4 @@
-"""Weights that onnxruntime's transpose optimizer re-lays out (issue #21).
+"""Weights that onnxruntime's transpose optimizer re-lays out.
 
 A weight added after a layout Transpose (`permute(conv(x)) + pos`, the
 ViTDet/SAM position embedding) and permuted back: onnxruntime pushes the

@@ -1,0 +1,1 @@
+"""Optimization profiles: the `profiles` option and the profiles that dynamic dimensions of torch.export resolve to."""

@@ -1,0 +1,9 @@
+"""The subcommands, one module each: `register(sub)` adds the command's parser
+(its arguments, help, and `func=run`), `run(args)` does it and returns the exit
+code. A command imports what it needs when it runs, so building the parser
+loads nothing heavy. COMMANDS is the order `--help` lists them in."""
+from __future__ import annotations
+
+from . import demo, export, inspect, llm_export, prepare, profile, run, verify
+
+COMMANDS = (demo, export, llm_export, verify, inspect, prepare, run, profile)
