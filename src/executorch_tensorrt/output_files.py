@@ -27,6 +27,7 @@ import json
 import os
 import secrets
 import shutil
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -107,7 +108,9 @@ def check_target(path: Path) -> None:
         raise write_error(OSError(errno.ENOENT if not folder.exists() else errno.ENOTDIR,
                                   "no such folder"), path)
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise write_error(OSError(errno.EACCES, os.strerror(errno.EACCES)), path)
+        read_only = os.statvfs(folder).f_flag & os.ST_RDONLY
+        code = errno.EROFS if read_only else errno.EACCES
+        raise write_error(OSError(code, os.strerror(code)), path)
 
 
 def _fsync_path(path: Path | str, directory: bool = False) -> None:
@@ -146,10 +149,13 @@ class Staging:
     moves them into place (the last one last); leaving the block without
     publishing removes everything staged, as does a failure in between."""
 
-    def __init__(self, folder: Path | str):
+    def __init__(self, folder: Path | str, target: Path | str | None = None):
         self.folder = Path(folder)
+        self.target = Path(target) if target is not None else None  # named in errors
         self._fd: int | None = None
         self.dir: Path | None = None
+        self._journaled = False  # a publish under way: its folder must outlive a failure
+        self._syncing: threading.Thread | None = None
 
     def __enter__(self) -> "Staging":
         try:
@@ -164,14 +170,34 @@ class Staging:
             os.rename(init, self.dir)
         except OSError as e:
             self._cleanup()
-            raise write_error(e, self.folder / STAGING_PREFIX) from e
+            raise write_error(e, self.target or self.folder) from e
         return self
 
     def __exit__(self, *exc) -> None:
         self._cleanup()
 
+    def sync_in_background(self) -> None:
+        """Starts flushing what is staged to the disk while the caller does
+        other work (the run check); publish waits for it, then syncs again,
+        which is then cheap."""
+        names = os.listdir(self.dir)
+
+        def sync() -> None:
+            for name in names:
+                try:
+                    _fsync_path(self.dir / name)
+                except OSError:
+                    pass  # publish syncs again and reports the error
+
+        self._syncing = threading.Thread(target=sync, name="etrt-sync", daemon=True)
+        self._syncing.start()
+
     def _cleanup(self) -> None:
-        if self.dir is not None and self.dir.exists():
+        if self._syncing is not None:
+            self._syncing.join()
+        # A publish that failed between its renames keeps its folder and journal:
+        # once unlocked, the next Staging here finishes it (_finish_interrupted).
+        if self.dir is not None and self.dir.exists() and not self._journaled:
             shutil.rmtree(self.dir, ignore_errors=True)
         _unlock(self._fd)
         self._fd = None
@@ -200,6 +226,8 @@ class Staging:
         moves = [Path(t).name for t in targets if self.path(t).exists()]
         stale = [Path(p).name for p in remove if Path(p).name not in moves]
         current = None
+        if self._syncing is not None:
+            self._syncing.join()
         try:
             for name in moves:
                 current = self.folder / name
@@ -217,11 +245,18 @@ class Staging:
                 journal.write_text(json.dumps({"remove": stale, "moves": moves}))
                 _fsync_path(journal)
                 _fsync_path(self.dir, directory=True)
+                self._journaled = True
                 _apply(self.dir, self.folder, stale, moves)
+                self._journaled = False
             finally:
                 _unlock(folder_lock)
         except OSError as e:
-            raise write_error(e, current or self.folder) from e
+            error = write_error(e, current or self.folder)
+            if self._journaled:
+                error.add_note(f"The publish stopped between its renames; {self.dir.name} "
+                               f"keeps the rest, and the next export into {self.folder} "
+                               "finishes it.")
+            raise error from e
 
     def keep_as(self, name: str) -> Path:
         """Moves the staged files (not published) to the visible folder `name`
@@ -339,7 +374,7 @@ def write_whole(target: Path | str, write: Callable[[BinaryIO], None]) -> Path:
             write(f)
         return target
     check_target(target)
-    with Staging(target.parent) as staging:
+    with Staging(target.parent, target) as staging:
         staging.write(target, write)
         staging.publish([target])
     return target

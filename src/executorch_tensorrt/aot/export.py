@@ -248,7 +248,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         # Every file goes to a staging folder beside `path` first; the set is
         # published together, the program last, once it passed its run check
         # (output_files.py, docs/output-files.md).
-        with Staging(path.parent) as staging:
+        with Staging(path.parent, path) as staging:
             written = write_program(program, path, staging, progress)
             etrecord = program.get_etrecord() if etrecord_path is not None else None
             if etrecord is not None and beside(etrecord_path, path):
@@ -259,6 +259,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                                    reference[1] if reference else None, reference_inputs)
             written.expected = write_export_reference(written.program,
                                                       ref if write_expected_file else None)
+            staging.sync_in_background()  # to the disk while the check runs
             checked = None
             if run_check:
                 del program, edge  # export's copies go before the program is loaded to run

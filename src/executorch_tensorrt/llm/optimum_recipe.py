@@ -62,7 +62,7 @@ class WrittenProgram:
             return
         target = Path(name)
         files = [*self._companions(), self.result.path]
-        with Staging(target.parent) as staging:
+        with Staging(target.parent, target) as staging:
             for path in files:
                 dest = target if path == self.result.path else target.parent / path.name
                 with open(path, "rb") as src:
