@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -532,3 +533,20 @@ def test_a_failed_run_check_keeps_the_earlier_set_and_a_later_export_publishes(
         "m.expected", "m.expected.etensors", "m.pte", "m.report.json"]
     assert listing(tmp_path)["m.pte"] != before["m.pte"]
     verify(pte)
+
+
+def test_an_etrecord_goes_with_its_set_or_whole_after_it(tmp_path, earlier):
+    """An ETRecord named after the program is published with the set (and a
+    stale one goes when the next export writes none); one in another folder
+    is written whole after the program."""
+    pte = copy_set(earlier, tmp_path / "set")
+    beside = pte.with_suffix(".etrecord")
+    export_program(Small(), (X,), pte, progress=None, etrecord_path=beside, run_check=False)
+    assert beside.is_file() and zipfile.is_zipfile(beside)
+    elsewhere = tmp_path / "records" / "m.etrecord"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(b"an earlier record")
+    export_program(Small(), (X,), pte, progress=None, etrecord_path=elsewhere, run_check=False)
+    assert not beside.exists()  # the new program has no record beside it: the stale one went
+    assert zipfile.is_zipfile(elsewhere)
+    assert leftovers(pte.parent) == [] and leftovers(elsewhere.parent) == []

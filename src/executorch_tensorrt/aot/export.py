@@ -250,6 +250,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         # (output_files.py, docs/output-files.md).
         with Staging(path.parent, path) as staging:
             written = write_program(program, path, staging, progress)
+            staging.sync_in_background()  # the program to the disk while the rest is made
             etrecord = program.get_etrecord() if etrecord_path is not None else None
             if etrecord is not None and beside(etrecord_path, path):
                 written.etrecord = staging.write(Path(etrecord_path), etrecord.save)
@@ -259,7 +260,6 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                                    reference[1] if reference else None, reference_inputs)
             written.expected = write_export_reference(written.program,
                                                       ref if write_expected_file else None)
-            staging.sync_in_background()  # to the disk while the check runs
             checked = None
             if run_check:
                 del program, edge  # export's copies go before the program is loaded to run

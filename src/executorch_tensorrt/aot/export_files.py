@@ -51,8 +51,10 @@ class ExportFiles:
 
 
 def companions_of(pte: Path) -> list[Path]:
-    """What an earlier export of `pte` may have left beside it."""
-    return [pte.with_suffix(".ptd"), report_path(pte), expected_path(pte), tensors_path(pte)]
+    """What an earlier export of `pte` may have left beside it (the CLI names
+    the ETRecord after the program)."""
+    return [pte.with_suffix(".ptd"), report_path(pte), expected_path(pte), tensors_path(pte),
+            pte.with_suffix(".etrecord")]
 
 
 def rejected_folder(pte: Path) -> Path:
