@@ -38,6 +38,7 @@ _SIGNATURES = {
     "cuEventCreate": [_P(_c.c_void_p), _c.c_uint],
     "cuEventRecord": [_c.c_void_p, _c.c_void_p],
     "cuEventDestroy_v2": [_c.c_void_p],
+    "cuMemGetInfo_v2": [_P(_c.c_size_t), _P(_c.c_size_t)],
     "cuMemAlloc_v2": [_P(_c.c_uint64), _c.c_size_t],
     "cuMemFree_v2": [_c.c_uint64],
     "cuMemAllocAsync": [_P(_c.c_uint64), _c.c_size_t, _c.c_void_p],
@@ -76,3 +77,10 @@ def check(status: int, what: str) -> None:
     """Raises CudaError unless `status` is CUDA_SUCCESS; `what` names the call's purpose."""
     if status != 0:
         raise CudaError(f"{what} failed (CUresult {status})")
+
+
+def mem_get_info() -> tuple[int, int]:
+    """(free, total) bytes of the current context's GPU (CudaError without one)."""
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    check(driver().cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "cuMemGetInfo")
+    return free.value, total.value
