@@ -81,7 +81,9 @@ def test_every_built_in_format_loads_its_steps_and_stores_a_blob_weight_dtype():
         steps = fmt.steps()
         assert fmt.weight_dtype in WEIGHT_DTYPES, fmt.name
         for name in ("TRANSLATIONS", "lower_onnx", "quantize_linear", "quantize_embedding",
-                     "check_options"):
+                     "check_options", "linear_module", "dequantize_weight",
+                     "quantize_activation", "dequantize_activation", "element_dtype",
+                     "max_value", "group_sizes", "check_group_size", "quantize_weight"):
             assert hasattr(steps, name), (fmt.name, name)
         weight_only = [s for s in fmt.schemes if s.implemented and not s.activations]
         assert not weight_only or steps.quantize_linear is not None, fmt.name

@@ -32,6 +32,9 @@ EXECUTOR_FOLDERS = ("runtime.tensorrt", "runtime.onnxruntime")
 # Test-only hooks (the GPU stand-in) stay off the product path: only the
 # executor choice asks them, and only whether a test set one.
 TEST_HOOKS, TEST_HOOKS_USERS = "runtime.testing", ("runtime.choose",)
+# A quantization format is reached through the registry (its steps, loaded by
+# the module path the registry names), never imported by name.
+FORMATS_FOLDER = "quantization.formats"
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,9 @@ def violations(edges: list[Edge], package: str = PACKAGE) -> list[str]:
                 found.add(f"the TensorRT and onnxruntime executors never import each other: {where}")
         if _within(imported, TEST_HOOKS) and importer not in (TEST_HOOKS, *TEST_HOOKS_USERS):
             found.add(f"only runtime/choose.py asks the test-only hooks: {where}")
+        if (_within(imported, FORMATS_FOLDER) and not _within(importer, FORMATS_FOLDER)
+                and imported != FORMATS_FOLDER):
+            found.add(f"formats are reached through the quantization registry: {where}")
         dst = top_package(edge.imported)
         if dst == "cli" and src not in ("cli", "__main__"):
             found.add(f"nothing imports cli/: {where}")

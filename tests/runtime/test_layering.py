@@ -190,9 +190,17 @@ def test_checker_reports_planted_violations(tmp_path):
                                                  "from ..testing import executor_over\n"),
         "fakepkg/runtime/onnxruntime/__init__.py": "",
         "fakepkg/runtime/onnxruntime/run_plan.py": "from ..native_plan import retire\n",
+        "fakepkg/quantization/__init__.py": "",
+        "fakepkg/quantization/importers.py": "from .formats.fp8 import FP8\n",
+        "fakepkg/quantization/formats/__init__.py": "",
+        "fakepkg/quantization/formats/fp8.py": "from . import int8\n",
     })
     found = violations(import_edges(tmp_path, "fakepkg"), "fakepkg")
     assert found == [
+        "formats are reached through the quantization registry: "
+        "fakepkg.quantization.importers:1 imports fakepkg.quantization.formats.fp8",
+        "formats are reached through the quantization registry: "
+        "fakepkg.quantization.importers:1 imports fakepkg.quantization.formats.fp8.FP8",
         "nothing imports cli/: fakepkg.aot.backend:1 imports fakepkg.cli",
         "nothing imports cli/: fakepkg.aot.backend:1 imports fakepkg.cli.main",
         "only runtime/choose.py asks the test-only hooks: "

@@ -18,7 +18,7 @@ from ..errors import QuantizationError
 
 _LAZY = {
     "quantize": "workflow", "prepare_for_export": "workflow",
-    "QuantizationPlan": "plan", "quantization_plan": "plan",
+    "QuantizationPlan": "registry", "quantization_plan": "registry",
     "SCHEMES": "registry", "FORMATS": "registry", "refusal": "registry",
     "implemented": "registry",
     "TensorRTQuantizer": "pt2e", "PT2E_SCHEMES": "pt2e",
@@ -37,8 +37,6 @@ def __getattr__(name: str):
     module = _LAZY.get(name)
     if module == "workflow":
         from . import workflow as found
-    elif module == "plan":
-        from . import plan as found
     elif module == "registry":
         from . import registry as found
     elif module == "pt2e":

@@ -25,8 +25,7 @@ import dataclasses
 import torch
 
 from ..errors import QuantizationError
-from .plan import QuantizationPlan, quantization_plan, with_plan
-from .registry import FORMATS, format_of
+from .registry import FORMATS, QuantizationPlan, format_of, quantization_plan, with_plan
 
 
 def embedding_schemes() -> tuple[str, ...]:

@@ -15,12 +15,19 @@ there (None when it can). Schemes with `implemented=False` have no quantize()
 path here; the table lists them so that the reason a user gets is TensorRT's.
 
 Adding a format: write `formats/<name>.py` (the `FormatSteps` names), add a
-`QuantFormat` to FORMATS below with a loader for it, and test it
-(docs/architecture.md, "Adding a quantization format").
+`QuantFormat` to FORMATS below naming that module, and test it
+(docs/architecture.md, "Adding a quantization format"). The table names each
+format's module by its dotted path and never imports one by name, so the
+importers and export reach a format only through its steps.
+
+What a quantization did to a model (`QuantizationPlan`) is here too: the
+formats' and importers' results, read by export, beside the table it refers to.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+import importlib
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol
 
 from ..errors import QuantizationError
@@ -53,6 +60,21 @@ class FormatSteps(Protocol):
     quantize_embedding: Optional[Callable[[torch.nn.Embedding, str, int],
                                           tuple[torch.nn.Module, str]]]
     check_options: Optional[Callable[[int], None]]  # quantize()'s group size, before any layer
+    # What the importers (importers/) build this format's layers from:
+    linear_module: Optional[type[torch.nn.Module]]  # its quantized Linear's module class
+    # The op dequantizing its stored weight (also the FX target the Q/DQ checks match).
+    dequantize_weight: Optional[torch._ops.OpOverload]
+    # Its own activation Q/DQ ops where standard ONNX has none (fp8).
+    quantize_activation: Optional[torch._ops.OpOverload]
+    dequantize_activation: Optional[torch._ops.OpOverload]
+    element_dtype: Optional[torch.dtype]  # its stored values' torch dtype, if torch has one
+    max_value: Optional[float]  # the largest stored magnitude, where scales are amax / it
+    group_sizes: tuple[int, ...]  # the groups of input features it takes; () if not grouped
+    # (layer, in_features, group size): refuses a layer the groups cannot split.
+    check_group_size: Optional[Callable[[str, int, int], None]]
+    # (weight, group size, layer) -> (stored weight, scales), for a grouped format.
+    quantize_weight: Optional[Callable[[torch.Tensor, int, str],
+                                        tuple[torch.Tensor, torch.Tensor]]]
 
 
 @dataclass(frozen=True)
@@ -68,33 +90,23 @@ class QuantFormat:
     # onnxruntime has no kernel for its weight dtype, so the fallback decodes
     # those weights (runtime/onnxruntime/, which cannot import this table).
     fallback_decodes: bool = False
+    # Its steps: a module's dotted path (relative to this package, or absolute),
+    # imported on first use (torch, onnx) ...
+    module: str | None = None
+    # ... or a loader, for a format built elsewhere (tests).
     load: Callable[[], FormatSteps] | None = None
 
     def steps(self) -> FormatSteps:
+        if self.module is not None:
+            return importlib.import_module(self.module, __package__)
         if self.load is None:
             raise QuantizationError(f"quantization format {self.name!r} has no steps to load")
         return self.load()
 
 
-# Each loader imports its format module on first use (torch, onnx).
-def _int8() -> FormatSteps:
-    from .formats import int8
-    return int8
-
-
-def _int4() -> FormatSteps:
-    from .formats import int4
-    return int4
-
-
-def _fp8() -> FormatSteps:
-    from .formats import fp8
-    return fp8
-
-
-def _fp4() -> FormatSteps:
-    from .formats import fp4
-    return fp4
+def steps_of(name: str) -> FormatSteps:
+    """The steps of the format called `name` (its module, loaded on first use)."""
+    return FORMATS[name].steps()
 
 
 # In this order the ONNX export rewrites their placeholders.
@@ -106,24 +118,24 @@ FORMATS: dict[str, QuantFormat] = {f.name: f for f in (
                why_not_rtx="TensorRT-RTX has no INT8 activation quantization (INT8 is "
                            "weight-only there); use int8_weight_only, or standard TensorRT",
                activations=True),
-    ), weight_dtype="int8", load=_int8),
+    ), weight_dtype="int8", module=".formats.int8"),
     QuantFormat("int4", (
         Scheme("int4_weight_only", "symmetric int4 weights per group of input features, "
                                    "packed two per byte, float activations"),
-    ), weight_dtype="int4", load=_int4),
+    ), weight_dtype="int4", module=".formats.int4"),
     QuantFormat("fp8", (
         Scheme("fp8_weight_only", "FP8 (e4m3) weights per tensor or per output channel, float "
                                   "activations", min_capability=89, implemented=False),
         Scheme("fp8_w8a8", "FP8 (e4m3) weights and activations, per tensor", min_capability=89,
                activations=True),
-    ), weight_dtype="float8", load=_fp8),
+    ), weight_dtype="float8", module=".formats.fp8"),
     QuantFormat("fp4", (
         Scheme("fp4_weight_only", "NVFP4 weights (E2M1 packed two per byte, an FP8 E4M3 scale "
                                   "per 16 input features, a float32 scale per tensor), float "
                                   "activations", min_capability=120),
         Scheme("fp4_w4a4", "NVFP4 weights and activations, block scales", min_capability=120,
                implemented=False),
-    ), weight_dtype="float4_e2m1", runs_float=True, fallback_decodes=True, load=_fp4),
+    ), weight_dtype="float4_e2m1", runs_float=True, fallback_decodes=True, module=".formats.fp4"),
 )}
 
 
@@ -203,3 +215,36 @@ def refusal(scheme: str, flavor: str, capabilities: tuple[str, ...] | None) -> s
                 f"engine targets {', '.join(low)}; pass compute_capabilities with only "
                 f"SM{s.min_capability}+ targets")
     return None
+
+
+_PLAN_ATTR = "_etrt_quantization_plan"
+
+
+@dataclass(frozen=True)
+class QuantizationPlan:
+    """What a quantization did to a model (quantize(), the importers), recorded
+    on the model it returns: the scheme and, per layer (by qualified name), how
+    it runs ("int4 weight-only, group 64") or why it was left float. Export
+    reads it to check the scheme against the TensorRT flavour and targets and
+    to write the partition report's lines."""
+    scheme: str
+    layers: dict[str, str] = field(default_factory=dict)
+    unquantized: dict[str, str] = field(default_factory=dict)  # layer -> why float
+    # The quantized layers can run float over their dequantized weights (the
+    # same values) where the targets cannot run the scheme, when allowed.
+    runs_float: bool = False
+
+
+def quantization_plan(model: torch.nn.Module) -> QuantizationPlan | None:
+    return getattr(model, _PLAN_ATTR, None)
+
+
+def shared_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A structural copy whose tensors are the model's own (no weight copied)."""
+    shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    return copy.deepcopy(model, memo=shared)
+
+
+def with_plan(model: torch.nn.Module, plan: QuantizationPlan) -> torch.nn.Module:
+    object.__setattr__(model, _PLAN_ATTR, plan)
+    return model

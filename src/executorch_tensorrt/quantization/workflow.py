@@ -29,8 +29,8 @@ from .importers.modelopt import has_modelopt_quantizers, lower_modelopt
 from .importers.pt2e import quantize_pt2e
 from .importers.qdq_graph import is_qdq_graph, lower_qdq
 from .importers.torchao import has_torchao_weights, lower_torchao
-from .plan import QuantizationPlan, quantization_plan, shared_copy, with_plan
-from .registry import FORMATS, Scheme, format_of, implemented, refusal, scheme_named
+from .registry import (FORMATS, QuantizationPlan, Scheme, format_of, implemented,
+                       quantization_plan, refusal, scheme_named, shared_copy, with_plan)
 
 # Every format's etrt_quant ops are defined once this module is imported (as
 # `import executorch_tensorrt.quantization` did before the registry was lazy):

@@ -216,3 +216,15 @@ def quantize_linear(linear: torch.nn.Linear, layer: str,
 
 quantize_embedding = None
 check_options = None
+
+# What the importers would build fp4 layers from (registry.FormatSteps); none
+# imports fp4 yet.
+linear_module = Fp4Linear
+dequantize_weight = DEQUANTIZE_FP4
+quantize_activation = None
+dequantize_activation = None
+element_dtype = None  # packed two per byte
+max_value = E2M1_MAX
+group_sizes = ()  # fixed blocks of BLOCK features, not a choice of groups
+check_group_size = None
+quantize_weight = None

@@ -180,3 +180,14 @@ class Fp8WeightLinear(torch.nn.Module):
 quantize_linear = None
 quantize_embedding = None
 check_options = None
+
+# What the importers build fp8 layers from (registry.FormatSteps).
+linear_module = Fp8WeightLinear
+dequantize_weight = DEQUANTIZE_FP8_WEIGHT
+quantize_activation = QUANTIZE_FP8
+dequantize_activation = DEQUANTIZE_FP8
+element_dtype = FP8
+max_value = FP8_MAX
+group_sizes = ()
+check_group_size = None
+quantize_weight = None

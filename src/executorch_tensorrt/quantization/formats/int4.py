@@ -187,3 +187,14 @@ def check_options(group_size: int) -> None:
     if group_size not in GROUP_SIZES:
         raise QuantizationError(f"int4 group size {group_size} is not one of "
                                 f"{list(GROUP_SIZES)}")
+
+
+# What the importers build int4 layers from (registry.FormatSteps).
+linear_module = Int4Linear
+dequantize_weight = DEQUANTIZE_INT4
+quantize_activation = None
+dequantize_activation = None
+element_dtype = None  # packed two per byte: torch has no int4 tensors
+max_value = float(INT4_MAX)
+group_sizes = GROUP_SIZES
+quantize_weight = quantize_int4

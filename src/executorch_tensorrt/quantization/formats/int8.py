@@ -109,3 +109,14 @@ def quantize_embedding(embedding: torch.nn.Embedding, layer: str,
 
 
 check_options = None
+
+# What the importers build int8 layers from (registry.FormatSteps).
+linear_module = DequantizedLinear
+dequantize_weight = DEQUANTIZE_WEIGHT
+quantize_activation = None  # int8 activations use standard QuantizeLinear / DequantizeLinear
+dequantize_activation = None
+element_dtype = torch.int8
+max_value = 127.0
+group_sizes = ()
+check_group_size = None
+quantize_weight = None  # per channel, not grouped

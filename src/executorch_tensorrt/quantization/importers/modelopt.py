@@ -22,9 +22,13 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import QuantizationError
-from ..formats.fp8 import DEQUANTIZE_FP8, DEQUANTIZE_FP8_WEIGHT, FP8, FP8_MAX, QUANTIZE_FP8
-from ..formats.int8 import DEQUANTIZE_WEIGHT
-from ..plan import QuantizationPlan, shared_copy, with_plan
+from ..registry import QuantizationPlan, shared_copy, steps_of, with_plan
+
+# The formats' pieces through the registry, never a format module by name.
+_fp8, _int8 = steps_of("fp8"), steps_of("int8")
+FP8, FP8_MAX = _fp8.element_dtype, _fp8.max_value
+QUANTIZE_FP8, DEQUANTIZE_FP8 = _fp8.quantize_activation, _fp8.dequantize_activation
+DEQUANTIZE_FP8_WEIGHT, DEQUANTIZE_WEIGHT = _fp8.dequantize_weight, _int8.dequantize_weight
 
 _INT8 = 8
 _FP8 = (4, 3)  # ModelOpt's num_bits for e4m3

@@ -48,10 +48,14 @@ from torchao.quantization.pt2e.quantizer import (QuantizationAnnotation, Quantiz
                                                  Quantizer)
 
 from ...errors import QuantizationError
-from ..formats.fp8 import FP8, FP8_MAX
-from ..formats.int4 import DEQUANTIZE_INT4, check_group_size, quantize_int4
-from ..registry import scheme_named
+from ..registry import scheme_named, steps_of
 from .fx_nodes import LAYERS, graph_attr, layer_name
+
+# The formats' pieces through the registry, never a format module by name.
+_fp8, _int4 = steps_of("fp8"), steps_of("int4")
+FP8, FP8_MAX = _fp8.element_dtype, _fp8.max_value
+DEQUANTIZE_INT4, check_group_size = _int4.dequantize_weight, _int4.check_group_size
+quantize_int4 = _int4.quantize_weight
 
 PT2E_SCHEMES = ("int8_w8a8", "fp8_w8a8", "int8_weight_only", "int4_weight_only")
 _EPS = 2 ** -20  # smallest scale an observer may choose (an all-zero tensor)

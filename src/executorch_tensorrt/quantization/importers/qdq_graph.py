@@ -34,10 +34,14 @@ import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines quantized_de
 from torch.fx import GraphModule, Node
 
 from ...errors import QuantizationError
-from ..formats.fp8 import DEQUANTIZE_FP8, FP8, QUANTIZE_FP8
-from ..formats.int4 import DEQUANTIZE_INT4
-from ..registry import refusal
+from ..registry import refusal, steps_of
 from .fx_nodes import LAYERS, graph_attr, layer_name
+
+# The formats' pieces through the registry, never a format module by name.
+_fp8, _int4 = steps_of("fp8"), steps_of("int4")
+FP8 = _fp8.element_dtype
+QUANTIZE_FP8, DEQUANTIZE_FP8 = _fp8.quantize_activation, _fp8.dequantize_activation
+DEQUANTIZE_INT4 = _int4.dequantize_weight
 
 
 def _qd(name: str, overload: str):

@@ -23,10 +23,13 @@ from __future__ import annotations
 import torch
 
 from ...errors import QuantizationError
-from ..formats.fp8 import FP8, Fp8WeightLinear
-from ..formats.int4 import GROUP_SIZES, Int4Linear
-from ..formats.int8 import DequantizedLinear
-from ..plan import QuantizationPlan, shared_copy, with_plan
+from ..registry import QuantizationPlan, shared_copy, steps_of, with_plan
+
+# The formats' modules through the registry, never a format module by name.
+_fp8, _int4, _int8 = steps_of("fp8"), steps_of("int4"), steps_of("int8")
+FP8, Fp8WeightLinear = _fp8.element_dtype, _fp8.linear_module
+GROUP_SIZES, Int4Linear = _int4.group_sizes, _int4.linear_module
+DequantizedLinear = _int8.linear_module
 
 _SUPPORTED = ("Int8Tensor (Int8WeightOnlyConfig), IntxUnpackedToInt8Tensor int8/int4 "
               "(IntxWeightOnlyConfig), Float8Tensor (Float8WeightOnlyConfig)")
@@ -50,7 +53,7 @@ def _check_symmetric(name: str, zero) -> None:
             "(MappingType.SYMMETRIC).")
 
 
-def _per_channel_int8(name: str, q, scale, zero, block, bias) -> DequantizedLinear:
+def _per_channel_int8(name: str, q, scale, zero, block, bias) -> torch.nn.Module:
     if q.dtype != torch.int8 or q.dim() != 2:
         raise QuantizationError(f"layer {name!r}: expected a 2-D int8 weight, got {q.dtype} "
                                 f"{tuple(q.shape)}")
@@ -132,7 +135,7 @@ def has_torchao_weights(model: torch.nn.Module) -> bool:
 
 def lower_torchao(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of `model` sharing its tensors, with torchao linears replaced and
-    a QuantizationPlan recorded (plan.quantization_plan)."""
+    a QuantizationPlan recorded (registry.quantization_plan)."""
     lowered = shared_copy(model)
     layers: dict[str, str] = {}
     for name, module in list(lowered.named_modules()):
