@@ -17,8 +17,8 @@ import pytest
 import tensorrt_rtx
 
 import executorch_tensorrt
-from tensorrt_api_calls import (OTHER_VERSIONS, RECEIVERS, collect, problems,
-                                stand_in_problems)
+from tensorrt_api_calls import OTHER_VERSIONS, RECEIVERS, collect
+from tensorrt_api_checks import problems, stand_in_problems
 
 # Another source tree (a copy with a planted mistake) with ETRT_TENSORRT_API_ROOT.
 PACKAGE = pathlib.Path(os.environ.get("ETRT_TENSORRT_API_ROOT")
