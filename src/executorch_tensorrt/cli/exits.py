@@ -4,6 +4,7 @@ Imports nothing heavy: the parser's help text lists the codes."""
 from __future__ import annotations
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_RUN, EXIT_EXPORT = 0, 1, 2, 3, 4
+EXIT_NO_TENSORRT = 5
 
 EXIT_CODES = """exit codes:
   0  success
@@ -14,6 +15,7 @@ EXIT_CODES = """exit codes:
      that cannot be written
   3  the program could not be loaded or run (the backend's cause is printed)
   4  export failed
+  5  doctor: TensorRT cannot run engines on this machine (the reason is printed)
 Set EXECUTORCH_TENSORRT_DEBUG=1 for Python tracebacks."""
 
 

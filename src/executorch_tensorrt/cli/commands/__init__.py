@@ -4,6 +4,6 @@ code. A command imports what it needs when it runs, so building the parser
 loads nothing heavy. COMMANDS is the order `--help` lists them in."""
 from __future__ import annotations
 
-from . import demo, export, inspect, llm_export, prepare, profile, run, verify
+from . import demo, doctor, export, inspect, llm_export, prepare, profile, run, verify
 
-COMMANDS = (demo, export, llm_export, verify, inspect, prepare, run, profile)
+COMMANDS = (demo, export, llm_export, verify, inspect, prepare, run, profile, doctor)
