@@ -52,6 +52,14 @@ class AddContext:
     def set_input_shape(self, name, shape) -> bool:
         return tuple(shape) == self.shape
 
+    # Every method the runtime calls on TensorRT's context, with its arity
+    # (tests/runtime/tensorrt/test_tensorrt_api.py): one profile, no scratch.
+    def set_optimization_profile_async(self, profile_index, stream_handle) -> bool:
+        return profile_index == 0
+
+    def set_device_memory(self, memory, size) -> None:
+        self.device_memory = memory
+
     def get_tensor_shape(self, name):
         return self.shape
 

@@ -4,7 +4,7 @@ Imports nothing heavy: the parser's help text lists the codes."""
 from __future__ import annotations
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_RUN, EXIT_EXPORT = 0, 1, 2, 3, 4
-EXIT_NO_TENSORRT = 5  # selftest: everything else passed, but no TensorRT engine ran here
+EXIT_NO_TENSORRT = 5  # doctor, selftest: TensorRT cannot run engines here
 
 EXIT_CODES = """exit codes:
   0  success
@@ -15,7 +15,8 @@ EXIT_CODES = """exit codes:
      that cannot be written
   3  the program could not be loaded or run (the backend's cause is printed)
   4  export failed
-  5  TensorRT cannot run engines on this machine (selftest: the rest passed)
+  5  TensorRT cannot run engines on this machine (doctor: the reason is
+     printed; selftest: each program says why, the rest passed)
 Set EXECUTORCH_TENSORRT_DEBUG=1 for Python tracebacks."""
 
 

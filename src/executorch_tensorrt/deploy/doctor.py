@@ -1,0 +1,123 @@
+"""What this machine can do with TensorRT programs (`executorch-tensorrt doctor`):
+the CUDA driver and GPUs (asked of the driver loaded at run time), the TensorRT
+found and what it builds and runs, ExecuTorch, the adapter's ABI, the engine
+cache; given a program, each partition's first load (prepare.first_load)."""
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import importlib.util
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    capability: str  # e.g. "SM89"
+
+
+@dataclass
+class Report:
+    driver: str  # the CUDA driver's version, or why there is none
+    gpus: list[Gpu]
+    tensorrt: str  # flavour and version, or why none imports
+    builds_for: list[str]
+    runs_here: bool
+    why_not: str | None  # why TensorRT cannot run an engine here
+    executorch: str
+    executorch_cuda: bool
+    adapter_abi: int
+    cache: str
+    cache_bytes: int
+    first_load: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _driver() -> tuple[str, list[Gpu], str | None]:
+    from ..runtime.cuda.driver import driver
+    from ..runtime.cuda.probe import cuda_unavailable_reason
+
+    reason = cuda_unavailable_reason()
+    try:
+        cuda = driver()
+    except OSError:
+        return "none (libcuda.so.1 cannot be loaded)", [], reason
+    version = ctypes.c_int(0)
+    if cuda.cuDriverGetVersion(ctypes.byref(version)) != 0:
+        return "unknown", [], reason
+    text = f"CUDA {version.value // 1000}.{version.value % 1000 // 10}"
+    if reason:
+        return text, [], reason
+    count, gpus = ctypes.c_int(0), []
+    cuda.cuDeviceGetCount(ctypes.byref(count))
+    for k in range(count.value):
+        dev, major, minor = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+        name = ctypes.create_string_buffer(256)
+        cuda.cuDeviceGet(ctypes.byref(dev), k)
+        cuda.cuDeviceGetName(name, 256, dev)
+        cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, dev)  # compute capability major
+        cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)
+        gpus.append(Gpu(k, name.value.decode(errors="replace"), f"SM{major.value}{minor.value}"))
+    return text, gpus, None
+
+
+def _cache_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+
+
+def diagnose(program: str | Path | None = None, data: str | Path | None = None) -> Report:
+    from ..errors import TensorRTNotInstalledError
+    from ..runtime.adapter.abi import ETRT_EXECUTOR_ABI_VERSION
+    from ..runtime.tensorrt.portability import cache_dir
+    from ..tensorrt.flavor import load_tensorrt
+
+    driver_text, gpus, why_not = _driver()
+    try:
+        trt = load_tensorrt()
+        found = f"{trt.flavor} {trt.version}"
+        members = getattr(trt.module, "ComputeCapability", None)
+        builds = ([k for k in members.__members__ if k.startswith("SM")] if trt.is_rtx and members
+                  else ["this GPU's capability (standard TensorRT builds for the GPU present)"])
+    except TensorRTNotInstalledError as e:
+        trt, found, builds = None, f"none ({e})", []
+        why_not = why_not or str(e)
+    if why_not is None and trt is not None and trt.is_rtx:
+        refused = [g for g in gpus if g.capability not in builds]
+        if len(refused) == len(gpus):
+            why_not = (f"{trt.flavor} {trt.version} supports {', '.join(builds)}; this machine's "
+                       f"GPUs are {', '.join(g.capability for g in gpus)}")
+    try:
+        executorch = importlib.metadata.version("executorch")
+    except importlib.metadata.PackageNotFoundError:
+        executorch = "not installed"
+    spec = importlib.util.find_spec("executorch")
+    # ExecuTorch's CUDA wheels carry its CUDA backend's library beside libexecutorch.
+    et_cuda = bool(spec and spec.origin and any(
+        "cuda" in p.name for p in (Path(spec.origin).parent / "lib").glob("*.so*")))
+    folder = cache_dir()
+    report = Report(driver_text, gpus, found, builds, why_not is None, why_not, executorch,
+                    et_cuda, ETRT_EXECUTOR_ABI_VERSION, str(folder), _cache_bytes(folder))
+    if program is not None:
+        from .prepare import first_load
+
+        report.first_load = [asdict(p) for p in first_load(program)]
+    return report
+
+
+def format_report(report: Report) -> str:
+    lines = [
+        f"CUDA driver:   {report.driver}",
+        "GPUs:          " + ("; ".join(f"{g.index}: {g.name} ({g.capability})" for g in report.gpus)
+                             or "none"),
+        f"TensorRT:      {report.tensorrt}",
+        f"  builds for:  {', '.join(report.builds_for) or 'nothing'}",
+        f"  runs here:   {'yes' if report.runs_here else 'no: ' + str(report.why_not)}",
+        f"ExecuTorch:    {report.executorch} (CUDA build: {'yes' if report.executorch_cuda else 'no'})",
+        f"adapter ABI:   {report.adapter_abi}",
+        f"engine cache:  {report.cache} ({report.cache_bytes} bytes)",
+    ]
+    return "\n".join(lines)
