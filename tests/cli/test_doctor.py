@@ -29,3 +29,23 @@ def test_doctor_with_a_program_reports_each_partition_and_json_parses(exported):
     assert code == EXIT_NO_TENSORRT and report["runs_here"] is False and report["why_not"]
     assert report["first_load"] and report["first_load"][0]["method"] == "forward"
     assert report["adapter_abi"] >= 1 and report["gpus"] == []
+
+
+def test_doctor_checks_the_weights_file_and_names_the_stand_in(exported, tmp_path,
+                                                               monkeypatch):
+    """The .ptd beside the program holds every partition's weights; another
+    program's .ptd lacks them and doctor names what is missing; a test-only
+    stand-in is said to be FAKE."""
+    _, _, cnn = exported("cnn", external_weights=True)
+    _, _, other = exported("transformer", external_weights=True)
+    code, out, _ = cli_main("doctor", cnn)
+    assert code == EXIT_NO_TENSORRT and "weights (named data):" in out
+    assert "forward[0]:" in out and "weights found" in out, out
+    code, out, _ = cli_main("doctor", cnn, "--data", other.with_suffix(".ptd"))
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("forward[0]:")
+                and "weights" not in ln.split(":", 1)[0])
+    assert "weights found" not in out, out
+    assert "forward[0]" in line
+    monkeypatch.setenv("EXECUTORCH_TENSORRT_TEST_STAND_IN", "stand_in_engine")
+    code, out, _ = cli_main("doctor")
+    assert "STAND-IN:" in out and "FAKE" in out

@@ -5,10 +5,13 @@ cache; given a program, each partition's first load (prepare.first_load)."""
 from __future__ import annotations
 
 import ctypes
+import os
 import importlib.metadata
 import importlib.util
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from ..runtime.testing import STAND_IN_ENV
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class Report:
     cache: str
     cache_bytes: int
     first_load: list[dict] = field(default_factory=list)
+    weights: list[str] = field(default_factory=list)  # per partition: found in named data?
+    stand_in: str | None = None  # a test-only stand-in replaces TensorRT's context
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -101,10 +106,12 @@ def diagnose(program: str | Path | None = None, data: str | Path | None = None) 
     folder = cache_dir()
     report = Report(driver_text, gpus, found, builds, why_not is None, why_not, executorch,
                     et_cuda, ETRT_EXECUTOR_ABI_VERSION, str(folder), _cache_bytes(folder))
+    report.stand_in = os.environ.get(STAND_IN_ENV) or None
     if program is not None:
-        from .prepare import first_load
+        from .prepare import first_load, weights_found
 
         report.first_load = [asdict(p) for p in first_load(program)]
+        report.weights = weights_found(program, data)
     return report
 
 
@@ -120,4 +127,9 @@ def format_report(report: Report) -> str:
         f"adapter ABI:   {report.adapter_abi}",
         f"engine cache:  {report.cache} ({report.cache_bytes} bytes)",
     ]
+    if report.stand_in:
+        lines.append(f"STAND-IN:      {STAND_IN_ENV}={report.stand_in}: a FAKE, test-only "
+                     "stand-in replaces TensorRT's execution context; no real engine runs")
+    if report.weights:
+        lines += ["weights (named data):"] + [f"  {w}" for w in report.weights]
     return "\n".join(lines)

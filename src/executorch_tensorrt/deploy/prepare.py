@@ -136,6 +136,24 @@ def program_named_data(pte_file, ptd: str | Path | None) -> InMemoryNamedData | 
     return InMemoryNamedData(entries) if entries else None  # None: "pass the .ptd"
 
 
+def weights_found(pte: str | Path, ptd: str | Path | None) -> list[str]:
+    """Per TensorRT partition, whether its weights are in the program's named
+    data and `ptd` (sizes checked), as a line each: what a load would refuse."""
+    pte_file = read_pte(pte)
+    named = program_named_data(pte_file, ptd)
+    lines = []
+    for method, index, blob in _partitions(pte_file):
+        if not blob.meta.weights:
+            lines.append(f"{method}[{index}]: no named-data weights (inline)")
+            continue
+        try:
+            blob_weights(blob, named)
+            lines.append(f"{method}[{index}]: {len(blob.meta.weights)} weights found")
+        except NamedDataError as e:
+            lines.append(f"{method}[{index}]: {e}")
+    return lines
+
+
 def prepare(pte: str | Path, ptd: str | Path | None = None, *,
             cache: str | Path | None = None, capability: str | None = None,
             progress: Progress | None = stderr_progress) -> list[PreparedPartition]:

@@ -3,7 +3,7 @@ exit 0 when TensorRT can run an engine here, 5 when it cannot."""
 from __future__ import annotations
 
 from ..exits import EXIT_NO_TENSORRT, EXIT_OK
-from .common import add_command, add_data_argument
+from .common import add_command, add_data_argument, data_path
 
 
 def register(sub) -> None:
@@ -12,7 +12,8 @@ def register(sub) -> None:
         description="Prints the CUDA driver, each GPU with its compute capability, the "
                     "TensorRT found and what it builds and runs, ExecuTorch, the adapter's "
                     "ABI and the engine cache; given PROGRAM, what its first load does per "
-                    "TensorRT partition. Exit 0: TensorRT can run engines here; 5: it cannot "
+                    "TensorRT partition and whether its weights are in the program or the .ptd "
+                    "(--data, default: PROGRAM's .ptd beside it). Exit 0: TensorRT can run engines here; 5: it cannot "
                     "(the reason is printed). See docs/troubleshooting.md.")
     p.add_argument("program", nargs="?", help="a .pte to check")
     add_data_argument(p)
@@ -30,7 +31,7 @@ def run(args) -> int:
         from ..runner import check_program_file
 
         path = check_program_file(args.program)
-    report = diagnose(path, args.data)
+    report = diagnose(path, data_path(path, args.data) if path is not None else None)
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:

@@ -22,6 +22,7 @@ _P = _c.POINTER
 # name -> argtypes; every function returns a CUresult.
 _SIGNATURES = {
     "cuInit": [_c.c_uint],
+    "cuDriverGetVersion": [_P(_c.c_int)],
     "cuDeviceGet": [_P(_c.c_int), _c.c_int],
     "cuDeviceGetCount": [_P(_c.c_int)],
     "cuDeviceGetName": [_c.c_char_p, _c.c_int, _c.c_int],
