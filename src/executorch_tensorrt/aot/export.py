@@ -23,6 +23,7 @@ from ..tensorrt.engine_builder import Progress, progress_to, stderr_progress
 from .checks.memory_check import check_export_memory, weight_bytes
 from .export_files import beside, rejected_folder, write_program
 from ..output_files import Staging, check_free_space, check_target, write_whole, writing
+from .partition.float64 import rewrite_float64
 from .partition.partitioner import BACKEND_ID, TensorRTPartitioner
 from .partition.report import PartitionReport, format_report, write_report
 from .cia_ops_cache import cia_ops_cached
@@ -191,6 +192,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             raise ValueError("external_weights=True and inline_weights=True contradict each "
                              "other: inline weights live in the blob, not in a .ptd")
         options["weights_file"] = path.stem
+    for ep in programs.values():  # TensorRT has no float64 (partition/float64.py)
+        rewrite_float64(ep)
     real_weights = [{**ep.state_dict, **ep.constants} for ep in programs.values()]
     # W8A8 programs: eager and the runtime may round an activation's tie apart.
     check_tolerance = (run_check_tolerance if run_check_tolerance is not None else

@@ -61,6 +61,9 @@ class MethodRunCheck:
     tolerance: float | None = None   # the largest allowed |diff| (the loosest output's)
     mismatch: str = ""               # the first output beyond its tolerance, described
     top1: tuple[int, int] | None = None  # (rows equal, rows): _top1
+    # A run that raised: "tensorrt" when TensorRTBackend recorded a new cause,
+    # "outside" when it recorded none (an ExecuTorch kernel or another delegate).
+    failed_in: str = ""
 
     @property
     def ok(self) -> bool:
@@ -120,12 +123,32 @@ class RunCheckError(ExportError):
             f"the run check of the exported program failed: {'; '.join(parts)}. So "
             f"{self.target} was not published (any earlier file there is unchanged); the new "
             f"files are kept in {path.parent} so you can inspect them (executorch-tensorrt "
-            "inspect / run). A model that is not deterministic (random ops, dropout in "
-            "training mode) differs by design; otherwise this is most likely a bug of "
-            "executorch-tensorrt: please report it with the model. To publish the program "
-            "anyway, export with run_check=False (--no-run-check), or loosen the comparison "
-            "with run_check_tolerance= (--run-check-tolerance) where reduced precision "
-            "explains the difference.")
+            f"inspect / run). {_remedy(check.failures())}")
+
+
+def _remedy(failures: list[MethodRunCheck]) -> str:
+    """What the failures point at, most specific first: a program that cannot
+    run is not helped by run_check=False."""
+    if any(m.failed_in == "outside" for m in failures):
+        return ("The failing call is outside TensorRT: TensorRTBackend recorded no error, so "
+                "an operator left to ExecuTorch (a portable kernel or another delegate) "
+                "refused its inputs, typically a memory layout (dim order) or dtype that "
+                "kernel does not take. The partition report lists the ops TensorRT did not "
+                "take and why (export_program(...).report, the report file beside the "
+                "program): get them onto TensorRT (e.g. fix what the report names), or add "
+                "a partitioner that takes them (partitioners=[XnnpackPartitioner()]). "
+                "run_check=False would publish a program that fails the same way.")
+    if any(m.failed_in == "tensorrt" for m in failures):
+        return ("The failing call is a TensorRT partition (its cause is quoted above); "
+                "run_check=False would publish a program that fails the same way. If the "
+                "cause is not something the environment explains, please report it with "
+                "the model.")
+    return ("A model that is not deterministic (random ops, dropout in training mode) "
+            "differs by design; where reduced precision explains the difference, loosen "
+            "the comparison with run_check_tolerance= (--run-check-tolerance); otherwise "
+            "this is most likely a bug of executorch-tensorrt: please report it with the "
+            "model. To publish the program anyway, export with run_check=False "
+            "(--no-run-check).")
 
 
 def tolerance_for(precision: str | None, activations: str | None = None) -> float:
@@ -301,10 +324,15 @@ def _run_method(program, name: str, case: MethodCase, tolerance: float,
         inputs = case.inputs if case.inputs is not None else generated_inputs(method, int_range)
     except ValueError as e:
         return MethodRunCheck(name, False, case.source, str(e))
+    import executorch_tensorrt
+
+    prior = executorch_tensorrt.last_error()
     try:
         outputs = method(list(inputs))
     except Exception as e:  # noqa: BLE001
-        return MethodRunCheck(name, False, case.source, f"running it: {_error(e)}")
+        cause = executorch_tensorrt.last_error()
+        return MethodRunCheck(name, False, case.source, f"running it: {_error(e)}",
+                              failed_in="tensorrt" if cause and cause != prior else "outside")
     kinds = tuple(sorted({e.kind for e in callbacks.install().live_executors()
                           if id(e) not in before}))
     if case.expected is None:

@@ -8,6 +8,8 @@ model the same way.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
@@ -47,14 +49,29 @@ _DESTINATION_FIRST = {"index_put", "index_put_", "index_copy", "index_copy_", "c
                       "slice_scatter", "select_scatter", "scatter", "scatter_"}
 
 
+# Ops TensorRT types strictly: every floating operand of one type (an
+# INormalizationLayer refuses a float input with half scales, a matrix multiply
+# or an elementwise layer mixed operands). PyTorch accepts some of them mixed
+# (it promotes, or follows the input's type), so the trace does not raise.
+_STRICT = {"native_layer_norm", "layer_norm", "native_group_norm", "group_norm",
+           "native_batch_norm", "_native_batch_norm_legit_no_training", "_native_batch_norm_legit",
+           "batch_norm", "instance_norm", "rms_norm", "_fused_rms_norm",
+           "mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "convolution", "conv1d",
+           "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+           "add", "sub", "rsub", "mul", "div", "pow", "maximum", "minimum", "fmod",
+           "remainder", "atan2", "where", "lerp", "addcmul", "addcdiv", "cat", "stack",
+           "eq", "ne", "lt", "le", "gt", "ge", "clamp", "copysign", "hypot"}
+
+
 class _MatchDtypes(TorchFunctionMode):
     """Re-traces a graph whose casts were recorded at fp32: `cos.to(x.dtype)`
     became `to(float32)`, so with fp16 weights an op such as bmm meets an fp32
     and an fp16 operand. A write (index_put, copy) gets its value cast to the
-    destination's dtype, always (fake tensors do not check it); another op
-    that refuses mixed operands is retried with them cast to `dtype`. Ops that
-    accept mixed dtypes keep type promotion, so what a model computes in fp32
-    on purpose (rotary angles) stays fp32."""
+    destination's dtype, always (fake tensors do not check it). Where an op
+    TensorRT types strictly meets mixed operands, they are cast to the dtype
+    PyTorch computes it in (a LayerNorm follows its input, an add promotes),
+    so what a model computes in fp32 on purpose stays fp32 and the ONNX node
+    sees one type; an op PyTorch refuses mixed is computed in `dtype`."""
 
     def __init__(self, dtype: torch.dtype):
         super().__init__()
@@ -66,15 +83,24 @@ class _MatchDtypes(TorchFunctionMode):
                   if isinstance(a, torch.Tensor) and a.is_floating_point()}
         if len(floats) < 2:
             return func(*args, **kwargs)
+        name = getattr(func, "__name__", "").split(".")[0]
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if getattr(func, "__name__", "").split(".")[0] in _DESTINATION_FIRST and first is not None:
+        if name in _DESTINATION_FIRST and first is not None:
             return func(first, *_cast(args[1:], first.dtype), **_cast(kwargs, first.dtype))
         try:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
         except RuntimeError as e:
             if "type" not in str(e):
                 raise
-        return func(*_cast(args, self.dtype), **_cast(kwargs, self.dtype))
+            return func(*_cast(args, self.dtype), **_cast(kwargs, self.dtype))
+        if name not in _STRICT:
+            return out
+        computed = next((o.dtype for o in pytree.tree_leaves(out)
+                         if isinstance(o, torch.Tensor) and o.is_floating_point()), None)
+        if computed is None:  # a comparison: operands in their promoted type
+            computed = functools.reduce(torch.promote_types, floats)
+        # The first attempt is left unused and removed with the dead code.
+        return func(*_cast(args, computed), **_cast(kwargs, computed))
 
 
 def _cast(tree, dtype: torch.dtype):
