@@ -32,7 +32,7 @@ from ...quantization.importers.qdq_graph import unpaired_qdq
 from ..backend import engine_kind, weights_id
 from ..compile_spec import TensorRTCompileSpec, with_profiles
 from ...tensorrt.engine_builder import Progress, build_engine, stderr_progress
-from ...tensorrt.onnx_parser import ParseFailure, unsupported_nodes
+from ...tensorrt.onnx_parser import ParseFailure, unsupported_node_reasons
 from ..onnx.edge_tags import quiet
 from ..onnx.export import export_onnx
 from ..onnx.export_cache import OnnxExportCache
@@ -148,6 +148,19 @@ def _escaping_shape_values(groups: list[list[torch.fx.Node]]) -> dict[str, str]:
     return out
 
 
+def _parser_refusals(reasons: dict[int, str], edge_node_of: dict[int, str],
+                     names: set[str]) -> dict[str, str]:
+    """Edge node -> the parser's refusal, in its own words, of the ONNX nodes
+    made from it (one edge node may become several ONNX nodes)."""
+    words: dict[str, list[str]] = {}
+    for index, reason in sorted(reasons.items()):
+        node = edge_node_of.get(index)
+        if node in names and reason not in words.setdefault(node, []):
+            words[node].append(reason)
+    return {n: "TensorRT's ONNX parser does not support it: " + "; ".join(w)
+            for n, w in words.items()}
+
+
 class TensorRTPartitioner(Partitioner):
     """Tags the nodes TensorRT can run. Options are TensorRTCompileSpec's."""
 
@@ -237,10 +250,10 @@ class TensorRTPartitioner(Partitioner):
                 self.progress(f"{label}: {exported.weight_bytes / 1e9:.2f} GB of weights; "
                               "checked by TensorRT's parser (the engine is built at load)")
             return self._parse_checks(trt, sub_ep, exported, names, pointers, all_real)
-        mapped = lambda idx: {exported.edge_node_of[i] for i in idx if i in exported.edge_node_of}  # noqa: E731
-        bad = mapped(unsupported_nodes(trt, exported.onnx_bytes)) & names
+        bad = _parser_refusals(unsupported_node_reasons(trt, exported.onnx_bytes),
+                               exported.edge_node_of, names)
         if bad:
-            return {n: "TensorRT's ONNX parser does not support it" for n in bad}
+            return bad
         try:  # parses the whole partition first: ParseFailure names the nodes
             build_engine(exported.onnx_bytes, self.compile_spec.build_options(), label=label,
                          profiles=input_profile_sets(sub_ep, self._profiles),
