@@ -16,6 +16,7 @@ from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 from ..errors import ExportError
 from ..quantization.importers.qdq_graph import activation_quantization, check_qdq_delegated
 from ..quantization.workflow import prepare_for_export
+from .partition.shape_values import private_shape_values
 from ..program.references import reference_source, write_export_reference
 from ..program.info import describe_program
 from .checks import device_resident as dr
@@ -220,6 +221,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             warnings.filterwarnings("ignore", category=FutureWarning, message=r".*LeafSpec.*")
             edge = to_edge_transform_and_lower(
                 programs, partitioner=[trt_partitioner, *partitioners],
+                transform_passes=[private_shape_values],  # before partitioning
                 # Non-core ATen ops (erfinv, ...) must get through to be reported below.
                 compile_config=EdgeCompileConfig(_check_ir_validity=False),
                 constant_methods=dict(constant_methods) if constant_methods else None,

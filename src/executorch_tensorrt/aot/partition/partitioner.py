@@ -40,6 +40,7 @@ from .checks import options_error, output_mismatch
 from .program import extract_partition
 from ..program_copy import needs_stand_ins
 from .report import PartitionReport
+from .shape_values import attach, is_shape_value
 from ..profiles.shapes import input_profile_sets, resolve_profiles, resolved_option
 from ..state.owned import mark_caller_caches, tag_owned_state
 from ...tensorrt.flavor import load_tensorrt
@@ -131,18 +132,14 @@ def _produces_tensors(node: torch.fx.Node) -> bool:
     return bool(vals) and all(isinstance(v, torch.Tensor) for v in vals)
 
 
-def _is_shape_value(node: torch.fx.Node) -> bool:
-    """A SymInt (sym_size, size arithmetic): fine inside a partition, which
-    computes it from its own tensors, but never as a partition output."""
-    return isinstance(node.meta.get("val"), torch.SymInt)
-
-
 def _escaping_shape_values(groups: list[list[torch.fx.Node]]) -> dict[str, str]:
+    """Shape values still crossing a boundary after shape_values.localize (none
+    expected): a partition outputs tensors only, so such a node stays outside."""
     out = {}
     for nodes in groups:
         names = {n.name for n in nodes}
         for n in nodes:
-            if _is_shape_value(n) and any(u.name not in names for u in n.users):
+            if is_shape_value(n) and any(u.name not in names for u in n.users):
                 out[n.name] = ("a shape value used outside its TensorRT partition (partitions "
                                "output tensors only); stays with ExecuTorch")
     return out
@@ -203,7 +200,7 @@ class TensorRTPartitioner(Partitioner):
             self.report.ops_of[node.name] = name
             if name in self.exclude_ops:
                 rejected[node.name] = "excluded by exclude_ops"
-            elif not (_produces_tensors(node) or _is_shape_value(node)):
+            elif not (_produces_tensors(node) or is_shape_value(node)):
                 rejected[node.name] = ("produces no tensor (a runtime check or a condition); "
                                        "stays with ExecuTorch")
             elif isinstance(node.target, torch._ops.HigherOrderOperator):
@@ -224,6 +221,14 @@ class TensorRTPartitioner(Partitioner):
             if nodes:
                 groups.append(sorted(p.nodes, key=lambda n: n.name))
         return groups
+
+    def _attach_shape_values(self, groups: list[list[torch.fx.Node]], candidates: set[str],
+                             rejected: dict[str, str]) -> list[list[torch.fx.Node]]:
+        """Each partition computes the shape values it reads (shape_values.py)."""
+        for node in attach(groups):
+            candidates.add(node.name)
+            rejected.pop(node.name, None)
+        return [g for g in groups if any(n.target is not operator.getitem for n in g)]
 
     # -- checks with TensorRT -----------------------------------------------
     def _check(self, ep, nodes: list[torch.fx.Node], label: str) -> dict[str, str] | str:
@@ -367,6 +372,7 @@ class TensorRTPartitioner(Partitioner):
         for _ in range(_MAX_ROUNDS):
             rejected.update(unpaired_qdq(ep.graph, rejected))  # Q/DQ stay with their consumers
             groups = self._propose(ep, candidates - set(rejected))
+            groups = self._attach_shape_values(groups, candidates, rejected)
             new = _escaping_shape_values(groups)
             for i, nodes in enumerate([] if new else groups):
                 new.update(self._check_or_split(ep, nodes, f"partition {i} ({len(nodes)} nodes)"))
