@@ -36,7 +36,7 @@ from ...tensorrt.onnx_parser import ParseFailure, unsupported_node_reasons
 from ..onnx.edge_tags import quiet
 from ..onnx.export import export_onnx
 from ..onnx.export_cache import OnnxExportCache
-from .checks import options_error, output_mismatch
+from .checks import options_error, output_mismatch, scalar_input_readers
 from .program import extract_partition
 from ..program_copy import needs_stand_ins
 from .report import PartitionReport
@@ -244,6 +244,8 @@ class TensorRTPartitioner(Partitioner):
             exported = export_onnx(sub_ep, self.compile_spec.precision)
         except Exception as e:  # noqa: BLE001 - the exporter raises many kinds
             return _export_reason(e)
+        if scalars := scalar_input_readers(sub_ep, names):
+            return scalars
         kind = engine_kind(self.compile_spec)
         all_real = not needs_stand_ins(ep, real)
         real_build = kind != "none" and all_real
