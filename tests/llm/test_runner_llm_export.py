@@ -337,3 +337,16 @@ def test_a_bfloat16_program_with_its_weights_cast_where_used_decodes_the_same(
     as_fp32 = llm.causal_lm(CONFIGS["llama"], dtype=torch.bfloat16).float()
     fp32_compute = greedy_decode(llm.eager_decoder(as_fp32, MAX_CONTEXT), prompt, NEW)
     assert got.tokens == fp32_compute.tokens
+
+
+def test_quantized_export_writes_the_quantization_section_of_the_report(llama_int4):
+    """llm.export(quantize=...) writes what docs/quantization.md promises: each
+    quantized layer, the head too, and how it runs, in model.report.json."""
+    from executorch_tensorrt.aot.partition.report import read_report
+
+    pte, _ = llama_int4
+    section = read_report(pte)["methods"]["forward"]["quantization"]
+    linears = [name for name, m in llm.causal_lm(WIDE).named_modules()
+               if isinstance(m, torch.nn.Linear)]
+    assert linears and set(linears) <= set(section), (linears, section)
+    assert all(line.startswith("int4 weight-only") for line in section.values()), section

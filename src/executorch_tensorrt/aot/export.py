@@ -16,6 +16,7 @@ from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 from ..errors import ExportError
 from ..quantization.importers.qdq_graph import activation_quantization, check_qdq_delegated
 from ..quantization.workflow import prepare_for_export
+from .partition.shape_values import private_shape_values
 from ..program.references import reference_source, write_export_reference
 from ..program.info import describe_program
 from .checks import device_resident as dr
@@ -131,7 +132,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    etrecord_path: str | Path | None = None, external_weights: bool = False,
                    check_memory: bool = True, allow_unquantized: bool = False,
                    constant_methods: Mapping[str, Any] | None = None, run_check: bool = True,
-                   run_check_tolerance: float | None = None, **options) -> ExportResult:
+                   run_check_tolerance: float | None = None,
+                   quantization: Mapping[str, str] | None = None, **options) -> ExportResult:
     """export() returning timings, backends and the partition reports too.
 
     `model` may also be a dict of method name -> ExportedProgram (several
@@ -148,6 +150,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     (the report says why) instead of failing.
     `constant_methods`: name -> value methods written into the program as they
     are (ints, bools, lists of ints; e.g. the metadata an LLM runner reads).
+    `quantization`: with a dict of ExportedPrograms, the report's layer ->
+    how-it-runs lines of the quantize() plan they were traced from (llm.export).
     `run_check=False`: do not run the written program once before returning
     (run_check.py); `run_check_tolerance`: its allowed difference from eager,
     times max(1, an output's largest magnitude) (default by precision, looser for
@@ -174,7 +178,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         # a fresh cache), else the reference comes from the programs themselves.
         reference = ((reference_model, tuple(reference_inputs))
                      if reference_model is not None and reference_inputs is not None else None)
-        quantized_layers: dict[str, str] = {}  # ExportedPrograms: no quantize() plan
+        quantized_layers = dict(quantization or {})  # the caller's quantize() plan
     else:
         inputs = _as_inputs(example_inputs)
         if progress:
@@ -223,6 +227,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             warnings.filterwarnings("ignore", category=FutureWarning, message=r".*LeafSpec.*")
             edge = to_edge_transform_and_lower(
                 programs, partitioner=[trt_partitioner, *partitioners],
+                transform_passes=[private_shape_values],  # before partitioning
                 # Non-core ATen ops (erfinv, ...) must get through to be reported below.
                 compile_config=EdgeCompileConfig(_check_ir_validity=False),
                 constant_methods=dict(constant_methods) if constant_methods else None,

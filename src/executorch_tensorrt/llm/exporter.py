@@ -125,6 +125,20 @@ def _check_arguments(config, max_seq_len: int, max_context_len: int, dtype: str,
                          f"use at most {limit}")
 
 
+def quantization_lines(model: torch.nn.Module, options: dict) -> dict[str, str]:
+    """The report's quantization section for `quantized()`'s decoder: each
+    layer and how it runs, checked against the TensorRT flavour and targets
+    as export checks a quantized nn.Module (docs/quantization.md)."""
+    from ..aot.export import target_flavor
+    from ..quantization.workflow import check_plan, quantization_plan
+
+    plan = quantization_plan(model)
+    if plan is None:
+        return {}
+    return check_plan(plan, target_flavor(), options.get("compute_capabilities"),
+                      options.get("allow_unquantized", False))
+
+
 def quantized(model: torch.nn.Module, quantize: str | None,
               group_size: int = 128) -> torch.nn.Module:
     """The decoder `export(quantize=...)` exports, and so the eager reference:
@@ -208,6 +222,7 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
         if progress:
             progress(exact.describe())
     result = export_program({"forward": program}, None, output, progress=progress,
+                            quantization=quantization_lines(model, options),
                             reference_model=reference_model, reference_inputs=inputs,
                             external_weights=bool(external_weights),
                             constant_methods={**(constant_methods or {}),

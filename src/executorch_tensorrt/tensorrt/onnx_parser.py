@@ -114,7 +114,24 @@ def unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> set[int]:
     (same names, types and shapes), which costs no memory
     (tests/aot/test_named_data.py).
     """
-    return set(_unsupported_nodes(trt, _external_weights_as_inputs(onnx_bytes)))
+    return set(unsupported_node_reasons(trt, onnx_bytes))
+
+
+def unsupported_node_reasons(trt: TensorRT, onnx_bytes: bytes) -> dict[int, str]:
+    """unsupported_nodes, each with the parser's own words for it (its error
+    for that node), or a plain statement where the parser recorded none."""
+    return dict(_unsupported_nodes(trt, _external_weights_as_inputs(onnx_bytes)))
+
+
+def _error_words(err) -> str:
+    """One parser error as TensorRT states it: its code and description; an
+    op checker whose description is only its failed condition ('false') is
+    named instead."""
+    code = getattr(err.code(), "name", str(err.code()))
+    desc = " ".join(str(err.desc()).split())
+    if desc in ("", "false", "true"):
+        desc = f"{err.node_operator() or 'the node'} refused by the parser's {err.func()}"
+    return f"{code}: {desc}"
 
 
 def _external_weights_as_inputs(onnx_bytes: bytes) -> bytes:
@@ -131,11 +148,19 @@ def _external_weights_as_inputs(onnx_bytes: bytes) -> bytes:
 
 
 @functools.lru_cache(maxsize=256)
-def _unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> frozenset[int]:
+def _unsupported_nodes(trt: TensorRT, onnx_bytes: bytes) -> tuple[tuple[int, str], ...]:
     _builder, _network, parser, _logger = _new_parser(trt)  # all kept alive until done
     parser.supports_model_v2(onnx_bytes)
     covered: set[int] = set()
     for i in range(parser.num_subgraphs):
         covered.update(int(n) for n in parser.get_subgraph_nodes(i))
+    # The parser's errors name the node they stopped at: its own reason.
+    words: dict[int, list[str]] = {}
+    for i in range(parser.num_errors):
+        err = parser.get_error(i)
+        text = _error_words(err)
+        if err.node() >= 0 and text and text not in words.get(int(err.node()), []):
+            words.setdefault(int(err.node()), []).append(text)
     count = len(onnx.load_model_from_string(onnx_bytes).graph.node)
-    return frozenset(set(range(count)) - covered)
+    return tuple((n, "; ".join(words.get(n, [])) or "in no subgraph TensorRT's parser supports")
+                 for n in sorted(set(range(count)) - covered))

@@ -107,3 +107,23 @@ def output_mismatch(trt, sub_ep: torch.export.ExportedProgram, onnx_bytes: bytes
                         f"{list(want.shape)} dtype {want.dtype} (a wrong ONNX translation; "
                         "the program would fail at run time)")
     return None
+
+
+def scalar_input_readers(sub_ep: torch.export.ExportedProgram,
+                         names: set[str]) -> dict[str, str]:
+    """Nodes of a partition that read a size given as a plain int input (a
+    SymInt placeholder): TensorRT would take it as a 0-D shape tensor with no
+    optimization profile and refuse the build, and ExecuTorch passes it as an
+    int, not a tensor. Said here in words, before a build fails on it."""
+    out = {}
+    for node in sub_ep.graph.nodes:
+        if node.op != "placeholder" or not isinstance(node.meta.get("val"), torch.SymInt):
+            continue
+        for user in node.users:
+            if user.name in names:
+                out[user.name] = (
+                    f"reads {node.name}, a size that reaches the partition as a number, not "
+                    "as a tensor's dimension (TensorRT builds engines over tensor inputs "
+                    "only); stays with ExecuTorch. To run it on TensorRT, compute the size "
+                    "from a tensor input (x.shape[0]) instead of passing it as an int")
+    return out

@@ -32,14 +32,15 @@ from ...quantization.importers.qdq_graph import unpaired_qdq
 from ..backend import engine_kind, weights_id
 from ..compile_spec import TensorRTCompileSpec, with_profiles
 from ...tensorrt.engine_builder import Progress, build_engine, stderr_progress
-from ...tensorrt.onnx_parser import ParseFailure, unsupported_nodes
+from ...tensorrt.onnx_parser import ParseFailure, unsupported_node_reasons
 from ..onnx.edge_tags import quiet
 from ..onnx.export import export_onnx
 from ..onnx.export_cache import OnnxExportCache
-from .checks import options_error, output_mismatch
+from .checks import options_error, output_mismatch, scalar_input_readers
 from .program import extract_partition
 from ..program_copy import needs_stand_ins
 from .report import PartitionReport
+from .shape_values import attach, is_shape_value
 from ..profiles.shapes import input_profile_sets, resolve_profiles, resolved_option
 from ..state.owned import mark_caller_caches, tag_owned_state
 from ...tensorrt.flavor import load_tensorrt
@@ -131,21 +132,30 @@ def _produces_tensors(node: torch.fx.Node) -> bool:
     return bool(vals) and all(isinstance(v, torch.Tensor) for v in vals)
 
 
-def _is_shape_value(node: torch.fx.Node) -> bool:
-    """A SymInt (sym_size, size arithmetic): fine inside a partition, which
-    computes it from its own tensors, but never as a partition output."""
-    return isinstance(node.meta.get("val"), torch.SymInt)
-
-
 def _escaping_shape_values(groups: list[list[torch.fx.Node]]) -> dict[str, str]:
+    """Shape values still crossing a boundary after shape_values.localize (none
+    expected): a partition outputs tensors only, so such a node stays outside."""
     out = {}
     for nodes in groups:
         names = {n.name for n in nodes}
         for n in nodes:
-            if _is_shape_value(n) and any(u.name not in names for u in n.users):
+            if is_shape_value(n) and any(u.name not in names for u in n.users):
                 out[n.name] = ("a shape value used outside its TensorRT partition (partitions "
                                "output tensors only); stays with ExecuTorch")
     return out
+
+
+def _parser_refusals(reasons: dict[int, str], edge_node_of: dict[int, str],
+                     names: set[str]) -> dict[str, str]:
+    """Edge node -> the parser's refusal, in its own words, of the ONNX nodes
+    made from it (one edge node may become several ONNX nodes)."""
+    words: dict[str, list[str]] = {}
+    for index, reason in sorted(reasons.items()):
+        node = edge_node_of.get(index)
+        if node in names and reason not in words.setdefault(node, []):
+            words[node].append(reason)
+    return {n: "TensorRT's ONNX parser does not support it: " + "; ".join(w)
+            for n, w in words.items()}
 
 
 class TensorRTPartitioner(Partitioner):
@@ -190,7 +200,7 @@ class TensorRTPartitioner(Partitioner):
             self.report.ops_of[node.name] = name
             if name in self.exclude_ops:
                 rejected[node.name] = "excluded by exclude_ops"
-            elif not (_produces_tensors(node) or _is_shape_value(node)):
+            elif not (_produces_tensors(node) or is_shape_value(node)):
                 rejected[node.name] = ("produces no tensor (a runtime check or a condition); "
                                        "stays with ExecuTorch")
             elif isinstance(node.target, torch._ops.HigherOrderOperator):
@@ -212,6 +222,14 @@ class TensorRTPartitioner(Partitioner):
                 groups.append(sorted(p.nodes, key=lambda n: n.name))
         return groups
 
+    def _attach_shape_values(self, groups: list[list[torch.fx.Node]], candidates: set[str],
+                             rejected: dict[str, str]) -> list[list[torch.fx.Node]]:
+        """Each partition computes the shape values it reads (shape_values.py)."""
+        for node in attach(groups):
+            candidates.add(node.name)
+            rejected.pop(node.name, None)
+        return [g for g in groups if any(n.target is not operator.getitem for n in g)]
+
     # -- checks with TensorRT -----------------------------------------------
     def _check(self, ep, nodes: list[torch.fx.Node], label: str) -> dict[str, str] | str:
         """Rejections for one partition: {} when its engine builds and its outputs
@@ -226,6 +244,8 @@ class TensorRTPartitioner(Partitioner):
             exported = export_onnx(sub_ep, self.compile_spec.precision)
         except Exception as e:  # noqa: BLE001 - the exporter raises many kinds
             return _export_reason(e)
+        if scalars := scalar_input_readers(sub_ep, names):
+            return scalars
         kind = engine_kind(self.compile_spec)
         all_real = not needs_stand_ins(ep, real)
         real_build = kind != "none" and all_real
@@ -237,10 +257,10 @@ class TensorRTPartitioner(Partitioner):
                 self.progress(f"{label}: {exported.weight_bytes / 1e9:.2f} GB of weights; "
                               "checked by TensorRT's parser (the engine is built at load)")
             return self._parse_checks(trt, sub_ep, exported, names, pointers, all_real)
-        mapped = lambda idx: {exported.edge_node_of[i] for i in idx if i in exported.edge_node_of}  # noqa: E731
-        bad = mapped(unsupported_nodes(trt, exported.onnx_bytes)) & names
+        bad = _parser_refusals(unsupported_node_reasons(trt, exported.onnx_bytes),
+                               exported.edge_node_of, names)
         if bad:
-            return {n: "TensorRT's ONNX parser does not support it" for n in bad}
+            return bad
         try:  # parses the whole partition first: ParseFailure names the nodes
             build_engine(exported.onnx_bytes, self.compile_spec.build_options(), label=label,
                          profiles=input_profile_sets(sub_ep, self._profiles),
@@ -354,6 +374,7 @@ class TensorRTPartitioner(Partitioner):
         for _ in range(_MAX_ROUNDS):
             rejected.update(unpaired_qdq(ep.graph, rejected))  # Q/DQ stay with their consumers
             groups = self._propose(ep, candidates - set(rejected))
+            groups = self._attach_shape_values(groups, candidates, rejected)
             new = _escaping_shape_values(groups)
             for i, nodes in enumerate([] if new else groups):
                 new.update(self._check_or_split(ep, nodes, f"partition {i} ({len(nodes)} nodes)"))
