@@ -30,7 +30,9 @@ from .partition.report import PartitionReport, format_report, write_report
 from .cia_ops_cache import cia_ops_cached
 from .checks.export_check import checks_in_child, export_run_check, start_check_child, stop_check_child
 from .checks.run_check import RunCheck, RunCheckError, tolerance_for
-from .checks.runtime_kernels import check_runtime_kernels
+from .checks.runtime_kernels import check_edge_kernels, check_runtime_kernels
+from .lowering_errors import executorch_step
+from .moe_experts import traceable_experts
 
 
 class PartitionSplitWarning(UserWarning):
@@ -188,7 +190,9 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         prepared = prepare_for_export(model, target_flavor(),
                                       options.get("compute_capabilities"), allow_unquantized)
         traced, quantized_layers = prepared.traced, prepared.lines
-        programs = {"forward": torch.export.export(traced, inputs, dynamic_shapes=dynamic_shapes)}
+        with traceable_experts(model):  # MoE experts in a form TensorRT takes (moe_experts.py)
+            programs = {"forward": torch.export.export(traced, inputs,
+                                                       dynamic_shapes=dynamic_shapes)}
         reference = (prepared.reference, inputs)
     seconds["torch_export"] = time.perf_counter() - t0
     if external_weights:
@@ -225,18 +229,21 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
             # torch's pytree deprecation, raised where torch.export deep-copies
             # treespecs while ExecuTorch lowers: nothing a caller can act on.
             warnings.filterwarnings("ignore", category=FutureWarning, message=r".*LeafSpec.*")
-            edge = to_edge_transform_and_lower(
-                programs, partitioner=[trt_partitioner, *partitioners],
-                transform_passes=[private_shape_values],  # before partitioning
-                # Non-core ATen ops (erfinv, ...) must get through to be reported below.
-                compile_config=EdgeCompileConfig(_check_ir_validity=False),
-                constant_methods=dict(constant_methods) if constant_methods else None,
-                generate_etrecord=etrecord_path is not None)
+            with executorch_step("to_edge_transform_and_lower"):
+                edge = to_edge_transform_and_lower(
+                    programs, partitioner=[trt_partitioner, *partitioners],
+                    transform_passes=[private_shape_values],  # before partitioning
+                    # Non-core ATen ops (erfinv, ...) must get through to be reported below.
+                    compile_config=EdgeCompileConfig(_check_ir_validity=False),
+                    constant_methods=dict(constant_methods) if constant_methods else None,
+                    generate_etrecord=etrecord_path is not None)
             trt_partitioner.export_cache.clear()  # preprocess is done: what it left goes
             check_qdq_delegated(edge)
             if device_resident:
                 dr.check_device_io(edge)
-            program = edge.to_executorch(*([dr.backend_config()] if device_resident else []))
+            check_edge_kernels(edge)  # an op with no kernel: refused before to_executorch
+            with executorch_step("to_executorch"):
+                program = edge.to_executorch(*([dr.backend_config()] if device_resident else []))
         seconds["lower"] = time.perf_counter() - t1
         methods = describe_program(program.executorch_program)
         check_runtime_kernels(methods)

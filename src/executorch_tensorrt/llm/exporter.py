@@ -27,6 +27,7 @@ import torch
 from ..aot.export import ExportResult, export_program
 from ..aot.partition.report import format_report
 from ..aot.checks.run_check import tolerance_for
+from ..aot.moe_experts import traceable_experts
 from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
 from .hf_export import export_hf, hf_decode_step, hf_example_inputs, hf_static_cache_wrapper
@@ -199,8 +200,12 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     if progress:
         progress("torch.export of the decoder with its static cache...")
     try:
-        program = export_hf(hf_static_cache_wrapper(model, max_context_len, batch_size),
-                            max_seq_len, batch_size)
+        # MoE experts traced in a form TensorRT takes; the reference keeps the default.
+        with traceable_experts(model) as switched:
+            program = export_hf(hf_static_cache_wrapper(model, max_context_len, batch_size),
+                                max_seq_len, batch_size)
+        if switched and progress:
+            progress(f"experts traced as batched_mm (the model's own: {', '.join(switched)})")
     except Exception as e:  # noqa: BLE001 - any tracing failure, with its model named
         raise ExportError(f"torch.export of {type(model).__name__} with transformers' static "
                           f"cache failed: {type(e).__name__}: {e}") from e

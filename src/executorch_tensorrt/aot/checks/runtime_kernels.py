@@ -53,3 +53,68 @@ def check_runtime_kernels(methods: list[MethodInfo], *,
         f"{', '.join('aten.' + a for a in aten)} (e.g. ExecuTorch's CudaPartitioner on a "
         f"machine with CUDA PyTorch, for a runtime built with the CUDA backend), or change "
         f"the model to avoid it.")
+
+
+def _edge_ops(graph) -> list:
+    """The ops of an edge graph that to_executorch turns into kernel calls
+    (its to-out-variant pass skips the rest: Python operators, getitem,
+    delegate calls, symbolic-size ops), control-flow bodies included."""
+    from executorch.exir.passes import to_out_var_skiplist
+
+    ops = []
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target in to_out_var_skiplist:
+            continue
+        if getattr(node.target, "__module__", None) in ("builtins", "_operator"):
+            continue
+        if not hasattr(node.target, "_schema"):
+            continue  # higher-order ops: their bodies are graphs of their own
+        ops.append(node.target)
+    return ops
+
+
+def _kernel_name(op) -> str | None:
+    """The out variant's kernel name to_executorch would call for `op`
+    (`aten::add.out`), or None when the op has no out variant at all."""
+    from executorch.exir.operator.convert import get_out_args_from_opoverload, to_out_variant
+
+    try:
+        if hasattr(op, "to_out_variant"):  # an edge op
+            out = op.to_out_variant()
+            get_out_args_from_opoverload(out)
+        else:
+            out, _ = to_out_variant(op)
+    except (RuntimeError, AssertionError, KeyError):
+        return None
+    schema = out._schema
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def check_edge_kernels(edge) -> None:
+    """Before to_executorch: every op left outside the delegates of `edge`
+    (an EdgeProgramManager) has an out variant and a kernel in the installed
+    runtime. to_executorch would otherwise stop with ExecuTorch's bare
+    "Missing out variants", or write a program that fails to load."""
+    kernels = registered_kernels()
+    missing: dict[str, set[str]] = {}
+    for method in edge.methods:
+        graphs = [m.graph for m in edge.exported_program(method).graph_module.modules()
+                  if hasattr(m, "graph")]
+        for graph in graphs:
+            for op in _edge_ops(graph):
+                name = _kernel_name(op)
+                if name is None or name not in kernels:
+                    missing.setdefault(str(op._schema.name) + (
+                        "" if name else " (no out variant)"), set()).add(method)
+    if not missing:
+        return
+    names = ", ".join(f"{op} (method {', '.join(sorted(ms))})" for op, ms in sorted(missing.items()))
+    raise ExportError(
+        f"the program would leave {names} outside every delegate, and the installed "
+        "ExecuTorch runtime has no kernel for it, so to_executorch cannot lower it (or the "
+        "program would fail to load with error 0x14, Missing operator). Nothing was written. "
+        "Remedies: change the model so TensorRT can take it (its partition report says why "
+        "TensorRT's parser refused it: export_program(...).partitioner.reports), give "
+        "export a partitioner after TensorRT that takes the op (partitioners=[...], e.g. "
+        "ExecuTorch's CudaPartitioner with CUDA PyTorch), or, for a custom op, register an "
+        "ExecuTorch kernel for its out variant and load that library before export.")
