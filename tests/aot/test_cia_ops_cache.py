@@ -1,4 +1,4 @@
-"""torch's CIA-op set is built once per export (aot/cia_ops_cache.py), rebuilt
+"""torch's CIA-op set is built once per export (aot/trace/cia_ops_cache.py), rebuilt
 when an operator is registered, and torch's own function is back afterwards."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch._export.utils as torch_utils
 import torch.export.decomp_utils as decomp_utils
 import torch.export.exported_program as exported_program
 
-from executorch_tensorrt.aot.cia_ops_cache import cia_ops_cached
+from executorch_tensorrt.aot.trace.cia_ops_cache import cia_ops_cached
 
 
 def test_built_once_per_block_and_equal_to_torchs(monkeypatch):

@@ -9,7 +9,7 @@ from executorch.exir import EdgeProgramManager
 
 from executorch_tensorrt import export
 from executorch_tensorrt.aot import export as export_module
-from executorch_tensorrt.aot.lowering_errors import executorch_step
+from executorch_tensorrt.aot.checks.lowering_errors import executorch_step
 from executorch_tensorrt.errors import ExportError
 
 

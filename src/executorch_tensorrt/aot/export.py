@@ -27,12 +27,12 @@ from ..output_files import Staging, check_free_space, check_target, write_whole,
 from .partition.float64 import rewrite_float64
 from .partition.partitioner import BACKEND_ID, TensorRTPartitioner
 from .partition.report import PartitionReport, format_report, write_report
-from .cia_ops_cache import cia_ops_cached
+from .trace.cia_ops_cache import cia_ops_cached
 from .checks.export_check import checks_in_child, export_run_check, start_check_child, stop_check_child
 from .checks.run_check import RunCheck, RunCheckError, tolerance_for
 from .checks.runtime_kernels import check_edge_kernels, check_runtime_kernels
-from .lowering_errors import executorch_step
-from .moe_experts import traceable_experts
+from .checks.lowering_errors import executorch_step
+from .trace.moe_experts import traceable_experts
 
 
 class PartitionSplitWarning(UserWarning):
@@ -190,7 +190,7 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
         prepared = prepare_for_export(model, target_flavor(),
                                       options.get("compute_capabilities"), allow_unquantized)
         traced, quantized_layers = prepared.traced, prepared.lines
-        with traceable_experts(model):  # MoE experts in a form TensorRT takes (moe_experts.py)
+        with traceable_experts(model):  # MoE experts in a form TensorRT takes (trace/moe_experts.py)
             programs = {"forward": torch.export.export(traced, inputs,
                                                        dynamic_shapes=dynamic_shapes)}
         reference = (prepared.reference, inputs)

@@ -11,7 +11,7 @@ import importlib.util
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..runtime.testing import STAND_IN_ENV
+from ..runtime.executor import STAND_IN_ENV
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import torch
 from ..aot.export import ExportResult, export_program
 from ..aot.partition.report import format_report
 from ..aot.checks.run_check import tolerance_for
-from ..aot.moe_experts import traceable_experts
+from ..aot.trace.moe_experts import traceable_experts
 from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
 from .hf_export import export_hf, hf_decode_step, hf_example_inputs, hf_static_cache_wrapper

@@ -16,6 +16,8 @@ from .adapter import abi
 from .arguments import Binding
 
 FALLBACK_ENV = "EXECUTORCH_TENSORRT_FALLBACK"
+# Names a TEST-ONLY stand-in for TensorRT's context (testing.py); doctor reports it.
+STAND_IN_ENV = "EXECUTORCH_TENSORRT_TEST_STAND_IN"
 FALLBACK_ONNXRUNTIME = "onnxruntime"
 
 

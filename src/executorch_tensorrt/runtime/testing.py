@@ -16,8 +16,8 @@ import os
 import sys
 
 from ..errors import ArgumentError
+from .executor import STAND_IN_ENV
 
-STAND_IN_ENV = "EXECUTORCH_TENSORRT_TEST_STAND_IN"
 
 
 def stand_in_factory():

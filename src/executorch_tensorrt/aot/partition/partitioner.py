@@ -133,7 +133,7 @@ def _produces_tensors(node: torch.fx.Node) -> bool:
 
 
 def _escaping_shape_values(groups: list[list[torch.fx.Node]]) -> dict[str, str]:
-    """Shape values still crossing a boundary after shape_values.localize (none
+    """Shape values still crossing a boundary after private_shape_values and attach (none
     expected): a partition outputs tensors only, so such a node stays outside."""
     out = {}
     for nodes in groups:

@@ -10,7 +10,7 @@ import traceback
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..errors import ExportError
+from ...errors import ExportError
 
 _OURS = "/executorch_tensorrt/"
 _THEIRS = "/executorch/"
