@@ -12,6 +12,7 @@ process, the two alternating call by call, and prints the ratios.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import tempfile
 import time
@@ -19,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..program import tensor_file as tf
+from ..runtime.executor import STAND_IN_ENV
 from .runner import RunError, UsageError, choose_inputs, load_method, method_input_specs
 
 PERCENTILES = (50, 90, 99)
@@ -178,8 +180,11 @@ def format_bench(results: list[ProgramBench]) -> str:
     for r in results:
         lat = r.latency
         ran = ", ".join(r.executors) or "no TensorRT partition"
+        fake = os.environ.get(STAND_IN_ENV)
         lines += [f"{r.program} ({r.method}; inputs: {r.inputs})",
                   f"  TensorRT partitions ran on: {ran}"
+                  + (f"  (a FAKE, test-only stand-in for TensorRT's context: {STAND_IN_ENV}="
+                     f"{fake})" if fake and "tensorrt" in r.executors else "")
                   + ("  (the CPU fallback, not TensorRT: these are not TensorRT figures)"
                      if r.on_fallback else ""),
                   f"  load {r.load_ms:.1f} ms, first call {r.first_call_ms:.3f} ms",

@@ -31,6 +31,7 @@ from typing import Callable
 from ..program import tensor_file as tf
 from ..program.compare import compare_tensors
 from ..output_files import write_bytes_whole
+from ..runtime.executor import STAND_IN_ENV
 
 REPORT = "selftest.json"
 # Tolerances of a comparison with eager: the run check's, by what the case computes.
@@ -49,6 +50,7 @@ class CaseResult:
     name: str
     what: str
     exported: bool = False
+    export_only: bool = False           # exported to be run elsewhere (--export-only)
     export_error: str | None = None
     fallback_ran: bool = False
     fallback_error: str | None = None
@@ -60,7 +62,8 @@ class CaseResult:
 
     @property
     def ok(self) -> bool:
-        return self.exported and self.fallback_ran and all(c.ok for c in self.comparisons)
+        return (self.exported and (self.export_only or self.fallback_ran)
+                and all(c.ok for c in self.comparisons))
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,23 @@ def _example_case(name: str, what: str) -> Case:
         return export_program(model, inputs, folder / f"{name}.pte", progress=None).path
 
     return Case(name, what, TOLERANCE["fp32"], export)
+
+
+def _sum_case() -> Case:
+    def export(folder: Path) -> Path:
+        import torch
+
+        from ..aot.export import export_program
+
+        class Sum(torch.nn.Module):
+            def forward(self, x, y):
+                return x + y
+
+        g = torch.Generator().manual_seed(0)
+        inputs = (torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g))
+        return export_program(Sum().eval(), inputs, folder / "sum.pte", progress=None).path
+
+    return Case("sum", "two inputs, one elementwise op", TOLERANCE["fp32"], export)
 
 
 def _quantized_case(scheme: str) -> Case:
@@ -123,6 +143,7 @@ TINY_LLAMA = {"model_type": "llama", "vocab_size": 128, "hidden_size": 32,
 
 CASES = (
     _example_case("add", "one elementwise op"),
+    _sum_case(),
     _example_case("cnn", "conv, batch norm, pooling, linear"),
     _example_case("transformer", "a pre-norm transformer block"),
     _example_case("bitwise", "TensorRT around an op it refuses (ExecuTorch runs that op)"),
@@ -219,16 +240,28 @@ def _compare(against: str, expected, actual, tolerance: float) -> Comparison:
                       f"every element within {tolerance:g}")
 
 
-def run_case(case: Case, folder: Path, calls: int) -> CaseResult:
+def run_case(case: Case, folder: Path, calls: int, programs: Path | None = None,
+             export_only: bool = False) -> CaseResult:
+    """One case; `programs`: a battery exported before (`export_only`) to run
+    instead of exporting here (a target without the export toolchain)."""
     from ..program.references import reference_tensors
 
     result = CaseResult(case.name, case.what)
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        pte = case.export(folder)
+        if programs is not None:
+            pte = programs / case.name / f"{case.name}.pte"
+            if not pte.is_file():
+                raise FileNotFoundError(f"{pte} does not exist (export the battery with "
+                                        "selftest --export-only)")
+        else:
+            pte = case.export(folder)
         result.exported = True
     except Exception as e:  # noqa: BLE001 - reported, the battery goes on
         result.export_error = f"{type(e).__name__}: {e}"
+        return result
+    if export_only:
+        result.export_only = True
         return result
     inputs = tf.select(tf.read_tensors(pte.with_suffix(".expected.etensors")), "input")
     _, eager = reference_tensors(pte)
@@ -249,8 +282,11 @@ def run_case(case: Case, folder: Path, calls: int) -> CaseResult:
 
 
 def selftest(out: Path, names: tuple[str, ...] = CASE_NAMES, calls: int = 100,
-             use_cache: bool = False, progress: Callable[[str], None] = print) -> dict:
-    """Runs the battery into `out` and writes `out/selftest.json`; returns the report."""
+             use_cache: bool = False, programs: Path | None = None, export_only: bool = False,
+             progress: Callable[[str], None] = print) -> dict:
+    """Runs the battery into `out` and writes `out/selftest.json`; returns the
+    report. `export_only`: export it, run nothing; `programs`: run a battery
+    exported so (into that folder) instead of exporting."""
     from .. import __version__
 
     unknown = sorted(set(names) - set(CASE_NAMES))
@@ -262,11 +298,11 @@ def selftest(out: Path, names: tuple[str, ...] = CASE_NAMES, calls: int = 100,
     with _env("EXECUTORCH_TENSORRT_CACHE_DIR", None if use_cache else str(out / "engine-cache")):
         for case in (c for c in CASES if c.name in names):
             progress(f"selftest: {case.name} ({case.what})...")
-            results.append(run_case(case, out / case.name, calls))
+            results.append(run_case(case, out / case.name, calls, programs, export_only))
             said = {r.tensorrt_error for r in results[:-1]}
             progress("  " + describe(results[-1], repeated=results[-1].tensorrt_error in said))
     report = {"version": __version__, "python": platform.python_version(),
-              "machine": platform.machine(), "cases": [asdict(r) | {"ok": r.ok} for r in results],
+              "machine": platform.machine(), "stand_in": os.environ.get(STAND_IN_ENV), "cases": [asdict(r) | {"ok": r.ok} for r in results],
               "tensorrt_ran": any(r.tensorrt_ran for r in results),
               "all_ok": all(r.ok for r in results)}
     write_bytes_whole(out / REPORT, json.dumps(report, indent=1) + "\n")
@@ -276,12 +312,16 @@ def selftest(out: Path, names: tuple[str, ...] = CASE_NAMES, calls: int = 100,
 def describe(r: CaseResult, repeated: bool = False) -> str:
     if not r.exported:
         return f"{r.name}: EXPORT FAILED: {r.export_error}"
+    if r.export_only:
+        return f"{r.name}: exported"
     parts = [f"{c.against}: {'ok' if c.ok else 'DIFFERS'}" + ("" if c.ok else f" ({c.detail})")
              for c in r.comparisons]
     if not r.fallback_ran:
         parts.append(f"fallback did not run: {r.fallback_error}")
     if r.tensorrt_ran:
-        timing = f"{r.program_us:.1f} us/call"
+        fake = os.environ.get(STAND_IN_ENV)
+        timing = (f"TensorRT as a FAKE test-only stand-in ({STAND_IN_ENV}={fake}): " if fake
+                  else "") + f"{r.program_us:.1f} us/call"
         if r.enqueue_us is not None:
             timing += (f" vs TensorRT's own enqueue loop {r.enqueue_us:.1f} us "
                        f"(+{r.program_us - r.enqueue_us:.1f} us)")

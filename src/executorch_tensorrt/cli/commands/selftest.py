@@ -27,6 +27,12 @@ def register(sub) -> None:
                    help="comma-separated subset (default: all; see the report for names)")
     p.add_argument("--calls", type=int, default=100, metavar="N",
                    help="timed calls per program where TensorRT runs")
+    p.add_argument("--export-only", action="store_true",
+                   help="export the battery into OUT and run nothing (for a target without "
+                        "the export toolchain: copy OUT there and pass it as --programs)")
+    p.add_argument("--programs", metavar="DIR",
+                   help="run the battery exported into DIR by --export-only instead of "
+                        "exporting here")
     p.add_argument("--use-cache", action="store_true",
                    help="read and fill the engine cache loads use, instead of one inside OUT")
     p.set_defaults(func=run)
@@ -39,10 +45,13 @@ def run(args) -> int:
         raise Fail(EXIT_USAGE, f"--calls must be at least 1, got {args.calls}")
     names = tuple(n.strip() for n in args.cases.split(",")) if args.cases else CASE_NAMES
     try:
-        report = selftest(Path(args.out), names, args.calls, args.use_cache)
+        report = selftest(Path(args.out), names, args.calls, args.use_cache,
+                          Path(args.programs) if args.programs else None, args.export_only)
     except ValueError as e:
         raise Fail(EXIT_USAGE, str(e)) from None
     print(f"report: {Path(args.out) / 'selftest.json'}")
     if not report["all_ok"]:
         return EXIT_MISMATCH
+    if args.export_only:
+        return EXIT_OK
     return EXIT_OK if report["tensorrt_ran"] else EXIT_NO_TENSORRT
