@@ -65,12 +65,26 @@ def _edge_ops(graph) -> list:
     for node in graph.nodes:
         if node.op != "call_function" or node.target in to_out_var_skiplist:
             continue
+        if _schema_name(node.target) in _REMOVED_BY_TO_EXECUTORCH:
+            continue
         if getattr(node.target, "__module__", None) in ("builtins", "_operator"):
             continue
         if not hasattr(node.target, "_schema"):
             continue  # higher-order ops: their bodies are graphs of their own
         ops.append(node.target)
     return ops
+
+
+# Asserts and range constraints: to_executorch erases them (RemoveGraphAssertsPass)
+# before it looks for out variants, so they need no kernel.
+_REMOVED_BY_TO_EXECUTORCH = {"aten::_assert_async", "aten::_assert_scalar",
+                             "aten::sym_constrain_range_for_size", "aten::sym_constrain_range",
+                             "aten::_assert_tensor_metadata"}
+
+
+def _schema_name(target) -> str | None:
+    schema = getattr(target, "_schema", None)
+    return schema.name if schema is not None else None
 
 
 def _kernel_name(op) -> str | None:
@@ -108,7 +122,8 @@ def check_edge_kernels(edge) -> None:
                         "" if name else " (no out variant)"), set()).add(method)
     if not missing:
         return
-    names = ", ".join(f"{op} (method {', '.join(sorted(ms))})" for op, ms in sorted(missing.items()))
+    names = ", ".join(f"{op} (method {', '.join(sorted(ms))}; {op.split()[0].replace('::', '.')})"
+                      for op, ms in sorted(missing.items()))
     raise ExportError(
         f"the program would leave {names} outside every delegate, and the installed "
         "ExecuTorch runtime has no kernel for it, so to_executorch cannot lower it (or the "
