@@ -156,7 +156,8 @@ CASE_NAMES = tuple(c.name for c in CASES)
 
 def _run_fallback(pte: Path, out: Path) -> tuple[list[tf.Tensor] | None, str | None]:
     """The program on the onnxruntime fallback, in a child that sees no GPU."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime"}
+    env = {**{k: v for k, v in os.environ.items() if k != STAND_IN_ENV},  # onnxruntime only
+           "CUDA_VISIBLE_DEVICES": "", "EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime"}
     done = subprocess.run([sys.executable, "-m", "executorch_tensorrt", "run", str(pte),
                            "--outputs", str(out)], capture_output=True, text=True, env=env,
                           timeout=900)
