@@ -138,3 +138,39 @@ def test_recipe_registers_when_optimum_was_imported_first():
                   "print(recipe_registry['tensorrt'].__module__)", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["executorch_tensorrt.llm.optimum_recipe"]
+
+
+MOE_EXPORT = """
+import json, sys
+import executorch_tensorrt
+from optimum.exporters.executorch import main_export
+model_dir, out = sys.argv[1:3]
+progs = main_export(model_dir, task="text-generation", recipe="tensorrt", output_dir=out,
+                    local_files_only=True, max_seq_len=%d,
+                    recipe_kwargs={"max_seq_len": %d, "progress": None})
+report = progs["model"].result.export.reports["forward"]
+print(json.dumps({"rejected": sorted(report.rejected), "partitions": len(report.partitions)}))
+""" % (CONTEXT, PER_CALL)
+
+
+def test_a_moe_decoder_with_the_default_experts_code_goes_through_the_recipe(tmp_path,
+                                                                              allow_fallback):
+    """Mixtral with transformers' default experts code: optimum hands its module
+    over, the recipe puts every node on TensorRT, and ExecuTorch's runner
+    decodes eager's greedy tokens from the program optimum wrote."""
+    from executorch.extension.llm.runner import TextLLMRunner
+    from test_moe_export import MOE_CONFIGS
+
+    config = dict(MOE_CONFIGS["mixtral"])
+    config.pop("model_type")
+    model = transformers.MixtralForCausalLM(transformers.MixtralConfig(**config)).eval()
+    model.save_pretrained(tmp_path / "model")
+    done = _child(MOE_EXPORT, str(tmp_path / "model"), str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"rejected": [], "partitions": 1}, report
+    tokenizer = write_char_tokenizer(tmp_path)
+    got = runner_tokens(TextLLMRunner(str(tmp_path / "out" / "model.pte"), str(tokenizer)),
+                        PROMPT, NEW)
+    want = greedy_decode(llm.eager_decoder(model, CONTEXT), encode(PROMPT), NEW).tokens
+    assert got and got == want[:len(got)], (got, want)
