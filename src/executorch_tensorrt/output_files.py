@@ -211,11 +211,8 @@ class Staging:
     def write(self, target: Path | str, write: Callable[[BinaryIO], None]) -> Path:
         """Writes `target`'s staged copy with `write(file)`; returns its staged path."""
         staged = self.path(target)
-        try:
-            with open(staged, "xb") as f:
-                write(f)
-        except OSError as e:
-            raise write_error(e, target) from e
+        with writing(target), open(staged, "xb") as f:
+            write(f)
         return staged
 
     def publish(self, targets: Sequence[Path | str], remove: Iterable[Path | str] = ()) -> None:

@@ -210,12 +210,12 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     if check_memory:
         check_export_memory(real_weights, options.get("inline_weights", False), progress)
     # The weights are a lower bound of the program's size: refuse before the work.
-    check_free_space(path.parent, weight_bytes(real_weights).total,
-                     f"{path.name} (its weights alone)")
+    weights = weight_bytes(real_weights).total  # reads this process's memory map: once
+    check_free_space(path.parent, weights, f"{path.name} (its weights alone)")
     # A program this big is checked in a child process: started now, its
     # imports overlap the export (export_check.start_check_child).
     child = (start_check_child() if run_check and not device_resident
-             and checks_in_child(weight_bytes(real_weights).total) else None)
+             and checks_in_child(weights) else None)
     try:
         trt_partitioner = TensorRTPartitioner(exclude_ops=exclude_ops, progress=progress,
                                               keep_whole=partitioners, **options)

@@ -31,7 +31,7 @@ from typing import Callable
 from ..program import tensor_file as tf
 from ..program.compare import compare_tensors
 from ..output_files import write_bytes_whole
-from ..runtime.executor import STAND_IN_ENV
+from ..runtime.executor import FALLBACK_ENV, STAND_IN_ENV
 
 REPORT = "selftest.json"
 # Tolerances of a comparison with eager: the run check's, by what the case computes.
@@ -58,7 +58,8 @@ class CaseResult:
     tensorrt_error: str | None = None   # why TensorRT could not run it (the backend's cause)
     comparisons: list[Comparison] = field(default_factory=list)
     program_us: float | None = None     # median per call through ExecuTorch
-    enqueue_us: float | None = None     # TensorRT's own execute_async_v3 + sync, summed over partitions
+    # TensorRT's own execute_async_v3 + sync, summed over partitions
+    enqueue_us: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -189,9 +190,7 @@ def _run_tensorrt(pte: Path, inputs: list[tf.Tensor], calls: int):
     from executorch.runtime import Runtime
 
     from ..runtime import callbacks
-    from ..runtime.executor import FALLBACK_ENV
 
-    saved = os.environ.pop(FALLBACK_ENV, None)  # TensorRT or a refusal, never the fallback
     try:
         before = {id(e) for e in callbacks.install().live_executors()}
         data = pte.with_suffix(".ptd")
@@ -213,24 +212,25 @@ def _run_tensorrt(pte: Path, inputs: list[tf.Tensor], calls: int):
         from .runner import backend_cause
 
         raise RuntimeError(f"{e}{backend_cause(executorch_tensorrt.last_error())}") from None
-    finally:
-        if saved is not None:
-            os.environ[FALLBACK_ENV] = saved
 
 
 @contextlib.contextmanager
-def _env(name: str, value: str | None):
-    """Sets `name` to `value` for the block (None: leaves it as it is)."""
-    saved = os.environ.get(name)
-    if value is not None:
-        os.environ[name] = value
+def _env(changes: dict[str, str | None]):
+    """The environment with `changes` (None: unset) for the block, then as it was."""
+    saved = {name: os.environ.get(name) for name in changes}
+    for name, value in changes.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _compare(against: str, expected, actual, tolerance: float) -> Comparison:
@@ -271,7 +271,8 @@ def run_case(case: Case, folder: Path, calls: int, programs: Path | None = None,
         result.fallback_ran = True
         result.comparisons.append(_compare("eager (fallback)", eager, fallback, case.tolerance))
     try:
-        trt, result.program_us, result.enqueue_us = _run_tensorrt(pte, inputs, calls)
+        with _env({FALLBACK_ENV: None}):  # TensorRT or a refusal, never the fallback
+            trt, result.program_us, result.enqueue_us = _run_tensorrt(pte, inputs, calls)
         result.tensorrt_ran = True
     except RuntimeError as e:
         result.tensorrt_error = str(e)
@@ -296,14 +297,16 @@ def selftest(out: Path, names: tuple[str, ...] = CASE_NAMES, calls: int = 100,
     out.mkdir(parents=True, exist_ok=True)
     results: list[CaseResult] = []
     # The user's engine cache stays untouched (the fallback children inherit this).
-    with _env("EXECUTORCH_TENSORRT_CACHE_DIR", None if use_cache else str(out / "engine-cache")):
+    cache = {} if use_cache else {"EXECUTORCH_TENSORRT_CACHE_DIR": str(out / "engine-cache")}
+    with _env(cache):
         for case in (c for c in CASES if c.name in names):
             progress(f"selftest: {case.name} ({case.what})...")
             results.append(run_case(case, out / case.name, calls, programs, export_only))
             said = {r.tensorrt_error for r in results[:-1]}
             progress("  " + describe(results[-1], repeated=results[-1].tensorrt_error in said))
     report = {"version": __version__, "python": platform.python_version(),
-              "machine": platform.machine(), "stand_in": os.environ.get(STAND_IN_ENV), "cases": [asdict(r) | {"ok": r.ok} for r in results],
+              "machine": platform.machine(), "stand_in": os.environ.get(STAND_IN_ENV),
+              "cases": [asdict(r) | {"ok": r.ok} for r in results],
               "tensorrt_ran": any(r.tensorrt_ran for r in results),
               "all_ok": all(r.ok for r in results)}
     write_bytes_whole(out / REPORT, json.dumps(report, indent=1) + "\n")
