@@ -49,3 +49,23 @@ def test_doctor_checks_the_weights_file_and_names_the_stand_in(exported, tmp_pat
     monkeypatch.setenv("EXECUTORCH_TENSORRT_TEST_STAND_IN", "stand_in_engine")
     code, out, _ = cli_main("doctor")
     assert "STAND-IN:" in out and "FAKE" in out
+
+
+def test_doctor_names_a_torch_that_executorch_python_runtime_was_not_built_for(monkeypatch):
+    """ExecuTorch's Python bindings link the torch they were built with; a
+    machine with another torch (a GPU image's own) is told so, with the remedy."""
+    import importlib.metadata
+
+    from executorch_tensorrt.deploy import doctor
+
+    real = importlib.metadata.version
+    required = doctor._required("torch")
+    assert required and real("torch").split("+")[0] == required  # this machine: matching
+    report = doctor.diagnose()
+    assert report.torch_mismatch is None and "MISMATCH" not in doctor.format_report(report)
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "2.11.0+cu130" if name == "torch" else real(name))
+    report = doctor.diagnose()
+    text = doctor.format_report(report)
+    assert report.torch == "2.11.0+cu130" and f"torch=={required}" in report.torch_mismatch
+    assert "torch:         2.11.0+cu130 (MISMATCH: " in text and "C++ runtime" in text

@@ -295,6 +295,17 @@ def selftest(out: Path, names: tuple[str, ...] = CASE_NAMES, calls: int = 100,
     if unknown:
         raise ValueError(f"unknown case {', '.join(unknown)}; the cases: {', '.join(CASE_NAMES)}")
     out.mkdir(parents=True, exist_ok=True)
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ..deploy.doctor import torch_check
+
+    try:
+        executorch = version("executorch")
+    except PackageNotFoundError:
+        executorch = "not installed"
+    torch_version, torch_mismatch = torch_check(executorch)
+    if torch_mismatch:  # every case will fail at its first call: say why once, first
+        progress(f"selftest: torch {torch_version}: {torch_mismatch}")
     results: list[CaseResult] = []
     # The user's engine cache stays untouched (the fallback children inherit this).
     cache = {} if use_cache else {"EXECUTORCH_TENSORRT_CACHE_DIR": str(out / "engine-cache")}
@@ -306,6 +317,7 @@ def selftest(out: Path, names: tuple[str, ...] = CASE_NAMES, calls: int = 100,
             progress("  " + describe(results[-1], repeated=results[-1].tensorrt_error in said))
     report = {"version": __version__, "python": platform.python_version(),
               "machine": platform.machine(), "stand_in": os.environ.get(STAND_IN_ENV),
+              "executorch": executorch, "torch": torch_version, "torch_mismatch": torch_mismatch,
               "cases": [asdict(r) | {"ok": r.ok} for r in results],
               "tensorrt_ran": any(r.tensorrt_ran for r in results),
               "all_ok": all(r.ok for r in results)}

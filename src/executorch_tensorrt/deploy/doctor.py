@@ -1,13 +1,14 @@
 """What this machine can do with TensorRT programs (`executorch-tensorrt doctor`):
 the CUDA driver and GPUs (asked of the driver loaded at run time), the TensorRT
-found and what it builds and runs, ExecuTorch, the adapter's ABI, the engine
-cache; given a program, each partition's first load (prepare.first_load)."""
+found and what it builds and runs, ExecuTorch and the torch its Python runtime
+needs, the adapter's ABI, the engine cache; given a program, each partition's first load (prepare.first_load)."""
 from __future__ import annotations
 
 import ctypes
-import os
 import importlib.metadata
 import importlib.util
+import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,6 +32,8 @@ class Report:
     why_not: str | None  # why TensorRT cannot run an engine here
     executorch: str
     executorch_cuda: bool
+    torch: str  # the installed version
+    torch_mismatch: str | None  # why the installed torch breaks ExecuTorch's Python runtime
     adapter_abi: int
     cache: str
     cache_bytes: int
@@ -70,6 +73,39 @@ def _driver() -> tuple[str, list[Gpu], str | None]:
     return text, gpus, None
 
 
+def _required(package: str) -> str | None:
+    """The exact version of `package` this distribution requires, if it pins one."""
+    try:
+        requires = importlib.metadata.requires("executorch-tensorrt") or []
+    except importlib.metadata.PackageNotFoundError:  # a source checkout on the path
+        return None
+    for line in requires:
+        found = re.fullmatch(rf"{re.escape(package)}\s*==\s*([^\s;]+)(\s*;.*)?", line.strip())
+        if found:
+            return found.group(1)
+    return None
+
+
+def torch_check(executorch: str) -> tuple[str, str | None]:
+    """The installed torch, and why it breaks `executorch.runtime` when it is not
+    the one ExecuTorch's Python bindings were compiled against (they link
+    libtorch and read its tensors' layout: a mismatch fails at the first call,
+    e.g. "tensor does not have a device")."""
+    try:
+        installed = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed", ("executorch.runtime needs torch; pip install "
+                                 "executorch-tensorrt installs the one it was built with")
+    wanted = _required("torch")
+    if wanted is None or installed.split("+")[0] == wanted.split("+")[0]:
+        return installed, None
+    return installed, (f"ExecuTorch {executorch}'s Python bindings are built for torch {wanted}, "
+                       f"and torch {installed} is installed: executorch.runtime (and run, bench, "
+                       f"selftest) can fail at the first call. Install torch=={wanted}, or run "
+                       "programs through ExecuTorch's C++ runtime (docs/cpp.md), which needs no "
+                       "torch")
+
+
 def _cache_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
 
@@ -105,7 +141,8 @@ def diagnose(program: str | Path | None = None, data: str | Path | None = None) 
         "cuda" in p.name for p in (Path(spec.origin).parent / "lib").glob("*.so*")))
     folder = cache_dir()
     report = Report(driver_text, gpus, found, builds, why_not is None, why_not, executorch,
-                    et_cuda, ETRT_EXECUTOR_ABI_VERSION, str(folder), _cache_bytes(folder))
+                    et_cuda, *torch_check(executorch), ETRT_EXECUTOR_ABI_VERSION, str(folder),
+                    _cache_bytes(folder))
     report.stand_in = os.environ.get(STAND_IN_ENV) or None
     if program is not None:
         from .prepare import first_load, weights_found
@@ -124,6 +161,8 @@ def format_report(report: Report) -> str:
         f"  builds for:  {', '.join(report.builds_for) or 'nothing'}",
         f"  runs here:   {'yes' if report.runs_here else 'no: ' + str(report.why_not)}",
         f"ExecuTorch:    {report.executorch} (CUDA build: {'yes' if report.executorch_cuda else 'no'})",
+        f"torch:         {report.torch}" + (f" (MISMATCH: {report.torch_mismatch})"
+                                               if report.torch_mismatch else ""),
         f"adapter ABI:   {report.adapter_abi}",
         f"engine cache:  {report.cache} ({report.cache_bytes} bytes)",
     ]
