@@ -51,3 +51,28 @@ def test_a_case_that_fails_is_exit_1_and_named(tmp_path, monkeypatch):
 def test_an_unknown_case_is_a_usage_error(tmp_path):
     code, _, err = cli_main("selftest", "--out", tmp_path / "out", "--cases", "add,nosuch")
     assert code == 2 and "unknown case nosuch" in err and "decoder" in err
+
+
+def test_a_program_that_cannot_run_names_the_cli_error_not_a_trace_line(tmp_path):
+    """The fallback child's failure is reported by its `error:` line (not the
+    last line of whatever it printed), and a torch error's C++ backtrace is cut."""
+    from executorch_tensorrt.cli.runner import error_text
+
+    programs = tmp_path / "programs"
+    code, _, err = cli_main("selftest", "--out", programs, "--cases", "add", "--export-only")
+    assert code == 0, err
+    pte = programs / "add" / "add.pte"
+    data = bytearray(pte.read_bytes())
+    data[8:64] = bytes(56)  # the flatbuffer's root table: the program cannot load
+    pte.write_bytes(bytes(data))
+    code, stdout, _ = cli_main("selftest", "--out", tmp_path / "out", "--programs", programs,
+                               "--cases", "add", "--calls", "1")
+    case = json.loads((tmp_path / "out" / "selftest.json").read_text())["cases"][0]
+    assert code == 1 and not case["fallback_ran"], stdout
+    assert case["fallback_error"].startswith("ExecuTorch cannot load"), case["fallback_error"]
+    for command in ("inspect", "doctor", "prepare"):  # our own readers refuse it by name too
+        code, out, err = cli_main(command, pte)
+        assert code in (2, 3) and "damaged" in err and "export it again" in err, (command, err)
+    torch_error = RuntimeError("tensor does not have a device\nException raised from "
+                               "device_default at TensorImpl.h:1303\nframe #0: c10::Error")
+    assert error_text(torch_error) == "tensor does not have a device"

@@ -231,6 +231,12 @@ def backend_cause(last_error: str) -> str:
     return f". {first}"
 
 
+def error_text(e: BaseException) -> str:
+    """An exception's message without the C++ backtrace that torch's errors
+    (c10::Error, raised through ExecuTorch's bindings) append to it."""
+    return str(e).split("\nException raised from ", 1)[0].strip()
+
+
 def execute(method, inputs: list[tf.Tensor]) -> list[tf.Tensor]:
     import executorch_tensorrt
 
@@ -239,9 +245,9 @@ def execute(method, inputs: list[tf.Tensor]) -> list[tf.Tensor]:
         outputs = method.execute(given)
     except Exception as e:  # noqa: BLE001
         if "set_inputs" in str(e):  # ExecuTorch's own refusal: our backend never ran
-            raise RunError(f"running the method failed: {e}{input_refusal(method, given)}") \
-                from None
-        raise RunError(f"running the method failed: {e}"
+            raise RunError(f"running the method failed: {error_text(e)}"
+                           f"{input_refusal(method, given)}") from None
+        raise RunError(f"running the method failed: {error_text(e)}"
                        f"{backend_cause(executorch_tensorrt.last_error())}") from None
     return [tf.from_torch(f"output.{i}", o) for i, o in enumerate(outputs)]
 

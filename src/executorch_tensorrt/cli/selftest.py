@@ -163,7 +163,9 @@ def _run_fallback(pte: Path, out: Path) -> tuple[list[tf.Tensor] | None, str | N
                            "--outputs", str(out)], capture_output=True, text=True, env=env,
                           timeout=900)
     if done.returncode != 0:
-        return None, done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
+        said = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
+        return None, said[-1].removeprefix("error: ") if said else (
+            done.stderr.strip().splitlines() or ["failed"])[-1]
     return tf.read_tensors(out), None
 
 
@@ -209,9 +211,10 @@ def _run_tensorrt(pte: Path, inputs: list[tf.Tensor], calls: int):
         return ([tf.from_torch(f"output.{i}", o) for i, o in enumerate(outputs)],
                 statistics.median(samples), _enqueue_us(mine, calls))
     except Exception as e:  # noqa: BLE001 - the backend's cause is what the report needs
-        from .runner import backend_cause
+        from .runner import backend_cause, error_text
 
-        raise RuntimeError(f"{e}{backend_cause(executorch_tensorrt.last_error())}") from None
+        raise RuntimeError(f"{error_text(e)}{backend_cause(executorch_tensorrt.last_error())}") \
+            from None
 
 
 @contextlib.contextmanager

@@ -101,8 +101,11 @@ def _target(blob: Blob, capability: str | None) -> str:
 
 def _partitions(pte_file) -> Iterator[tuple[str, int, Blob]]:
     program = pte_file.program
+    if program.execution_plan is None or program.backend_delegate_data is None:
+        raise InvalidProgramError("the program's method or delegate table is missing (a "
+                                  "damaged .pte): export it again")
     for plan in program.execution_plan:
-        for i, delegate in enumerate(plan.delegates):
+        for i, delegate in enumerate(plan.delegates or ()):
             if delegate.id != "TensorRTBackend":
                 continue
             index = delegate.processed.index

@@ -71,11 +71,22 @@ def read_pte(path: str | Path):
 
 
 def read_program(path: str | Path) -> list[MethodInfo]:
-    return describe_program(read_pte(path).program)
+    return describe_program(read_pte(path).program, str(path))
 
 
-def describe_program(program) -> list[MethodInfo]:
-    """The methods of a deserialized program (executorch.exir.schema.Program)."""
+def describe_program(program, source: str = "the program") -> list[MethodInfo]:
+    """The methods of a deserialized program (executorch.exir.schema.Program);
+    ValueError naming `source` when its tables are damaged."""
+    try:
+        return _methods(program)
+    except (TypeError, IndexError, AttributeError, KeyError) as e:
+        # The flatbuffer parsed but its tables do not hold together (a missing
+        # method table, an index past a list): damaged, as ExecuTorch would say.
+        raise ValueError(f"{source} is not a valid ExecuTorch program: its tables are damaged "
+                         f"({type(e).__name__}: {e}); export it again") from None
+
+
+def _methods(program) -> list[MethodInfo]:
     methods = []
     for plan in program.execution_plan:
         info = MethodInfo(plan.name)

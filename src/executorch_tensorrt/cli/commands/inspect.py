@@ -30,7 +30,7 @@ def run(args) -> int:
     from ...program.info import describe_program, device_resident_problems, format_program, read_pte
 
     pte = read_pte(path)
-    methods = describe_program(pte.program)
+    methods = describe_program(pte.program, str(path))
     print(format_program(methods))
     from ...program.cache_report import cache_report, format_cache_report
 
