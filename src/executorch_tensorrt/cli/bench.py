@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..program import tensor_file as tf
 from ..runtime.executor import STAND_IN_ENV
-from .runner import RunError, UsageError, choose_inputs, load_method, method_input_specs
+from .runner import UsageError, choose_inputs, load_method, method_input_specs, run_method
 
 PERCENTILES = (50, 90, 99)
 
@@ -100,14 +100,7 @@ class _Runner:
 
     def call(self) -> float:
         start = time.perf_counter()
-        try:
-            self.method.execute(self.inputs)
-        except Exception as e:  # noqa: BLE001 - ExecuTorch raises RuntimeError with a code
-            import executorch_tensorrt
-            from .runner import backend_cause
-
-            raise RunError(f"running the method failed: {e}"
-                           f"{backend_cause(executorch_tensorrt.last_error())}") from None
+        run_method(self.method, self.inputs)
         return (time.perf_counter() - start) * 1e3
 
 

@@ -237,18 +237,23 @@ def error_text(e: BaseException) -> str:
     return str(e).split("\nException raised from ", 1)[0].strip()
 
 
-def execute(method, inputs: list[tf.Tensor]) -> list[tf.Tensor]:
+def run_method(method, given: list) -> list:
+    """One call of an executorch.runtime Method on torch inputs; RunError with
+    ExecuTorch's refusal of the inputs or the backend's cause."""
     import executorch_tensorrt
 
-    given = [tf.to_torch(t) for t in inputs]
     try:
-        outputs = method.execute(given)
-    except Exception as e:  # noqa: BLE001
+        return method.execute(given)
+    except Exception as e:  # noqa: BLE001 - ExecuTorch raises RuntimeError with a code
         if "set_inputs" in str(e):  # ExecuTorch's own refusal: our backend never ran
             raise RunError(f"running the method failed: {error_text(e)}"
                            f"{input_refusal(method, given)}") from None
         raise RunError(f"running the method failed: {error_text(e)}"
                        f"{backend_cause(executorch_tensorrt.last_error())}") from None
+
+
+def execute(method, inputs: list[tf.Tensor]) -> list[tf.Tensor]:
+    outputs = run_method(method, [tf.to_torch(t) for t in inputs])
     return [tf.from_torch(f"output.{i}", o) for i, o in enumerate(outputs)]
 
 

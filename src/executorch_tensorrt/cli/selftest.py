@@ -32,6 +32,7 @@ from ..program import tensor_file as tf
 from ..program.compare import compare_tensors
 from ..output_files import write_bytes_whole
 from ..runtime.executor import FALLBACK_ENV, STAND_IN_ENV
+from .runner import RunError
 
 REPORT = "selftest.json"
 # Tolerances of a comparison with eager: the run check's, by what the case computes.
@@ -188,33 +189,23 @@ def _enqueue_us(executors, calls: int) -> float | None:
 
 def _run_tensorrt(pte: Path, inputs: list[tf.Tensor], calls: int):
     """(outputs, program µs per call, enqueue µs per call) with TensorRT only."""
-    import executorch_tensorrt
-    from executorch.runtime import Runtime
-
     from ..runtime import callbacks
+    from .runner import load_method, run_method
 
-    try:
-        before = {id(e) for e in callbacks.install().live_executors()}
-        data = pte.with_suffix(".ptd")
-        program = Runtime.get().load_program(
-            str(pte), **({"data_path": str(data)} if data.is_file() else {}))
-        method = program.load_method("forward")
-        given = [tf.to_torch(t) for t in inputs]
-        outputs = method.execute(given)
-        samples = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            method.execute(given)
-            samples.append((time.perf_counter() - start) * 1e6)
-        mine = [e for e in callbacks.install().live_executors()
-                if id(e) not in before and e.kind == "tensorrt"]
-        return ([tf.from_torch(f"output.{i}", o) for i, o in enumerate(outputs)],
-                statistics.median(samples), _enqueue_us(mine, calls))
-    except Exception as e:  # noqa: BLE001 - the backend's cause is what the report needs
-        from .runner import backend_cause, error_text
-
-        raise RuntimeError(f"{error_text(e)}{backend_cause(executorch_tensorrt.last_error())}") \
-            from None
+    before = {id(e) for e in callbacks.install().live_executors()}
+    data = pte.with_suffix(".ptd")
+    method = load_method(pte, "forward", data if data.is_file() else None)
+    given = [tf.to_torch(t) for t in inputs]
+    outputs = run_method(method, given)
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        run_method(method, given)
+        samples.append((time.perf_counter() - start) * 1e6)
+    mine = [e for e in callbacks.install().live_executors()
+            if id(e) not in before and e.kind == "tensorrt"]
+    return ([tf.from_torch(f"output.{i}", o) for i, o in enumerate(outputs)],
+            statistics.median(samples), _enqueue_us(mine, calls))
 
 
 @contextlib.contextmanager
@@ -277,8 +268,8 @@ def run_case(case: Case, folder: Path, calls: int, programs: Path | None = None,
         with _env({FALLBACK_ENV: None}):  # TensorRT or a refusal, never the fallback
             trt, result.program_us, result.enqueue_us = _run_tensorrt(pte, inputs, calls)
         result.tensorrt_ran = True
-    except RuntimeError as e:
-        result.tensorrt_error = str(e)
+    except RunError as e:  # the backend's cause, as run gives it (the path is the case's)
+        result.tensorrt_error = str(e).replace(f" of {pte}", "")
         return result
     result.comparisons.append(_compare("eager (TensorRT)", eager, trt, case.tolerance))
     if fallback is not None:
