@@ -26,10 +26,12 @@ CONTEXT, PER_CALL, NEW = 48, 4, 10
 PROMPT = "optimum+TRT"  # 11 tokens: prefilled in chunks of 4
 
 
-def _child(script: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def _child(script: str, *args: str, timeout: int = 600,
+           env: dict | None = None) -> subprocess.CompletedProcess:
     if not (SITE / "optimum" / "exporters" / "executorch").is_dir():
         pytest.fail(f"{SITE} has no optimum-executorch: run tools/setup.sh")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SITE), str(REPO)])}
+    env = {**os.environ, **(env or {}),
+           "PYTHONPATH": os.pathsep.join([str(SITE), str(REPO)])}
     return subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
                           text=True, timeout=timeout, env=env)
 

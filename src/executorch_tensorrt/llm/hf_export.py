@@ -4,6 +4,8 @@ decode step over a fresh cache (`hf_decode_step`, the reference `llm.export`
 checks against), and the strict torch.export of the wrapper with a dynamic
 sequence length (`export_hf`): one method `forward(tokens[B, S],
 positions[S]) -> logits[B, S, V]` serving prefill (S > 1) and decode (S = 1).
+For multimodal programs the same wrapper fed embeddings (`export_hf_embeddings`:
+`text_decoder(embeddings, positions)`) and the `token_embedding` method.
 """
 from __future__ import annotations
 
@@ -79,4 +81,39 @@ def export_hf(wrapper, max_seq: int = 16, batch_size: int = 1) -> torch.export.E
     with _parameters_not_cloned_by_dynamo():
         return wrapper.export(input_ids=input_ids, cache_position=cache_position,
                               dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
+                              strict=True)
+
+
+class TokenEmbedding(nn.Module):
+    """`tokens[B, S] -> embeddings[B, S, D]`: a multimodal program's
+    `token_embedding` method (ExecuTorch's MultimodalRunner embeds text
+    tokens with it, then calls `text_decoder` on the embeddings)."""
+
+    def __init__(self, embedding: nn.Module):
+        super().__init__()
+        self.embedding = embedding
+
+    def forward(self, tokens):
+        return self.embedding(tokens)
+
+
+def export_token_embedding(embedding: nn.Module, max_seq: int) -> torch.export.ExportedProgram:
+    seq = torch.export.Dim("seq", min=1, max=max_seq)
+    tokens, _ = hf_example_inputs(max_seq)
+    with _parameters_not_cloned_by_dynamo():
+        return torch.export.export(TokenEmbedding(embedding).eval(), (tokens,),
+                                   dynamic_shapes=({1: seq},), strict=True)
+
+
+def export_hf_embeddings(wrapper, hidden_size: int, dtype: torch.dtype,
+                         max_seq: int = 16) -> torch.export.ExportedProgram:
+    """export_hf for a `text_decoder(embeddings[1, S, D], positions[S]) ->
+    logits[1, S, V]` method: the same static-cache wrapper, fed embeddings."""
+    seq = torch.export.Dim("seq", min=1, max=max_seq)
+    _, cache_position = hf_example_inputs(max_seq)
+    embeds = torch.zeros(1, cache_position.shape[0], hidden_size, dtype=dtype)
+    with _parameters_not_cloned_by_dynamo():
+        return wrapper.export(inputs_embeds=embeds, cache_position=cache_position,
+                              dynamic_shapes={"inputs_embeds": {1: seq},
+                                              "cache_position": {0: seq}},
                               strict=True)

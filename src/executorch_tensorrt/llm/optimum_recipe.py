@@ -12,6 +12,13 @@ becomes our `max_context_len`; the tokens per call default to the same and
 can be lowered with `recipe_kwargs={"max_seq_len": N}`. optimum's other
 constant methods (`get_n_layers`, `get_head_dim`, `get_dtype`, ...) are
 written too; ours win where both name one.
+
+`automatic-speech-recognition` (Whisper): optimum hands its
+`Seq2SeqLMExportableModule`; the recipe exports the transformers model it
+holds (`.model`) with llm/speech.py as the `encoder` and `text_decoder`
+methods `ExecuTorchModelForSpeechSeq2Seq` runs, weights in the .pte (that
+class loads `model.pte` alone). optimum's `max_seq_len` (default 1024) is the
+decoder cache, capped at the model's `max_target_positions`.
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat1
 # recipe_kwargs the recipe takes (main_export(..., recipe_kwargs={...})).
 OPTIONS = ("max_seq_len", "quantize", "group_size", "external_weights", "precision",
            "compute_capabilities", "progress")
+SPEECH_OPTIONS = ("precision", "compute_capabilities", "progress")
 
 
 class WrittenProgram:
@@ -90,9 +98,10 @@ def _causal_lm_module(model):
 
     if not isinstance(model, CausalLMExportableModule):
         raise ValueError(
-            f"the {RECIPE!r} recipe exports text-generation models (a causal LM; optimum "
-            f"gave a {type(model).__name__}). For other models export the transformers "
-            "module with executorch_tensorrt.export(), or use another recipe")
+            f"the {RECIPE!r} recipe exports text-generation models (a causal LM) and "
+            f"automatic-speech-recognition models (Whisper); optimum gave a "
+            f"{type(model).__name__}. For other models export the transformers module with "
+            "executorch_tensorrt.export(), or use another recipe")
     if model.use_custom_sdpa or model.use_custom_kv_cache:
         raise ValueError(
             f"the {RECIPE!r} recipe exports transformers' own attention and static cache, "
@@ -109,6 +118,8 @@ def _causal_lm_module(model):
 
 def export_with_tensorrt(model, **kwargs) -> dict[str, WrittenProgram]:
     """The recipe optimum calls with its exportable module and recipe_kwargs."""
+    if _is_whisper(model):
+        return _export_speech(model, **kwargs)
     unknown = sorted(set(kwargs) - set(OPTIONS))
     if unknown:
         raise TypeError(f"the {RECIPE!r} recipe takes recipe_kwargs {', '.join(OPTIONS)}; "
@@ -127,6 +138,38 @@ def export_with_tensorrt(model, **kwargs) -> dict[str, WrittenProgram]:
                         max_context_len=context, dtype=dtype, output=folder / "model.pte",
                         bos_id=metadata.get("get_bos_id"), eos_ids=eos,
                         constant_methods=metadata, **kwargs)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return {"model": WrittenProgram(result, folder)}
+
+
+def _is_whisper(model) -> bool:
+    from transformers import WhisperForConditionalGeneration
+
+    return isinstance(getattr(model, "model", None), WhisperForConditionalGeneration) and \
+        hasattr(model, "max_seq_len") and hasattr(model, "metadata")
+
+
+def _export_speech(module, **kwargs) -> dict[str, WrittenProgram]:
+    from .speech import export_whisper
+
+    unknown = sorted(set(kwargs) - set(SPEECH_OPTIONS))
+    if unknown:
+        raise TypeError(f"the {RECIPE!r} recipe takes recipe_kwargs {', '.join(SPEECH_OPTIONS)} "
+                        f"for automatic-speech-recognition; got {', '.join(unknown)}")
+    model = module.model
+    if has_torchao_weights(model):
+        raise ValueError(f"the model was quantized by optimum (qlinear / qembedding); the "
+                         f"{RECIPE!r} recipe exports speech models unquantized: leave those out")
+    limit = int(model.config.max_target_positions)
+    cache = min(int(module.max_seq_len), limit)
+    # get_max_seq_len is what optimum's class generates up to: the cache we made.
+    metadata = {**module.metadata, "get_max_seq_len": cache}
+    folder = Path(tempfile.mkdtemp(prefix="etrt-optimum-"))
+    try:
+        result = export_whisper(model, max_cache_len=cache, output=folder / "model.pte",
+                                constant_methods=metadata, **kwargs)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise

@@ -80,8 +80,9 @@ def stop_check_child(child: subprocess.Popen | None) -> None:
 
 def check_in_child(path: Path, data_path: Path | None, reference: tuple[Path, str] | None,
                    tolerance: float, int_range: tuple[int, int],
-                   child: subprocess.Popen | None = None) -> RunCheck:
-    args = {"path": str(path), "data": str(data_path) if data_path else None,
+                   child: subprocess.Popen | None = None,
+                   method: str = "forward") -> RunCheck:
+    args = {"path": str(path), "data": str(data_path) if data_path else None, "method": method,
             "reference": [str(reference[0]), reference[1]] if reference else None,
             "tolerance": tolerance, "int_range": list(int_range)}
     child = child if child is not None else start_check_child()
@@ -120,22 +121,24 @@ def _eager_file(folder: str, eager) -> tuple[Path, str] | None:
 
 def export_run_check(path: Path, data_paths: Sequence[Path], methods: Sequence[MethodInfo],
                      eager, expected_file: Path | None, device_resident: bool,
-                     tolerance: float, child: subprocess.Popen | None = None) -> RunCheck:
+                     tolerance: float, child: subprocess.Popen | None = None,
+                     method: str = "forward") -> RunCheck:
     """export()'s check of the program it wrote (export.py raises RunCheckError
     when the result is not ok). `forward` runs on the written reference's
-    inputs, else on `eager`'s; the other methods on generated inputs. A
+    inputs, else on `eager`'s (`method`: the one `eager` is the eager form of);
+    the other methods on generated inputs. A
     program above IN_PROCESS_LIMIT bytes runs in a child process
     (check_in_child; `child`: one start_check_child started earlier), so that
     export's own peak memory stays bounded. An unused `child` is stopped."""
     try:
         return _export_run_check(path, data_paths, methods, eager, expected_file,
-                                 device_resident, tolerance, child)
+                                 device_resident, tolerance, child, method)
     finally:
         stop_check_child(child)
 
 
 def _export_run_check(path, data_paths, methods, eager, expected_file, device_resident,
-                      tol, child) -> RunCheck:
+                      tol, child, method="forward") -> RunCheck:
     if device_resident:
         return RunCheck(skipped="a device-resident program: executorch's Python runtime gives "
                                 "methods host tensors; run it with the C++ runner "
@@ -147,8 +150,8 @@ def _export_run_check(path, data_paths, methods, eager, expected_file, device_re
         reference = ((tensors_path(path), "example inputs") if expected_file is not None
                      else _eager_file(folder, eager))
         if checks_in_child(size):
-            return check_in_child(path, data, reference, tol, int_range, child)
-        cases = {"forward": stored_case(*reference)} if reference is not None else {}
+            return check_in_child(path, data, reference, tol, int_range, child, method)
+        cases = {method: stored_case(*reference)} if reference is not None else {}
         return check_program(path, data, cases, tol, int_range)
 
 
@@ -164,7 +167,8 @@ def main(argv: list[str]) -> None:
         argv = [line]
     args = json.loads(argv[0])
     reference = args["reference"]
-    cases = {"forward": stored_case(Path(reference[0]), reference[1])} if reference else {}
+    cases = ({args.get("method", "forward"): stored_case(Path(reference[0]), reference[1])}
+             if reference else {})
     check = check_program(args["path"], args["data"], cases, args["tolerance"],
                           tuple(args["int_range"]))
     print(to_json(check), flush=True)

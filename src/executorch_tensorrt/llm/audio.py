@@ -1,0 +1,148 @@
+"""Audio-language models (transformers' Voxtral: a Whisper-style audio tower,
+a projector, a causal LM) as one program for ExecuTorch's MultimodalRunner
+(`executorch.extension.llm.runner.MultimodalRunner`, C++ `MultimodalRunner`).
+
+What the runner calls (ExecuTorch 1.5.1, extension/llm/runner):
+- `audio_encoder(features float[1, n_mels, frames]) -> embeddings[1, N, D]`
+  for a `make_audio_input` (its dtype must be the method's, or float32 to a
+  bfloat16 method); the N embeddings then go to `text_decoder` in ONE call, so
+  N <= max_seq_len;
+- `token_embedding(tokens int64[1, S]) -> embeddings[1, S, D]`;
+- `text_decoder(embeddings[1, S, D], positions int64[S]) -> logits[1, S, V]`;
+- the constant methods TextLLMRunner reads too (llm/metadata.py).
+
+The audio encoder is this module's; token_embedding and text_decoder are the
+causal LM's own export (llm/hf_export.py, the decoder's KV caches owned by
+TensorRT), shared with other multimodal programs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..aot.export import ExportResult, export_program
+from ..errors import ExportError
+from ..tensorrt.engine_builder import Progress, stderr_progress
+from .audio_inputs import AudioSpec
+from .exporter import DTYPES, _check_arguments, _ids, in_dtype
+from .hf_export import (export_hf_embeddings, export_token_embedding, hf_example_inputs,
+                        hf_static_cache_wrapper)
+from .metadata import LLMMetadata
+
+
+class AudioEncoder(nn.Module):
+    """`features[1, n_mels, frames] -> embeddings[1, N, D]`: the model's own
+    `get_audio_features` (audio tower + projector) with the runner's batch."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_features):
+        return self.model.get_audio_features(input_features).pooler_output.unsqueeze(0)
+
+
+def audio_spec(model) -> AudioSpec:
+    """The encoder's fixed input and the tokens it makes, from the model's
+    configs (Whisper-style: two frames per position, then the projector
+    groups `intermediate_size / hidden_size` positions into one token)."""
+    audio = model.config.audio_config
+    positions = int(audio.max_source_positions)
+    group = int(audio.intermediate_size) // int(audio.hidden_size)
+    return AudioSpec(int(audio.num_mel_bins), 2 * positions, model.dtype, positions // group)
+
+
+def causal_lm_of(model) -> nn.Module:
+    """The audio model's language model with its head as one transformers
+    causal LM (built on the meta device, then given the model's own modules:
+    no weight is copied), for hf_export's static-cache wrapper."""
+    import transformers
+
+    text_config = model.config.get_text_config()
+    with torch.device("meta"):
+        lm = transformers.AutoModelForCausalLM.from_config(text_config)
+    lm.model = model.model.language_model
+    lm.lm_head = model.lm_head
+    return lm.eval()
+
+
+@dataclass
+class AudioLLMExportResult:
+    path: Path
+    data_paths: list[Path]
+    metadata: LLMMetadata
+    audio: AudioSpec
+    export: ExportResult
+
+
+def audio_llm_programs(model, spec: AudioSpec, max_seq_len: int,
+                       max_context_len: int) -> dict[str, torch.export.ExportedProgram]:
+    lm = causal_lm_of(model)
+    hidden = int(model.config.get_text_config().hidden_size)
+    features = torch.zeros(1, spec.n_mels, spec.frames, dtype=spec.dtype)
+    with torch.no_grad():
+        encoder = torch.export.export(AudioEncoder(model).eval(), (features,), strict=True)
+        embedding = export_token_embedding(lm.get_input_embeddings(), max_seq_len)
+        decoder = export_hf_embeddings(hf_static_cache_wrapper(lm, max_context_len), hidden,
+                                       spec.dtype, max_seq_len)
+    return {"audio_encoder": encoder, "token_embedding": embedding, "text_decoder": decoder}
+
+
+def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: str | Path,
+                     dtype: str = "float32", bos_id: int | None = None, eos_ids=None,
+                     progress: Progress | None = stderr_progress,
+                     **options) -> AudioLLMExportResult:
+    """Exports a transformers audio-language model (VoxtralForConditionalGeneration)
+    for MultimodalRunner. `max_seq_len`: most embeddings per text_decoder call,
+    at least the tokens one audio input becomes (the runner prefills them in
+    one call); `max_context_len`: the KV cache's positions."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+    if not hasattr(model, "get_audio_features") or not hasattr(model.config, "audio_config"):
+        raise TypeError(f"export_audio_llm takes a transformers audio-language model with "
+                        f"get_audio_features (Voxtral), got {type(model).__name__}")
+    model = in_dtype(model.eval(), DTYPES[dtype])
+    config = model.config.get_text_config()
+    _check_arguments(config, max_seq_len, max_context_len, dtype, None, 1)
+    spec = audio_spec(model)
+    if spec.tokens > max_seq_len:
+        raise ValueError(
+            f"one audio input becomes {spec.tokens} tokens, which MultimodalRunner feeds to "
+            f"text_decoder in one call, but max_seq_len={max_seq_len}; export with "
+            f"max_seq_len >= {spec.tokens}")
+    meta = LLMMetadata(
+        max_seq_len=max_seq_len, max_context_len=max_context_len,
+        vocab_size=int(config.vocab_size),
+        bos_id=bos_id if bos_id is not None else getattr(config, "bos_token_id", None),
+        eos_ids=_ids(eos_ids if eos_ids is not None else getattr(config, "eos_token_id", None)))
+    if progress:
+        progress(f"{type(model).__name__}: audio [1, {spec.n_mels}, {spec.frames}] -> "
+                 f"{spec.tokens} tokens, cache of {max_context_len} positions, up to "
+                 f"{max_seq_len} per call, dtype {dtype}")
+        progress("torch.export of audio_encoder, token_embedding and text_decoder...")
+    try:
+        programs = audio_llm_programs(model, spec, max_seq_len, max_context_len)
+    except Exception as e:  # noqa: BLE001 - any tracing failure, with its model named
+        raise ExportError(f"torch.export of {type(model).__name__} failed: "
+                          f"{type(e).__name__}: {e}") from e
+    # The run check's reference: the text decoder over a fresh cache of its own,
+    # on contiguous positions (generated ones would not be).
+    lm = causal_lm_of(model)
+    step = hf_static_cache_wrapper(lm, max_context_len).model
+    _, positions = hf_example_inputs(max_seq_len)
+    embeds = torch.randn(1, positions.shape[0], int(config.hidden_size),
+                         generator=torch.Generator().manual_seed(0)).to(DTYPES[dtype])
+    result = export_program(programs, None, output, progress=progress,
+                            reference_model=lambda e, p: step(inputs_embeds=e, cache_position=p),
+                            reference_inputs=(embeds, positions), reference_method="text_decoder",
+                            constant_methods={**meta.constant_methods(),
+                                              **spec.constant_methods()},
+                            write_expected_file=False, **options)
+    return AudioLLMExportResult(result.path, result.data_paths, meta, spec, result)
+
+
+__all__ = ["export_audio_llm", "audio_llm_programs", "audio_spec", "causal_lm_of",
+           "AudioEncoder", "AudioLLMExportResult"]

@@ -1,0 +1,118 @@
+"""An audio-language model (transformers' Voxtral from a tiny random config)
+exported with `llm.audio.export_audio_llm` runs in ExecuTorch's own
+MultimodalRunner: a `make_audio_input` of log-mel features and a token
+prompt decode eager's greedy tokens; every method is on TensorRT. Bad audio
+inputs are refused with the input, the limit and the remedy named."""
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from executorch_tensorrt.llm.audio_inputs import AudioSpec, check_audio_features, read_audio_spec
+from runner_helpers import BOS, CHARS, EOS, VOCAB, write_char_tokenizer
+
+N_MELS, FRAMES, AUDIO_TOKENS = 8, 32, 4  # 16 positions, 4 per token
+PROMPT, NEW = [5, 6, 7], 10
+
+
+def _voxtral():
+    config = transformers.VoxtralConfig(
+        audio_config={"hidden_size": 32, "intermediate_size": 128, "num_hidden_layers": 2,
+                      "num_attention_heads": 4, "num_mel_bins": N_MELS,
+                      "max_source_positions": FRAMES // 2},
+        text_config={"model_type": "llama", "vocab_size": VOCAB, "hidden_size": 32,
+                     "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                     "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 64,
+                     "bos_token_id": BOS, "eos_token_id": EOS},
+        audio_token_id=VOCAB - 3)
+    torch.manual_seed(0)
+    return transformers.VoxtralForConditionalGeneration(config).eval()
+
+
+def _eager_greedy(model, features, prompt, n):
+    """The model's own modules, no cache: audio embeddings, then the prompt's."""
+    lm, embed = model.model.language_model, model.model.language_model.embed_tokens
+    with torch.no_grad():
+        embeds = torch.cat([model.get_audio_features(features).pooler_output[None],
+                            embed(torch.tensor([prompt]))], 1)
+        out = []
+        for _ in range(n):
+            logits = model.lm_head(lm(inputs_embeds=embeds, use_cache=False).last_hidden_state)
+            out.append(int(logits[0, -1].argmax()))
+            embeds = torch.cat([embeds, embed(torch.tensor([[out[-1]]]))], 1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    from executorch_tensorrt.llm.audio import export_audio_llm
+
+    folder = tmp_path_factory.mktemp("voxtral")
+    model = _voxtral()
+    result = export_audio_llm(model, max_seq_len=8, max_context_len=48,
+                              output=folder / "model.pte", progress=None)
+    return model, result, write_char_tokenizer(folder)
+
+
+def test_multimodal_runner_decodes_eagers_greedy_tokens(exported, allow_fallback):
+    from executorch.extension.llm.runner import (GenerationConfig, MultimodalRunner,
+                                                 make_audio_input, make_token_input)
+
+    model, result, tokenizer = exported
+    torch.manual_seed(1)
+    features = torch.randn(1, N_MELS, FRAMES)
+    pieces: list[str] = []
+    MultimodalRunner(str(result.path), str(tokenizer)).generate(
+        [make_audio_input(features), make_token_input(PROMPT)],
+        GenerationConfig(echo=False, max_new_tokens=NEW, temperature=0.0),
+        token_callback=pieces.append)
+    ids = {c: i for i, c in enumerate(CHARS)} | {"<s>": BOS, "</s>": EOS, "": EOS}
+    got = [ids[p] for p in pieces]
+    want = _eager_greedy(model, features, PROMPT, NEW)
+    assert got and got == want[:len(got)] and len(set(want)) > 2, (got, want)
+
+
+def test_every_method_is_one_tensorrt_partition_owning_the_caches(exported):
+    reports = exported[1].export.reports
+    assert sorted(reports) == ["audio_encoder", "text_decoder", "token_embedding"]
+    for method, report in reports.items():
+        assert report.rejected == {} and len(report.partitions) == 1, (method, report.rejected)
+    caches = {k: v for k, v in reports["text_decoder"].state.items() if "_cache_" in k}
+    assert len(caches) == 4 and all(v.startswith("owned by TensorRT") for v in caches.values())
+
+
+def test_the_program_records_its_audio_input(exported, allow_fallback):
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(str(exported[1].path))
+    assert read_audio_spec(program) == AudioSpec(N_MELS, FRAMES, torch.float32, AUDIO_TOKENS)
+
+
+@pytest.mark.parametrize("features, words", [
+    (torch.zeros(1, N_MELS, FRAMES - 2), ["30 frames", f"exactly {FRAMES}", "pad"]),
+    (torch.zeros(1, N_MELS, FRAMES + 8), ["40 frames", "chunks of 32"]),
+    (torch.zeros(1, N_MELS + 1, FRAMES), ["9 mel bins", "feature_size=8"]),
+    (torch.zeros(1, N_MELS, FRAMES, dtype=torch.float16), ["float16", "float32", ".to("]),
+    (torch.zeros(N_MELS, FRAMES), ["[8, 32]", "batch"]),
+])
+def test_bad_audio_features_name_input_limit_and_remedy(features, words):
+    spec = AudioSpec(N_MELS, FRAMES, torch.float32, AUDIO_TOKENS)
+    with pytest.raises(ValueError) as e:
+        check_audio_features(features, spec)
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_more_audio_tokens_than_the_context_holds_is_refused():
+    spec = AudioSpec(N_MELS, FRAMES, torch.float32, AUDIO_TOKENS)
+    check_audio_features(torch.zeros(1, N_MELS, FRAMES), spec, context_left=AUDIO_TOKENS)
+    with pytest.raises(ValueError, match="becomes 4 tokens, but only 3 positions"):
+        check_audio_features(torch.zeros(1, N_MELS, FRAMES), spec, context_left=3)
+
+
+def test_export_refuses_audio_that_does_not_fit_one_decoder_call(tmp_path):
+    from executorch_tensorrt.llm.audio import export_audio_llm
+
+    with pytest.raises(ValueError, match="becomes 4 tokens.*max_seq_len >= 4"):
+        export_audio_llm(_voxtral(), max_seq_len=3, max_context_len=48,
+                         output=tmp_path / "model.pte", progress=None)
