@@ -92,3 +92,26 @@ def fp8_zero(model: ir.Model, name: str, dims: list[int] | None = None) -> ir.Va
                                           dtype=ir.DataType.FLOAT8E4M3FN, name=name))
     model.graph.register_initializer(zero)
     return zero
+
+
+class QuantizedEmbedding(torch.nn.Module):
+    """ids -> rows of a quantized table (a row is an output channel); a format
+    says how its rows dequantize (`dequantized`)."""
+
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor,
+                 padding_idx: int | None) -> None:
+        super().__init__()
+        self.padding_idx = padding_idx
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("weight_scale", scale)
+
+    @property
+    def num_embeddings(self) -> int:
+        return self.qweight.shape[0]
+
+    def dequantized(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.embedding(ids, self.dequantized(), self.padding_idx)
+

@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import QuantizationError
-from ..placeholders import (PARAMETER, PLACEHOLDER_DOMAIN, PLACEHOLDER_OPSET, declare_packed,
+from ..placeholders import (PARAMETER, PLACEHOLDER_DOMAIN, PLACEHOLDER_OPSET,
+                            QuantizedEmbedding, declare_packed,
                             finish_placeholders, pack_int4, placeholder_nodes, placeholder_op,
                             replace_placeholder, unpack_int4)
 
@@ -145,27 +146,16 @@ def lower_onnx(model: ir.Model) -> None:
     finish_placeholders(model)
 
 
-class Int4Embedding(torch.nn.Module):
-    """ids -> rows of the table dequantized per group of `group_size` features
-    (a row is an output channel, its features the groups' axis)."""
+class Int4Embedding(QuantizedEmbedding):
+    """Rows dequantized per group of `group_size` features (the groups' axis)."""
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, group_size: int,
                  padding_idx: int | None) -> None:
-        super().__init__()
+        super().__init__(qweight, scale, padding_idx)
         self.group_size = group_size
-        self.padding_idx = padding_idx
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("weight_scale", scale)
-
-    @property
-    def num_embeddings(self) -> int:
-        return self.qweight.shape[0]
 
     def dequantized(self) -> torch.Tensor:
         return DEQUANTIZE_INT4(self.qweight, self.weight_scale, self.group_size)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(ids, self.dequantized(), self.padding_idx)
 
 
 def quantize_linear(linear: torch.nn.Linear, layer: str,

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from onnxscript.onnx_opset import opset18 as op
 
+from ..placeholders import QuantizedEmbedding
+
 _LIB = torch.library.Library("etrt_quant", "FRAGMENT")
 _LIB.define("dequantize_weight(Tensor q, Tensor scale, int axis) -> Tensor")
 
@@ -73,25 +75,11 @@ class DequantizedLinear(torch.nn.Module):
         return F.linear(x, DEQUANTIZE_WEIGHT(self.qweight, self.weight_scale, 0), self.bias)
 
 
-class Int8Embedding(torch.nn.Module):
-    """ids -> rows of the table dequantized per row (a row is an output channel)."""
-
-    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor,
-                 padding_idx: int | None) -> None:
-        super().__init__()
-        self.padding_idx = padding_idx
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("weight_scale", scale)
-
-    @property
-    def num_embeddings(self) -> int:
-        return self.qweight.shape[0]
+class Int8Embedding(QuantizedEmbedding):
+    """Rows dequantized per row."""
 
     def dequantized(self) -> torch.Tensor:
         return DEQUANTIZE_WEIGHT(self.qweight, self.weight_scale, 0)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(ids, self.dequantized(), self.padding_idx)
 
 
 def quantize_linear(linear: torch.nn.Linear, layer: str,
