@@ -231,6 +231,7 @@ def test_multimodal_command_takes_an_hwc_image_and_a_wav(toy_dir, tokenizer, tmp
     ("audio_without_encoder", ["an audio was given", "no audio_encoder", "leave the audio out"]),
     ("no_token_embedding", ["no method 'token_embedding'", "MultimodalRunner needs"]),
     ("no_forward", ["no method 'forward'", "TextLLMRunner"]),
+    ("no_limits", ["no method 'get_max_context_len'", "constant methods"]),
     ("long_prompt", ["the prompt is 41 tokens", "take at most 40 at once", "max_seq_len"]),
     ("context_full", ["fill 48 positions (8 for the media, 40 for the prompt)",
                       "holds 48 (get_max_context_len)", "needs one free"]),
@@ -263,12 +264,16 @@ def test_multimodal_bad_inputs(case, words, toy_dir, tokenizer, tmp_path):
         program = toy.write_program(tmp_path, name="vision_only.pte")
         args += ["--audio", tmp_path / "audio.npy"]
     elif case == "no_token_embedding":
-        program = toy.write_program(tmp_path, drop=("token_embedding",), name="broken.pte")
+        program = toy.write_program(tmp_path, vision=False, drop=("token_embedding",),
+                                    name="broken.pte")
     elif case == "no_forward":
         program = toy.write_program(tmp_path, vision=False, name="renamed.pte",
                                     rename={"token_embedding": "embed",
                                             "text_decoder": "decoder"})
         args = []
+    elif case == "no_limits":
+        program = toy.write_program(tmp_path, vision=False, name="no_limits.pte",
+                                    drop=("get_max_context_len",))
     elif case == "long_prompt":
         prompt = "x" * 41
     elif case == "context_full":

@@ -101,6 +101,7 @@ def write_program(folder: Path, audio: bool = False, vision: bool = True,
                  "get_vocab_size": VOCAB, "use_kv_cache": True, "enable_dynamic_shape": True,
                  "get_bos_id": BOS, "get_eos_ids": [EOS]}
     programs = {(rename or {}).get(k, k): v for k, v in programs.items() if k not in drop}
+    constants = {k: v for k, v in constants.items() if k not in drop}
     manager = to_edge_transform_and_lower(programs, constant_methods=constants).to_executorch()
     path = folder / name
     path.write_bytes(manager.buffer)

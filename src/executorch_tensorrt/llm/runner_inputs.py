@@ -23,6 +23,7 @@ from .metadata import LLMMetadata, read_metadata
 
 ENCODERS = {"image": "vision_encoder", "audio": "audio_encoder"}
 MULTIMODAL_METHODS = ("token_embedding", "text_decoder")
+LIMIT_METHODS = ("get_max_seq_len", "get_max_context_len", "get_vocab_size")
 # The runners' float inputs: uint8 images, float32 images and features (the
 # runner converts float32 to bfloat16 itself for a bfloat16 encoder).
 _RUNNER_DTYPES = {"image": ("uint8", "float32"), "audio": ("float32",)}
@@ -78,8 +79,9 @@ def read_program_info(path: str | Path, data_path: str | Path | None = None) -> 
 
     path = Path(path)
     if not path.is_file():
-        raise GenerateInputError(f"program {path} does not exist: give the .pte that "
-                                 "llm.export (or llm-export) wrote")
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise GenerateInputError(f"program {path} {what}: give the .pte that llm.export (or "
+                                 "llm-export) wrote")
     executorch_tensorrt.register()  # the runner loads TensorRTBackend's partitions
     extra = {"data_path": str(data_path)} if data_path is not None else {}
     try:
@@ -90,10 +92,14 @@ def read_program_info(path: str | Path, data_path: str | Path | None = None) -> 
                                f"{e}. The file is damaged or not an ExecuTorch program: export "
                                "it again.") from None
     methods = frozenset(program.method_names)
-    try:
-        limits = read_metadata(program)
-    except ValueError as e:
-        raise GenerateInputError(f"program {path}: {e}") from None
+    absent = [m for m in LIMIT_METHODS if m not in methods]
+    if absent:
+        raise GenerateInputError(
+            f"program {path} has no method {', '.join(repr(m) for m in absent)}: the constant "
+            "methods ExecuTorch's runners read their limits from (its methods: "
+            f"{', '.join(sorted(methods))}). Export it with executorch_tensorrt.llm.export, or "
+            "pass them as constant methods to to_edge_transform_and_lower.")
+    limits = read_metadata(program)
     info = ProgramInfo(path, Path(data_path) if data_path else None, methods, limits,
                        {}, {}, None)
     if not info.multimodal:
@@ -247,9 +253,6 @@ def read_audio(path: str | Path, meta: TensorMeta) -> np.ndarray:
             f"audio {path}: {where} have shape {list(array.shape)}; program's audio_encoder "
             f"takes {meta.describe()}. Compute the features as the model's processor does "
             "(e.g. a log-mel spectrogram) and save them with numpy.save.")
-    if array.dtype != np.float32 and path.suffix.lower() == ".npy":
-        raise GenerateInputError(f"audio {path} is {array.dtype}; ExecuTorch's runner takes "
-                                 "float32 features: save them as float32")
     _check_dtype(array, meta, path, "audio")
     return np.ascontiguousarray(array)
 
@@ -276,9 +279,10 @@ def _check_dtype(array: np.ndarray, meta: TensorMeta, path: Path, kind: str) -> 
     want = "float32" if meta.dtype == "bfloat16" else meta.dtype
     method = ENCODERS[kind]
     if want not in _RUNNER_DTYPES[kind]:
+        feeds = " or ".join(_RUNNER_DTYPES[kind])
         raise GenerateInputError(f"program's {method} takes {meta.dtype}, which ExecuTorch's "
-                                 f"MultimodalRunner cannot feed ({' or '.join(_RUNNER_DTYPES[kind])}"
-                                 " only): export the encoder with such an input")
+                                 f"MultimodalRunner cannot feed ({feeds} only): export the "
+                                 "encoder with such an input")
     if array.dtype != np.dtype(want):
         raise GenerateInputError(
             f"{kind} {path} is {array.dtype}; program's {method} takes {meta.dtype}"
