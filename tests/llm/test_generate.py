@@ -219,13 +219,23 @@ def test_multimodal_command_takes_an_hwc_image_and_a_wav(toy_dir, tokenizer, tmp
     assert _ids(list(out.rstrip("\n"))) == toy.eager_tokens("Hi", 8, audio=heard)
 
 
+def test_raw_image_and_audio_files_in_the_encoders_layout(toy_dir, tokenizer, tmp_path):
+    _image(5).numpy().tofile(tmp_path / "image.raw")
+    _audio(6).numpy().tofile(tmp_path / "audio.bin")
+    result = llm.generate(toy_dir / "toy_multimodal.pte", tokenizer, "Hi", max_new_tokens=6,
+                          image=tmp_path / "image.raw", audio=tmp_path / "audio.bin")
+    assert _ids(result.pieces) == toy.eager_tokens("Hi", 6, image=_image(5), audio=_audio(6))
+
+
 @pytest.mark.parametrize("case, words", [
     ("no_image", ["encodes an image (float32 [1, 3, 8, 8])", "--image"]),
     ("small_image", ["has shape [3, 4, 8]", "vision_encoder takes float32 [1, 3, 8, 8]",
                      "Resize it to 8x8 with 3 channels"]),
     ("four_channels", ["has shape [8, 8, 4]", "with 3 channels"]),
     ("uint8_image", ["is uint8", "vision_encoder takes float32", "Save the array as float32"]),
-    ("png_image", ["reads images as .npy arrays", "numpy.save"]),
+    ("png_image", ["reads images as .npy arrays", "raw .raw/.bin", "numpy.save"]),
+    ("short_raw_image", ["holds 700 bytes",
+                         "takes float32 [1, 3, 8, 8], 768 bytes of raw float32"]),
     ("mono_wav", ["have shape [1, 1, 16]", "audio_encoder takes float32 [1, 8, 16]",
                   "processor"]),
     ("audio_without_encoder", ["an audio was given", "no audio_encoder", "leave the audio out"]),
@@ -249,6 +259,9 @@ def test_multimodal_bad_inputs(case, words, toy_dir, tokenizer, tmp_path):
         np.save(tmp_path / "image.npy", np.zeros((8, 8, 4), np.float32))
     elif case == "uint8_image":
         np.save(tmp_path / "image.npy", np.zeros((3, 8, 8), np.uint8))
+    elif case == "short_raw_image":
+        (tmp_path / "image.raw").write_bytes(bytes(700))
+        args = ["--image", tmp_path / "image.raw"]
     elif case == "png_image":
         (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n")
         args = ["--image", tmp_path / "image.png"]

@@ -203,20 +203,39 @@ def _read_npy(path: Path, what: str) -> np.ndarray:
         raise GenerateInputError(f"{what} {path} is not a .npy array: {e}") from None
 
 
+RAW_SUFFIXES = (".raw", ".bin")  # bare values in the encoder's dtype and layout
+
+
+def _read_raw(path: Path, meta: TensorMeta, kind: str) -> np.ndarray:
+    dtype = np.dtype("float32" if meta.dtype == "bfloat16" else meta.dtype)
+    want = int(np.prod(meta.shape)) * dtype.itemsize
+    size = path.stat().st_size
+    if size != want:
+        raise GenerateInputError(
+            f"{kind} {path} holds {size} bytes; program's {ENCODERS[kind]} takes "
+            f"{meta.describe()}, {want} bytes of raw {dtype} values in that layout. Write "
+            "exactly that (array.astype(...).tofile), or give a .npy.")
+    return np.fromfile(path, dtype).reshape(meta.shape)
+
+
 def read_image(path: str | Path, meta: TensorMeta) -> np.ndarray:
     """The image as the encoder's [C, H, W] (or [1, C, H, W]) array, from a
     .npy of [H, W, C] or [C, H, W] (optionally with a batch of 1) in the
-    encoder's dtype. PNG/JPEG need Pillow, which is no dependency: convert
-    them to .npy with the model's own preprocessing."""
+    encoder's dtype, or a raw file of its values in the encoder's layout.
+    PNG/JPEG need Pillow, which is no dependency: convert them with the
+    model's own preprocessing."""
     path = Path(path)
     if not path.is_file():
         raise GenerateInputError(f"image {path} does not exist")
-    if path.suffix.lower() != ".npy":
+    suffix = path.suffix.lower()
+    if suffix not in (".npy", *RAW_SUFFIXES):
         raise GenerateInputError(
             f"image {path}: generate reads images as .npy arrays ([H, W, C] or [C, H, W], "
-            f"the encoder takes {meta.describe()}). Resize and normalize the image as the "
-            "model's processor does and save it with numpy.save.")
-    array = _read_npy(path, "image")
+            f"the encoder takes {meta.describe()}) or raw {'/'.join(RAW_SUFFIXES)} values in "
+            "the encoder's layout. Resize and normalize the image as the model's processor "
+            "does and save it with numpy.save.")
+    array = _read_raw(path, meta, "image") if suffix in RAW_SUFFIXES else \
+        _read_npy(path, "image")
     want = meta.shape[-3:]
     if array.ndim == 4 and array.shape[0] == 1:
         array = array[0]
@@ -233,8 +252,9 @@ def read_image(path: str | Path, meta: TensorMeta) -> np.ndarray:
 
 def read_audio(path: str | Path, meta: TensorMeta) -> np.ndarray:
     """Audio as the encoder's [batch, bins, frames] float32 array: a .npy of
-    features, or a .wav whose samples (scaled to [-1, 1]) are [1, channels,
-    samples], for an encoder that takes the waveform itself."""
+    features, raw float32 values in that layout, or a .wav whose samples
+    (scaled to [-1, 1]) are [1, channels, samples], for an encoder that takes
+    the waveform itself."""
     path = Path(path)
     if not path.is_file():
         raise GenerateInputError(f"audio {path} does not exist")
@@ -245,9 +265,12 @@ def read_audio(path: str | Path, meta: TensorMeta) -> np.ndarray:
         array = _read_npy(path, "audio")
         array = array[None] if array.ndim == 2 else array
         where = "the features"
+    elif path.suffix.lower() in RAW_SUFFIXES:
+        array, where = _read_raw(path, meta, "audio"), "the values"
     else:
-        raise GenerateInputError(f"audio {path}: give a .wav or a .npy of features "
-                                 f"(the encoder takes {meta.describe()})")
+        raise GenerateInputError(f"audio {path}: give a .wav, a .npy of features or raw "
+                                 f"{'/'.join(RAW_SUFFIXES)} values (the encoder takes "
+                                 f"{meta.describe()})")
     if array.shape != meta.shape:
         raise GenerateInputError(
             f"audio {path}: {where} have shape {list(array.shape)}; program's audio_encoder "
