@@ -299,3 +299,12 @@ def test_multimodal_bad_inputs(case, words, toy_dir, tokenizer, tmp_path):
     assert out == ""
     for w in words:
         assert w in err, (w, err)
+
+
+def test_each_call_refuses_the_other_kind_of_program(toy_dir, llama, tokenizer):
+    with pytest.raises(llm.GenerateInputError, match="is a multimodal program .* use "
+                                                     "generate_multimodal"):
+        llm.generate_text(toy_dir / "toy_multimodal.pte", tokenizer, "Hi")
+    with pytest.raises(llm.GenerateInputError, match="is a text-only program .* use "
+                                                     "generate_text"):
+        llm.generate_multimodal(llama, tokenizer, "Hi")

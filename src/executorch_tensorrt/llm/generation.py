@@ -170,9 +170,10 @@ def generate_multimodal(program: str | Path, tokenizer: str | Path, prompt: str,
     through ExecuTorch's MultimodalRunner.
 
     image: a .npy array in the vision encoder's input shape ([H, W, C] or
-        [C, H, W]) and dtype, preprocessed as the model's processor does.
-    audio: a .npy of the audio encoder's features, or a .wav for an encoder
-        that takes the waveform ([1, channels, samples]).
+        [C, H, W]) and dtype, preprocessed as the model's processor does, or a
+        .raw/.bin file of its values in the encoder's layout.
+    audio: a .npy (or .raw/.bin) of the audio encoder's features, or a .wav
+        for an encoder that takes the waveform ([1, channels, samples]).
     The inputs go to the runner in the order image, audio, prompt; the
     prompt is passed as given (write the model's chat template into it).
     Other arguments and errors as `generate_text`; a program with an encoder
@@ -194,7 +195,7 @@ def generate_multimodal(program: str | Path, tokenizer: str | Path, prompt: str,
         raise GenerateInputError(f"program {info.path} encodes {wanted}: pass it "
                                  f"({' / '.join('--' + k for k in info.encoders)})")
     inputs, positions = [], 0
-    decoder_max = info.text_chunk
+    decoder_max = info.decoder_chunk
     for kind, read, make in (("image", read_image, make_image_input),
                              ("audio", read_audio, make_audio_input)):
         if given[kind] is None:

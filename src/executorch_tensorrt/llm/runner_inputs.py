@@ -57,7 +57,8 @@ class ProgramInfo:
     limits: LLMMetadata
     encoders: dict[str, TensorMeta]        # "image"/"audio" -> the encoder's input 0
     media_tokens: dict[str, int]           # "image"/"audio" -> positions its output fills
-    text_chunk: int | None                 # tokens token_embedding takes at once
+    text_chunk: int | None                 # prompt tokens the methods take at once
+    decoder_chunk: int | None              # embeddings text_decoder takes at once
 
     @property
     def multimodal(self) -> bool:
@@ -101,7 +102,7 @@ def read_program_info(path: str | Path, data_path: str | Path | None = None) -> 
             "pass them as constant methods to to_edge_transform_and_lower.")
     limits = read_metadata(program)
     info = ProgramInfo(path, Path(data_path) if data_path else None, methods, limits,
-                       {}, {}, None)
+                       {}, {}, None, None)
     if not info.multimodal:
         if "forward" not in methods and "prefill" not in methods:
             raise GenerateInputError(
@@ -128,9 +129,10 @@ def read_program_info(path: str | Path, data_path: str | Path | None = None) -> 
     decoder = _meta(program.metadata("text_decoder"), 0).shape
     # A text input goes to token_embedding and then to text_decoder whole: the
     # smaller of the two upper bounds is the longest prompt.
-    text_chunk = min(chunk[-1] if chunk else 1, decoder[1] if len(decoder) >= 2 else 1)
+    decoder_chunk = decoder[1] if len(decoder) >= 2 else 1
+    text_chunk = min(chunk[-1] if chunk else 1, decoder_chunk)
     return ProgramInfo(path, info.data_path, methods, limits, encoders, media_tokens,
-                       text_chunk)
+                       text_chunk, decoder_chunk)
 
 
 # ---- the tokenizer -----------------------------------------------------------
