@@ -26,10 +26,12 @@ def register(sub) -> None:
     p.add_argument("--prompt", metavar="TEXT", required=True,
                    help="the prompt, as the model takes it (write its chat template in)")
     p.add_argument("--image", metavar="FILE",
-                   help="an image for vision_encoder: .npy in its input shape and dtype")
+                   help="an image for vision_encoder: .npy ([H, W, C] or [C, H, W]) in its "
+                        "input size and dtype, or .raw/.bin values in its layout (no PNG/JPEG: "
+                        "Pillow is no dependency)")
     p.add_argument("--audio", metavar="FILE",
-                   help="audio for audio_encoder: .npy features, or a .wav for an encoder "
-                        "that takes the waveform")
+                   help="audio for audio_encoder: .npy (or .raw/.bin) features, or a .wav for "
+                        "an encoder that takes the waveform")
     p.add_argument("--max-new-tokens", type=int, metavar="N",
                    help="stop after N tokens (default: at EOS or the end of the context)")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T",
