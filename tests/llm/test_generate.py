@@ -101,6 +101,25 @@ def test_generate_text_returns_the_text_pieces_and_stats(llama, tokenizer, eager
     assert result.stats.time_to_first_token_s >= 0
 
 
+def test_generation_stops_at_the_end_of_the_context(llama, tokenizer, allow_fallback):
+    """Without a bound, or with one past the context, the runner is given the
+    room left after the prompt (48 - 15 = 33): ExecuTorch's TextLLMRunner left
+    to itself budgets the whole context for a program whose max_seq_len is
+    below its max_context_len, and runs past the cache."""
+    model = llm.causal_lm(CONFIGS["llama"])
+    room = MAX_CONTEXT - len(PROMPT)
+    want = greedy_decode(llm.eager_decoder(model, MAX_CONTEXT), encode(PROMPT), room).tokens
+    want = want[:want.index(EOS) + 1] if EOS in want else want
+    result = llm.generate_text(llama, tokenizer, PROMPT)
+    assert result.max_new_tokens == room
+    assert [CHARS.index(p) if p in CHARS else EOS for p in result.pieces] == want
+    code, out, err = cli_main("generate", llama, "--tokenizer", tokenizer, "--prompt", PROMPT,
+                              "--max-new-tokens", 100)
+    assert code == 0, err
+    assert out == result.text + "\n"
+    assert f"--max-new-tokens 100 was cut to {room}" in err
+
+
 def _other_tokenizer(folder):
     """The char tokenizer with 200 more special tokens than the program embeds."""
     path = write_char_tokenizer(folder)

@@ -79,18 +79,30 @@ class GeneratedText:
     pieces: list[str]       # the runner's pieces, one per token
     stats: GenerationStats
     runner: str             # "TextLLMRunner" or "MultimodalRunner"
+    max_new_tokens: int     # the bound the runner was given (the context's room, at most)
 
 
-def _config(max_new_tokens: int | None, temperature: float):
-    from executorch.extension.llm.runner import GenerationConfig
-
+def _check_options(max_new_tokens: int | None, temperature: float) -> None:
     if max_new_tokens is not None and max_new_tokens < 1:
         raise GenerateInputError(f"max_new_tokens is {max_new_tokens}: give 1 or more "
                                  "(or None: until EOS or the end of the context)")
     if temperature < 0:
         raise GenerateInputError(f"temperature is {temperature}: give 0 (greedy) or more")
+
+
+def _config(max_new_tokens: int | None, temperature: float, occupied: int,
+            info: ProgramInfo):
+    """The runner's GenerationConfig with max_new_tokens bounded by the room
+    left in the context. Always explicit: with max_new_tokens=-1 and
+    max_seq_len < max_context_len (chunked prefill, how llm.export writes
+    programs) TextLLMRunner takes the program for a sliding-window one and
+    budgets the whole context after the prompt, running past the cache."""
+    from executorch.extension.llm.runner import GenerationConfig
+
+    room = info.limits.max_context_len - occupied
+    bound = room if max_new_tokens is None else min(max_new_tokens, room)
     return GenerationConfig(echo=False, warming=True, temperature=float(temperature),
-                            max_new_tokens=-1 if max_new_tokens is None else max_new_tokens)
+                            max_new_tokens=bound)
 
 
 def _prepare(program, tokenizer, data, multimodal: bool) -> tuple[ProgramInfo, object]:
@@ -133,7 +145,7 @@ def _run(runner_class: str, info: ProgramInfo, tokenizer, inputs, config,
         raise GenerateRunError(f"{runner_class} returned without its stats: the generation "
                                "did not finish")
     return GeneratedText("".join(pieces), pieces, GenerationStats.from_runner(stats[0]),
-                         runner_class)
+                         runner_class, config.max_new_tokens)
 
 
 def generate_text(program: str | Path, tokenizer: str | Path, prompt: str, *,
@@ -147,15 +159,17 @@ def generate_text(program: str | Path, tokenizer: str | Path, prompt: str, *,
     tokenizer: the model's tokenizer file (HF tokenizer.json, tiktoken,
         SentencePiece, llama2.c), read by the runner itself.
     max_new_tokens: at most this many tokens (None: until EOS or the end of
-        the program's context); temperature 0 is greedy.
+        the program's context; more than the context has room for is cut to
+        that room, `GeneratedText.max_new_tokens`); temperature 0 is greedy.
     on_token: called with each piece of text as it is generated.
 
     Raises GenerateInputError (before anything runs) for a prompt longer than
     the program's context, a tokenizer of another model, a program without
     `forward`; GenerateRunError when ExecuTorch cannot load or run it."""
-    config = _config(max_new_tokens, temperature)
+    _check_options(max_new_tokens, temperature)
     info, tok = _prepare(program, tokenizer, data, multimodal=False)
-    prompt_tokens(tok, prompt, info)
+    tokens = prompt_tokens(tok, prompt, info)
+    config = _config(max_new_tokens, temperature, len(tokens), info)
     return _run("TextLLMRunner", info, tokenizer, prompt, config, on_token)
 
 
@@ -182,7 +196,7 @@ def generate_multimodal(program: str | Path, tokenizer: str | Path, prompt: str,
         make_text_input
     import torch
 
-    config = _config(max_new_tokens, temperature)
+    _check_options(max_new_tokens, temperature)
     info, tok = _prepare(program, tokenizer, data, multimodal=True)
     given = {"image": image, "audio": audio}
     for kind, method in ENCODERS.items():
@@ -217,6 +231,7 @@ def generate_multimodal(program: str | Path, tokenizer: str | Path, prompt: str,
             "(get_max_context_len) and needs one free to generate. Shorten the prompt or "
             "export with a larger max_context_len.")
     inputs.append(make_text_input(prompt))
+    config = _config(max_new_tokens, temperature, positions + len(tokens), info)
     return _run("MultimodalRunner", info, tokenizer, inputs, config, on_token)
 
 

@@ -61,6 +61,10 @@ def run(args) -> int:
         raise Fail(EXIT_RUN, str(e)) from None
     sys.stdout.write("\n")
     sys.stdout.flush()
+    if args.max_new_tokens is not None and args.max_new_tokens > result.max_new_tokens:
+        print(f"note: --max-new-tokens {args.max_new_tokens} was cut to "
+              f"{result.max_new_tokens}, the room the program's context leaves after the "
+              "prompt", file=sys.stderr)
     print(f"note: {result.runner} ran {path}", file=sys.stderr)
     for line in result.stats.lines():
         print(f"stats: {line}", file=sys.stderr)
