@@ -2,8 +2,12 @@
 runner (`executorch_tensorrt.llm.export`, llm/exporter.py), the runner's
 metadata (metadata.py), transformers' static-cache wrapper and its export
 (hf_export.py), greedy decoding over an exported program
-(greedy_decode.py). `export` is imported on first use: decoding needs no AOT
-code."""
+(greedy_decode.py), and generation through ExecuTorch's own runners
+(`generate_text`, `generate_multimodal`, `generate`; generation.py). `export` is
+imported on first use: decoding and generating need no AOT code."""
+
+_GENERATE = ("generate", "generate_text", "generate_multimodal", "GeneratedText",
+             "GenerationStats", "GenerateInputError", "GenerateRunError")
 
 
 def __getattr__(name: str):
@@ -11,4 +15,8 @@ def __getattr__(name: str):
         from . import exporter
 
         return getattr(exporter, name)
+    if name in _GENERATE:
+        from . import generation
+
+        return getattr(generation, name)
     raise AttributeError(f"module 'executorch_tensorrt.llm' has no attribute {name!r}")

@@ -4,8 +4,8 @@ code. A command imports what it needs when it runs, so building the parser
 loads nothing heavy. COMMANDS is the order `--help` lists them in."""
 from __future__ import annotations
 
-from . import (bench, demo, doctor, export, inspect, llm_export, prepare, profile, run, selftest,
-               verify)
+from . import (bench, demo, doctor, export, generate, inspect, llm_export, prepare, profile, run,
+               selftest, verify)
 
-COMMANDS = (demo, export, llm_export, verify, inspect, prepare, run, profile, bench, doctor,
-            selftest)
+COMMANDS = (demo, export, llm_export, generate, verify, inspect, prepare, run, profile, bench,
+            doctor, selftest)

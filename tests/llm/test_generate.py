@@ -1,0 +1,329 @@
+"""`executorch-tensorrt generate` and `llm.generate_text` / `generate_multimodal`:
+text from ExecuTorch's own TextLLMRunner and MultimodalRunner.
+
+A tiny Llama exported by `llm.export` (TensorRT partitions, run through the
+onnxruntime fallback here) streams eager greedy's tokens through the command
+(a child process, stdout as it comes) and the library call; each bad input is
+refused before a runner starts, with exit code 2 (3 for a damaged program).
+
+The multimodal cases are runner-plumbing tests: a toy program lowered with
+ExecuTorch's plain to_edge_transform_and_lower (tests/llm/toy_multimodal.py,
+no TensorRT) checks how images, audio and prompts reach MultimodalRunner.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import wave
+
+import numpy as np
+import pytest
+import torch
+
+from executorch_tensorrt import llm
+from executorch_tensorrt.llm.greedy_decode import greedy_decode
+from executorch_tensorrt.runtime.executor import FALLBACK_ENV
+from runner_helpers import CHARS, CONFIGS, EOS, encode, write_char_tokenizer
+from tests.helpers import cli_main
+import toy_multimodal as toy
+
+MAX_SEQ, MAX_CONTEXT, NEW = 4, 48, 12
+PROMPT = "Hello,TensorRT!"
+STATS = re.compile(r"^stats: (prompt|generated) tokens: (\d+) \((?:([\d.]+) tokens/s|under 1 ms)\)$"
+                   r"|^stats: (time to first token|model load): ([\d.]+) s$", re.M)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return write_char_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    out = tmp_path_factory.mktemp("llama") / "llama.pte"
+    llm.export(CONFIGS["llama"], max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT, output=out,
+               progress=None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def eager_text() -> str:
+    model = llm.causal_lm(CONFIGS["llama"])
+    tokens = greedy_decode(llm.eager_decoder(model, MAX_CONTEXT), encode(PROMPT), NEW).tokens
+    assert EOS not in tokens and len(set(tokens)) > 1  # a real sequence of printable pieces
+    return "".join(CHARS[t] for t in tokens)
+
+
+@pytest.fixture(scope="module")
+def toy_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("toy")
+    toy.write_program(folder, audio=True)
+    return folder
+
+
+def _stats(stderr: str) -> dict[str, float]:
+    found = {}
+    for m in STATS.finditer(stderr):
+        if m.group(1):
+            found[f"{m.group(1)} tokens"] = int(m.group(2))
+        else:
+            found[m.group(4)] = float(m.group(5))
+    return found
+
+
+def test_command_streams_eager_greedy_text_and_the_runner_stats(llama, tokenizer, eager_text):
+    """A child process: the text on stdout is eager greedy's, then the stats lines."""
+    r = subprocess.run([sys.executable, "-m", "executorch_tensorrt", "generate", str(llama),
+                        "--tokenizer", str(tokenizer), "--prompt", PROMPT,
+                        "--max-new-tokens", str(NEW)],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, FALLBACK_ENV: "onnxruntime"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout == eager_text + "\n"
+    assert "note: TextLLMRunner ran" in r.stderr
+    stats = _stats(r.stderr)
+    assert stats["prompt tokens"] == len(PROMPT)
+    assert stats["generated tokens"] == NEW - 1  # the runner counts those after prefill's
+    assert {"time to first token", "model load"} <= stats.keys()
+
+
+def test_generate_text_returns_the_text_pieces_and_stats(llama, tokenizer, eager_text,
+                                                         allow_fallback):
+    streamed: list[str] = []
+    result = llm.generate_text(llama, tokenizer, PROMPT, max_new_tokens=NEW,
+                               on_token=streamed.append)
+    assert result.text == eager_text and streamed == result.pieces == list(eager_text)
+    assert result.runner == "TextLLMRunner"
+    assert (result.stats.prompt_tokens, result.stats.generated_tokens) == (len(PROMPT), NEW - 1)
+    assert result.stats.time_to_first_token_s >= 0
+
+
+def test_generation_stops_at_the_end_of_the_context(llama, tokenizer, allow_fallback):
+    """Without a bound, or with one past the context, the runner is given the
+    room left after the prompt (48 - 15 = 33): ExecuTorch's TextLLMRunner left
+    to itself budgets the whole context for a program whose max_seq_len is
+    below its max_context_len, and runs past the cache."""
+    model = llm.causal_lm(CONFIGS["llama"])
+    room = MAX_CONTEXT - len(PROMPT)
+    want = greedy_decode(llm.eager_decoder(model, MAX_CONTEXT), encode(PROMPT), room).tokens
+    want = want[:want.index(EOS) + 1] if EOS in want else want
+    result = llm.generate_text(llama, tokenizer, PROMPT)
+    assert result.max_new_tokens == room
+    assert [CHARS.index(p) if p in CHARS else EOS for p in result.pieces] == want
+    code, out, err = cli_main("generate", llama, "--tokenizer", tokenizer, "--prompt", PROMPT,
+                              "--max-new-tokens", 100)
+    assert code == 0, err
+    assert out == result.text + "\n"
+    assert f"--max-new-tokens 100 was cut to {room}" in err
+
+
+def _other_tokenizer(folder):
+    """The char tokenizer with 200 more special tokens than the program embeds."""
+    path = write_char_tokenizer(folder)
+    spec = json.loads(path.read_text())
+    base = len(spec["model"]["vocab"])
+    spec["added_tokens"] += [{"id": base + i, "content": f"<extra{i}>", "single_word": False,
+                              "lstrip": False, "rstrip": False, "normalized": False,
+                              "special": True} for i in range(200)]
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def _damaged(folder, llama):
+    path = folder / "damaged.pte"
+    path.write_bytes(llama.read_bytes()[:4096])
+    return path
+
+
+@pytest.mark.parametrize("case, code, words", [
+    ("long_prompt", 2, ["the prompt is 60 tokens", "48 positions (get_max_context_len)",
+                        "at most 47", "max_context_len"]),
+    ("other_tokenizer", 2, ["has 296 tokens", "embeds 96 (get_vocab_size)",
+                            "tokenizer of the model"]),
+    ("not_a_tokenizer", 2, ["is not one ExecuTorch's runners read", "tokenizer.json"]),
+    ("image_on_text", 2, ["an image was given", "text-only decoder", "no vision_encoder",
+                          "leave the image out"]),
+    ("missing_program", 2, ["does not exist"]),
+    ("damaged_program", 3, ["ExecuTorch cannot load the program", "export it again"]),
+    ("empty_prompt", 2, ["the prompt is empty"]),
+])
+def test_text_program_bad_inputs(case, code, words, llama, tokenizer, tmp_path, allow_fallback):
+    args = {"program": llama, "--tokenizer": tokenizer, "--prompt": PROMPT}
+    if case == "long_prompt":
+        args["--prompt"] = "x" * 60
+    elif case == "other_tokenizer":
+        args["--tokenizer"] = _other_tokenizer(tmp_path)
+    elif case == "not_a_tokenizer":
+        (tmp_path / "notes.txt").write_text("hello, not a tokenizer\n")
+        args["--tokenizer"] = tmp_path / "notes.txt"
+    elif case == "image_on_text":
+        np.save(tmp_path / "image.npy", np.zeros(toy.IMAGE_SHAPE[1:], np.float32))
+        args["--image"] = tmp_path / "image.npy"
+    elif case == "missing_program":
+        args["program"] = tmp_path / "none.pte"
+    elif case == "damaged_program":
+        args["program"] = _damaged(tmp_path, llama)
+    elif case == "empty_prompt":
+        args["--prompt"] = ""
+    got, out, err = cli_main("generate", args.pop("program"),
+                             *[a for kv in args.items() for a in kv])
+    assert got == code, err
+    assert out == ""  # refused before anything was generated
+    for w in words:
+        assert w in err, (w, err)
+
+
+# ---- multimodal: runner plumbing over a toy program ---------------------------
+
+def _image(seed: int) -> torch.Tensor:
+    return torch.randn(toy.IMAGE_SHAPE[1:], generator=torch.Generator().manual_seed(seed))
+
+
+def _audio(seed: int) -> torch.Tensor:
+    return torch.randn(toy.AUDIO_SHAPE, generator=torch.Generator().manual_seed(seed))
+
+
+def _ids(pieces: list[str]) -> list[int]:
+    return [CHARS.index(p) if p in CHARS else EOS for p in pieces]
+
+
+def test_multimodal_tokens_are_the_eager_models_for_each_image_and_audio(toy_dir, tokenizer,
+                                                                        tmp_path):
+    """Image then prompt, audio then prompt, both: MultimodalRunner's greedy
+    tokens equal the eager module's on the same schedule, and another image
+    gives other tokens (the image reaches the decoder)."""
+    program = toy_dir / "toy_multimodal.pte"
+    seen = []
+    for image, audio in ((0, None), (1, None), (None, 2), (0, 2)):
+        files = {}
+        if image is not None:
+            np.save(tmp_path / f"image{image}.npy", _image(image).numpy())
+            files["image"] = tmp_path / f"image{image}.npy"
+        if audio is not None:
+            np.save(tmp_path / f"audio{audio}.npy", _audio(audio).numpy())
+            files["audio"] = tmp_path / f"audio{audio}.npy"
+        result = llm.generate_multimodal(program, tokenizer, "Hello", max_new_tokens=10, **files)
+        want = toy.eager_tokens("Hello", 10, image=None if image is None else _image(image),
+                                audio=None if audio is None else _audio(audio))
+        assert _ids(result.pieces) == want, (image, audio)
+        assert result.runner == "MultimodalRunner"
+        assert result.stats.prompt_tokens == toy.MEDIA_TOKENS * len(files) + len("Hello")
+        seen.append(tuple(want))
+    assert len(set(seen)) == len(seen)
+
+
+def test_multimodal_command_takes_an_hwc_image_and_a_wav(toy_dir, tokenizer, tmp_path):
+    """An [H, W, C] .npy and a .wav of the encoder's [1, channels, samples]."""
+    program = toy_dir / "toy_multimodal.pte"
+    np.save(tmp_path / "hwc.npy", _image(3).permute(1, 2, 0).numpy())
+    code, out, err = cli_main("generate", program, "--tokenizer", tokenizer, "--prompt", "Hi",
+                              "--image", tmp_path / "hwc.npy", "--max-new-tokens", 8)
+    assert code == 0, err
+    assert _ids(list(out.rstrip("\n"))) == toy.eager_tokens("Hi", 8, image=_image(3))
+    assert _stats(err)["prompt tokens"] == toy.MEDIA_TOKENS + 2
+
+    samples = (_audio(4)[0].T.clamp(-1, 1) * 32767).to(torch.int16)  # [frames, channels]
+    with wave.open(str(tmp_path / "sound.wav"), "wb") as w:
+        w.setnchannels(toy.AUDIO_SHAPE[1])
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(samples.numpy().tobytes())
+    code, out, err = cli_main("generate", program, "--tokenizer", tokenizer, "--prompt", "Hi",
+                              "--audio", tmp_path / "sound.wav", "--max-new-tokens", 8)
+    assert code == 0, err
+    heard = samples.T[None].float() / 32768
+    assert _ids(list(out.rstrip("\n"))) == toy.eager_tokens("Hi", 8, audio=heard)
+
+
+def test_raw_image_and_audio_files_in_the_encoders_layout(toy_dir, tokenizer, tmp_path):
+    _image(5).numpy().tofile(tmp_path / "image.raw")
+    _audio(6).numpy().tofile(tmp_path / "audio.bin")
+    result = llm.generate(toy_dir / "toy_multimodal.pte", tokenizer, "Hi", max_new_tokens=6,
+                          image=tmp_path / "image.raw", audio=tmp_path / "audio.bin")
+    assert _ids(result.pieces) == toy.eager_tokens("Hi", 6, image=_image(5), audio=_audio(6))
+
+
+@pytest.mark.parametrize("case, words", [
+    ("no_image", ["encodes an image (float32 [1, 3, 8, 8])", "--image"]),
+    ("small_image", ["has shape [3, 4, 8]", "vision_encoder takes float32 [1, 3, 8, 8]",
+                     "Resize it to 8x8 with 3 channels"]),
+    ("four_channels", ["has shape [8, 8, 4]", "with 3 channels"]),
+    ("uint8_image", ["is uint8", "vision_encoder takes float32", "Save the array as float32"]),
+    ("png_image", ["reads images as .npy arrays", "raw .raw/.bin", "numpy.save"]),
+    ("short_raw_image", ["holds 700 bytes",
+                         "takes float32 [1, 3, 8, 8], 768 bytes of raw float32"]),
+    ("mono_wav", ["have shape [1, 1, 16]", "audio_encoder takes float32 [1, 8, 16]",
+                  "processor"]),
+    ("audio_without_encoder", ["an audio was given", "no audio_encoder", "leave the audio out"]),
+    ("no_token_embedding", ["no method 'token_embedding'", "MultimodalRunner needs"]),
+    ("no_forward", ["no method 'forward'", "TextLLMRunner"]),
+    ("no_limits", ["no method 'get_max_context_len'", "constant methods"]),
+    ("long_prompt", ["the prompt is 41 tokens", "take at most 40 at once", "max_seq_len"]),
+    ("context_full", ["fill 48 positions (8 for the media, 40 for the prompt)",
+                      "holds 48 (get_max_context_len)", "needs one free"]),
+])
+def test_multimodal_bad_inputs(case, words, toy_dir, tokenizer, tmp_path):
+    program = toy_dir / "toy_multimodal.pte"  # vision and audio
+    np.save(tmp_path / "image.npy", _image(0).numpy())
+    args = ["--image", tmp_path / "image.npy"]
+    prompt = "Hello"
+    if case == "no_image":
+        args = []
+    elif case == "small_image":
+        np.save(tmp_path / "image.npy", np.zeros((3, 4, 8), np.float32))
+    elif case == "four_channels":
+        np.save(tmp_path / "image.npy", np.zeros((8, 8, 4), np.float32))
+    elif case == "uint8_image":
+        np.save(tmp_path / "image.npy", np.zeros((3, 8, 8), np.uint8))
+    elif case == "short_raw_image":
+        (tmp_path / "image.raw").write_bytes(bytes(700))
+        args = ["--image", tmp_path / "image.raw"]
+    elif case == "png_image":
+        (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+        args = ["--image", tmp_path / "image.png"]
+    elif case == "mono_wav":
+        with wave.open(str(tmp_path / "mono.wav"), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+            w.writeframes(bytes(32))
+        args = ["--audio", tmp_path / "mono.wav"]
+    elif case == "audio_without_encoder":
+        np.save(tmp_path / "audio.npy", _audio(0).numpy())
+        program = toy.write_program(tmp_path, name="vision_only.pte")
+        args += ["--audio", tmp_path / "audio.npy"]
+    elif case == "no_token_embedding":
+        program = toy.write_program(tmp_path, vision=False, drop=("token_embedding",),
+                                    name="broken.pte")
+    elif case == "no_forward":
+        program = toy.write_program(tmp_path, vision=False, name="renamed.pte",
+                                    rename={"token_embedding": "embed",
+                                            "text_decoder": "decoder"})
+        args = []
+    elif case == "no_limits":
+        program = toy.write_program(tmp_path, vision=False, name="no_limits.pte",
+                                    drop=("get_max_context_len",))
+    elif case == "long_prompt":
+        prompt = "x" * 41
+    elif case == "context_full":
+        prompt = "x" * 40
+        np.save(tmp_path / "audio.npy", _audio(0).numpy())
+        args += ["--audio", tmp_path / "audio.npy"]
+    code, out, err = cli_main("generate", program, "--tokenizer", tokenizer, "--prompt", prompt,
+                              *args)
+    assert code == 2, err
+    assert out == ""
+    for w in words:
+        assert w in err, (w, err)
+
+
+def test_each_call_refuses_the_other_kind_of_program(toy_dir, llama, tokenizer):
+    with pytest.raises(llm.GenerateInputError, match="is a multimodal program .* use "
+                                                     "generate_multimodal"):
+        llm.generate_text(toy_dir / "toy_multimodal.pte", tokenizer, "Hi")
+    with pytest.raises(llm.GenerateInputError, match="is a text-only program .* use "
+                                                     "generate_text"):
+        llm.generate_multimodal(llama, tokenizer, "Hi")
