@@ -15,9 +15,11 @@ import torch
 from executorch.exir._serialize._program import deserialize_pte_binary
 
 from executorch_tensorrt import llm
+from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.quantization.packed_linear import PackedLinear
 from executorch_tensorrt.quantization.packed_weight import PackedWeight
+from tests.helpers import tensorrt_blobs
 
 VOCAB = 96
 CONFIG = dict(model_type="llama", vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
@@ -153,3 +155,98 @@ def test_named_data_holds_each_layers_codes_once_packed(exported):
                             for m in packed)
     assert rest and max(len(b) for b in rest) <= largest_per_group
     assert largest_per_group * 8 <= min(m.in_features * m.out_features * 4 for m in packed)
+
+
+# -- asymmetric torchao and PT2E weights, through the same lowering -----------
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(),
+                               torch.nn.Linear(256, 64)).eval()
+
+
+def _export_and_run(model, x, path):
+    from executorch.runtime import Runtime
+
+    from executorch_tensorrt.aot.export import export_program
+
+    result = export_program(model, (x,), path, progress=None)
+    assert result.backends["forward"] == ["TensorRTBackend"]
+    assert not result.report.rejected, result.report.main_reasons()
+    out = Runtime.get().load_program(str(path)).load_method("forward").execute([x])[0]
+    (blob,) = [read_blob(b) for b in tensorrt_blobs(path)]
+    stored = {w["name"]: (w["dtype"], w["shape"]) for w in blob.metadata["weights"]}
+    return result, out, stored
+
+
+def _assert_exact(out: torch.Tensor, want: torch.Tensor) -> None:
+    """Equal within float rounding of the output's magnitude (not a quantization step)."""
+    torch.testing.assert_close(out, want, atol=1e-6 * float(want.abs().max()), rtol=1e-5)
+
+
+def test_asymmetric_torchao_weights_export_exactly(tmp_path, allow_fallback):
+    import torchao.quantization as ao
+    from torchao.quantization.quant_primitives import MappingType
+
+    model = _mlp()
+    ao.quantize_(model, ao.IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=ao.PerGroup(32),
+                                                mapping_type=MappingType.ASYMMETRIC),
+                 filter_fn=lambda _m, name: name == "0")
+    ao.quantize_(model, ao.IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=ao.PerAxis(0),
+                                                mapping_type=MappingType.ASYMMETRIC),
+                 filter_fn=lambda _m, name: name == "2")
+    assert all(bool(torch.any(model[i].weight.zero_point != 0)) for i in (0, 2))
+    x = torch.randn(4, 128, generator=torch.Generator().manual_seed(1))
+    result, out, stored = _export_and_run(model, x, tmp_path / "torchao.pte")
+    assert result.report.quantization == {
+        "0": "int4 affine weight-only (group 32, zero points)",
+        "2": "int8 affine weight-only (per channel, zero points)"}
+    assert stored["0.qweight"] == ("int4", [256, 128]) and stored["2.qweight"] == ("int8", [64, 256])
+    assert not [n for n, (dtype, shape) in stored.items()
+                if dtype.startswith("float") and len(shape) == 2 and shape[1] >= 128]
+    with torch.no_grad():
+        _assert_exact(out, model(x))  # torchao's own dequantized weights
+
+
+class _AffineWeightQuantizer:
+    """PT2E weight-only per-channel affine specs: unsigned 4-bit codes [0, 15]
+    on the first Linear, uint8 [0, 255] on the second (zero points != 0)."""
+
+    def __new__(cls):
+        from torchao.quantization.pt2e.observer import PerChannelMinMaxObserver
+        from torchao.quantization.pt2e.quantizer import (QuantizationAnnotation,
+                                                         QuantizationSpec, Quantizer)
+
+        class AffineWeights(Quantizer):
+            def annotate(self, model):
+                linears = [n for n in model.graph.nodes
+                           if n.target == torch.ops.aten.linear.default]
+                for node, high in zip(linears, (15, 255)):
+                    spec = QuantizationSpec(dtype=torch.uint8, quant_min=0, quant_max=high,
+                                            qscheme=torch.per_channel_affine, ch_axis=0,
+                                            observer_or_fake_quant_ctr=PerChannelMinMaxObserver)
+                    node.meta["quantization_annotation"] = QuantizationAnnotation(
+                        input_qspec_map={node.args[1]: spec}, _annotated=True)
+                return model
+
+            def validate(self, model):
+                pass
+
+        return AffineWeights()
+
+
+def test_asymmetric_pt2e_weights_export_exactly(tmp_path, allow_fallback):
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    x = torch.randn(4, 128, generator=torch.Generator().manual_seed(1))
+    prepared = prepare_pt2e(torch.export.export(_mlp(), (x,)).module(), _AffineWeightQuantizer())
+    prepared(x)
+    gm = convert_pt2e(prepared)
+    result, out, stored = _export_and_run(gm, x, tmp_path / "pt2e.pte")
+    assert result.report.quantization == {
+        "0": "int4 affine weight-only (per channel, zero points)",
+        "2": "int8 affine weight-only (per channel, zero points)"}
+    assert sorted(dtype for dtype, shape in stored.values() if len(shape) == 2
+                  and shape[1] >= 128) == ["int4", "int8"]
+    with torch.no_grad():
+        _assert_exact(out, gm(x))  # PT2E's own dequantize_per_channel
