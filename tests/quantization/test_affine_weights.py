@@ -189,10 +189,12 @@ def test_asymmetric_torchao_weights_export_exactly(tmp_path, allow_fallback):
     from torchao.quantization.quant_primitives import MappingType
 
     model = _mlp()
-    ao.quantize_(model, ao.IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=ao.PerGroup(32),
+    ao.quantize_(model, ao.IntxWeightOnlyConfig(weight_dtype=torch.int4,
+                                                granularity=ao.PerGroup(32),
                                                 mapping_type=MappingType.ASYMMETRIC),
                  filter_fn=lambda _m, name: name == "0")
-    ao.quantize_(model, ao.IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=ao.PerAxis(0),
+    ao.quantize_(model, ao.IntxWeightOnlyConfig(weight_dtype=torch.int8,
+                                                granularity=ao.PerAxis(0),
                                                 mapping_type=MappingType.ASYMMETRIC),
                  filter_fn=lambda _m, name: name == "2")
     assert all(bool(torch.any(model[i].weight.zero_point != 0)) for i in (0, 2))
@@ -201,7 +203,8 @@ def test_asymmetric_torchao_weights_export_exactly(tmp_path, allow_fallback):
     assert result.report.quantization == {
         "0": "int4 affine weight-only (group 32, zero points)",
         "2": "int8 affine weight-only (per channel, zero points)"}
-    assert stored["0.qweight"] == ("int4", [256, 128]) and stored["2.qweight"] == ("int8", [64, 256])
+    assert stored["0.qweight"] == ("int4", [256, 128])
+    assert stored["2.qweight"] == ("int8", [64, 256])
     assert not [n for n, (dtype, shape) in stored.items()
                 if dtype.startswith("float") and len(shape) == 2 and shape[1] >= 128]
     with torch.no_grad():

@@ -44,5 +44,6 @@ class PackedLinear(torch.nn.Module):
     def extra_repr(self) -> str:
         form = ("zero points" if self.zero_points is not None else
                 "offsets" if self.offsets is not None else "symmetric")
+        order = ", input order" if self.input_order is not None else ""
         return (f"{self.in_features} -> {self.out_features}, {self.bits} bits, group "
-                f"{self.group_size}, {form}{', input order' if self.input_order is not None else ''}")
+                f"{self.group_size}, {form}{order}")
