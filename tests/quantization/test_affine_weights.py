@@ -253,3 +253,20 @@ def test_asymmetric_pt2e_weights_export_exactly(tmp_path, allow_fallback):
                   and shape[1] >= 128) == ["int4", "int8"]
     with torch.no_grad():
         _assert_exact(out, gm(x))  # PT2E's own dequantize_per_channel
+
+
+def test_float16_scales_in_a_float32_model_compute_in_float32():
+    """GPTQ/AWQ checkpoints store float16 scales; a float32 model's lowered
+    layers take them as float32 (exact) and compute in float32."""
+    from executorch_tensorrt.quantization.importers.packed import lower_packed
+
+    weight = random_packed("0", 32, 128, 4, 32)
+    weight = PackedWeight(weight.name, 4, 32, 128, 32, weight.codes,
+                          weight.scales.to(torch.float16), weight.zero_points)
+    model = torch.nn.Sequential(PackedLinear(weight), torch.nn.LayerNorm(32)).eval()
+    lowered = lower_packed(model)
+    assert lowered[0].weight_scale.dtype == torch.float32
+    x = torch.randn(3, 128)
+    with torch.no_grad():
+        _assert_exact(lowered[0](x), x @ weight.dequantize().T)
+        _assert_exact(lowered(x), model(x))

@@ -163,8 +163,9 @@ def _module(q: torch.Tensor, scale: torch.Tensor, group_bias: torch.Tensor,
     return AffineLinear(q, scale.contiguous(), b, input_order, bias, bits, group_size)
 
 
-def from_packed(weight: PackedWeight) -> AffineLinear:
-    """The module computing `weight` (a checkpoint's form) on TensorRT's symmetric GEMM."""
+def from_packed(weight: PackedWeight, dtype: torch.dtype | None = None) -> AffineLinear:
+    """The module computing `weight` (a checkpoint's form) on TensorRT's symmetric GEMM,
+    its scales and corrections in `dtype` (the activations'; default: the scales')."""
     weight.check()
     midpoint = 2 ** (weight.bits - 1)
     scale = weight.scales.to(torch.float32)
@@ -175,8 +176,10 @@ def from_packed(weight: PackedWeight) -> AffineLinear:
     group_bias = (midpoint - zero) * scale
     if weight.offsets is not None:
         group_bias = group_bias + weight.offsets.to(torch.float32)
-    return _module(_signed_codes(weight.codes, weight.bits), weight.scales, group_bias,
-                   weight.input_order, weight.bias, weight.bits, weight.group_size)
+    dtype = dtype or weight.scales.dtype
+    bias = None if weight.bias is None else weight.bias.to(dtype)
+    return _module(_signed_codes(weight.codes, weight.bits), weight.scales.to(dtype),
+                   group_bias, weight.input_order, bias, weight.bits, weight.group_size)
 
 
 def from_signed(name: str, q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor,

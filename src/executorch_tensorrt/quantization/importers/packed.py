@@ -32,9 +32,22 @@ def _form(weight: PackedWeight) -> str:
     return "offsets" if weight.offsets is not None else "symmetric codes"
 
 
+def activation_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The model's float dtype, read from its tensors outside checkpoint Linears
+    (embeddings, norms); float32 when it has none. A checkpoint's scales may be
+    float16 in a float32 model: the lowered layers compute in the model's dtype."""
+    packed = {id(t) for m in model.modules() if packed_weight_of(m) is not None
+              for t in [*m.parameters(), *m.buffers()]}
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if tensor.is_floating_point() and id(tensor) not in packed:
+            return tensor.dtype
+    return torch.float32
+
+
 def lower_packed(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of `model` with every checkpoint Linear as an AffineLinear."""
     affine = steps_of("affine")
+    dtype = activation_dtype(model)
     lowered = shared_copy(model)
     layers: dict[str, str] = {}
     bits = set()
@@ -44,7 +57,7 @@ def lower_packed(model: torch.nn.Module) -> torch.nn.Module:
             if weight is None:
                 continue
             full = f"{name}.{child_name}" if name else child_name
-            replacement = affine.from_packed(weight)
+            replacement = affine.from_packed(weight, dtype)
             setattr(module, child_name, replacement)
             layers[full] = affine.describe(replacement, _form(weight))
             bits.add(weight.bits)
