@@ -23,7 +23,7 @@ from tests.helpers import tensorrt_blobs
 
 VOCAB = 96
 CONFIG = dict(model_type="llama", vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
-              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
               max_position_embeddings=64, bos_token_id=VOCAB - 2, eos_token_id=VOCAB - 1)
 MAX_SEQ, MAX_CONTEXT, NEW = 4, 32, 8
 PROMPT = [5, 17, 3, 40, 22, 9]
@@ -72,20 +72,23 @@ def dequantized(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _form(name: str) -> dict:
-    """Layer 0 and the head: int4 with zero points (GPTQ/AWQ). Layer 1: GPTQ
-    act-order and GGUF-style minimums, int4 and int8, grouped and per channel."""
-    if not name.startswith("model.layers.1."):
-        return dict(bits=4, group=32)
-    if "mlp.down_proj" in name:
-        return dict(bits=8, group=32, zero=False, offsets=True, order=True)
-    if "mlp" in name:
+    """Every form in one decoder layer: int4 with zero points (GPTQ/AWQ), with
+    offsets (GGUF's minimums), with both; GPTQ's act-order (input orders); int8
+    per channel and per group."""
+    if name.endswith(("v_proj", "o_proj")):
+        return dict(bits=4, group=32, zero=False, offsets=True, order=True)
+    if name.endswith("up_proj"):
+        return dict(bits=4, group=32, zero=True, offsets=True)
+    if name.endswith("gate_proj"):
         return dict(bits=8, group=64, zero=True, order=True)  # per channel (64 inputs)
-    return dict(bits=4, group=32, zero=False, offsets=True, order=True)
+    if name.endswith("down_proj"):
+        return dict(bits=8, group=32, zero=False, offsets=True, order=True)
+    return dict(bits=4, group=32)  # q_proj, k_proj, lm_head: zero points
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """One export covers both forms (one layer each): the suite's time is short."""
+    """One export covers every form (one decoder layer): the suite's time is short."""
     model = with_packed_linears(llm.causal_lm(CONFIG), _form)
     out = tmp_path_factory.mktemp("affine") / "model.pte"
     result = llm.export(model, max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT, output=out,
@@ -99,18 +102,20 @@ def test_every_linear_runs_on_tensorrt_as_an_affine_weight(exported):
     assert result.export.backends["forward"] == ["TensorRTBackend"]
     assert not report.rejected, report.main_reasons()
     packed = {n for n, m in model.named_modules() if isinstance(m, PackedLinear)}
-    assert len(packed) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, and the head
+    assert len(packed) == 7 + 1  # q, k, v, o, gate, up, down, and the head
     lines = result.export.report.quantization
     assert set(lines) == packed
     assert all(" affine weight-only (" in line for line in lines.values())
-    assert lines["model.layers.0.self_attn.q_proj"] == (
-        "int4 affine weight-only (group 32, zero points)")
-    assert lines["model.layers.1.mlp.up_proj"] == (
-        "int8 affine weight-only (per channel, zero points, input order)")
-    assert lines["model.layers.1.mlp.down_proj"] == (
-        "int8 affine weight-only (group 32, offsets, input order)")
-    assert lines["model.layers.1.self_attn.q_proj"] == (
+    layer = "model.layers.0."
+    assert lines[layer + "self_attn.q_proj"] == "int4 affine weight-only (group 32, zero points)"
+    assert lines[layer + "self_attn.v_proj"] == (
         "int4 affine weight-only (group 32, offsets, input order)")
+    assert lines[layer + "mlp.up_proj"] == (
+        "int4 affine weight-only (group 32, zero points and offsets)")
+    assert lines[layer + "mlp.gate_proj"] == (
+        "int8 affine weight-only (per channel, zero points, input order)")
+    assert lines[layer + "mlp.down_proj"] == (
+        "int8 affine weight-only (group 32, offsets, input order)")
     # The run check compared the written program with the eager model.
     [check] = [m for m in result.export.run_check.methods if m.method == "forward"]
     assert check.ok and check.compared
