@@ -260,18 +260,26 @@ def test_asymmetric_pt2e_weights_export_exactly(tmp_path, allow_fallback):
         _assert_exact(out, gm(x))  # PT2E's own dequantize_per_channel
 
 
-def test_float16_scales_in_a_float32_model_compute_in_float32():
-    """GPTQ/AWQ checkpoints store float16 scales; a float32 model's lowered
-    layers take them as float32 (exact) and compute in float32."""
+def test_export_takes_packed_linears_with_float16_scales_in_a_float32_model(tmp_path,
+                                                                            allow_fallback):
+    """executorch_tensorrt's export finds PackedLinears too; GPTQ/AWQ checkpoints
+    store float16 scales, which a float32 model's lowered layers take as float32
+    (exact) to compute in float32."""
     from executorch_tensorrt.quantization.importers.packed import lower_packed
 
-    weight = random_packed("0", 32, 128, 4, 32)
-    weight = PackedWeight(weight.name, 4, 32, 128, 32, weight.codes,
-                          weight.scales.to(torch.float16), weight.zero_points)
-    model = torch.nn.Sequential(PackedLinear(weight), torch.nn.LayerNorm(32)).eval()
-    lowered = lower_packed(model)
-    assert lowered[0].weight_scale.dtype == torch.float32
-    x = torch.randn(3, 128)
+    first = random_packed("0", 64, 128, 4, 32)
+    first = PackedWeight("0", 4, 64, 128, 32, first.codes, first.scales.to(torch.float16),
+                         first.zero_points, bias=torch.randn(64))
+    second = random_packed("2", 32, 64, 8, 64, zero=True, offsets=True, order=True, seed=1)
+    model = torch.nn.Sequential(PackedLinear(first), torch.nn.LayerNorm(64),
+                                PackedLinear(second)).eval()
+    assert lower_packed(model)[0].weight_scale.dtype == torch.float32
+    x = torch.randn(3, 128, generator=torch.Generator().manual_seed(1))
+    result, out, stored = _export_and_run(model, x, tmp_path / "packed.pte")
+    assert result.report.quantization == {
+        "0": "int4 affine weight-only (group 32, zero points)",
+        "2": "int8 affine weight-only (per channel, zero points and offsets, input order)"}
+    assert stored["0.qweight"] == ("int4", [64, 128]) and stored["2.qweight"] == ("int8", [32, 64])
     with torch.no_grad():
-        _assert_exact(lowered[0](x), x @ weight.dequantize().T)
-        _assert_exact(lowered(x), model(x))
+        want = model[2](model[1](x @ first.dequantize().T + first.bias))
+        _assert_exact(out, want)
