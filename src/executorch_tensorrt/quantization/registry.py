@@ -50,7 +50,9 @@ class Scheme:
 
 
 class FormatSteps(Protocol):
-    """What a format module (formats/<name>.py) provides; None where it has none."""
+    """What a format module (formats/<name>.py) provides; None where it has none.
+    A format may offer more to the importers that take it (the affine format's
+    from_packed / from_signed / describe), still reached through steps_of."""
     TRANSLATIONS: Mapping[Any, Any]  # its torch ops -> ONNX translations
     # Rewrites its placeholders in an exported ONNX model, in place.
     lower_onnx: Optional[Callable[[onnx_ir.Model], None]]
