@@ -3,8 +3,9 @@
 tensor) exported with TensorRT-RTX's real builder taking the quantized linears
 (DequantizeLinear over int8 / int4 / float8 named data), run through the
 onnxruntime fallback and compared with the eager torchao model; the configs
-TensorRT cannot take (dynamic activations, asymmetric, per-group fp8, fp8
-below SM89) refused with the layer named and the remedy."""
+TensorRT cannot take (dynamic activations, per-group fp8, fp8 below SM89)
+refused with the layer named and the remedy (asymmetric weights are taken:
+test_affine_weights.py)."""
 from __future__ import annotations
 
 import onnx
@@ -13,7 +14,6 @@ import torch
 import torchao.quantization as ao
 from executorch.runtime import Runtime
 from torchao.quantization import Float8Tensor
-from torchao.quantization.quant_primitives import MappingType
 from torchao.quantization.quantize_.workflows.float8.float8_tensor import (
     QuantizeTensorToFloat8Kwargs)
 
@@ -98,15 +98,6 @@ def test_dynamic_activation_is_refused():
                              act_quant_kwargs=QuantizeTensorToFloat8Kwargs()),
         requires_grad=False)
     with pytest.raises(QuantizationError, match="layer '2'.*dynamic activation.*constant scales"):
-        lower_torchao(model)
-
-
-def test_asymmetric_int4_is_refused():
-    model = _mlp()
-    ao.quantize_(model, ao.IntxWeightOnlyConfig(weight_dtype=torch.int4,
-                                                granularity=ao.PerGroup(64),
-                                                mapping_type=MappingType.ASYMMETRIC))
-    with pytest.raises(QuantizationError, match="layer '0'.*symmetric"):
         lower_torchao(model)
 
 

@@ -144,14 +144,19 @@ def quantized(model: torch.nn.Module, quantize: str | None,
               group_size: int = 128) -> torch.nn.Module:
     """The decoder `export(quantize=...)` exports, and so the eager reference:
     a structural copy (tensors shared) whose Linear weights (the head too)
-    and token embedding tables are weight-only quantized by `quantize`."""
-    if quantize is None:
-        return model
-    from ..quantization import quantize as quantize_model
-    from ..quantization.embedding import quantize_embeddings
+    and token embedding tables are weight-only quantized by `quantize`, and
+    whose checkpoint Linears (a `.packed` PackedWeight) run as the affine
+    format."""
+    from ..quantization.importers.packed import has_packed_linears, lower_packed
 
-    linears = quantize_model(model, scheme=quantize, group_size=group_size)
-    return quantize_embeddings(linears, quantize, group_size)
+    if quantize is not None:
+        from ..quantization import quantize as quantize_model
+        from ..quantization.embedding import quantize_embeddings
+
+        linears = quantize_model(model, scheme=quantize, group_size=group_size)
+        model = quantize_embeddings(linears, quantize, group_size)
+    # A checkpoint's packed Linears run as the affine format (formats/affine.py).
+    return lower_packed(model) if has_packed_linears(model) else model
 
 
 def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float32",

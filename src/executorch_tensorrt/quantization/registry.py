@@ -50,7 +50,9 @@ class Scheme:
 
 
 class FormatSteps(Protocol):
-    """What a format module (formats/<name>.py) provides; None where it has none."""
+    """What a format module (formats/<name>.py) provides; None where it has none.
+    A format may offer more to the importers that take it (the affine format's
+    from_packed / from_signed / describe), still reached through steps_of."""
     TRANSLATIONS: Mapping[Any, Any]  # its torch ops -> ONNX translations
     # Rewrites its placeholders in an exported ONNX model, in place.
     lower_onnx: Optional[Callable[[onnx_ir.Model], None]]
@@ -123,6 +125,16 @@ FORMATS: dict[str, QuantFormat] = {f.name: f for f in (
         Scheme("int4_weight_only", "symmetric int4 weights per group of input features, "
                                    "packed two per byte, float activations"),
     ), weight_dtype="int4", module=".formats.int4"),
+    # Zero points and float offsets (checkpoints, asymmetric torchao / PT2E):
+    # TensorRT's symmetric GEMM plus a float correction (formats/affine.py).
+    QuantFormat("affine", (
+        Scheme("int4_affine_weight_only", "int4 codes with a zero point or float offset per "
+                                          "group of input features (GPTQ, AWQ, GGUF, asymmetric "
+                                          "torchao / PT2E), float activations", implemented=False),
+        Scheme("int8_affine_weight_only", "int8 codes with a zero point or float offset per "
+                                          "output channel or group, float activations",
+               implemented=False),
+    ), weight_dtype="int4", module=".formats.affine"),
     QuantFormat("fp8", (
         Scheme("fp8_weight_only", "FP8 (e4m3) weights per tensor or per output channel, float "
                                   "activations", min_capability=89, implemented=False),

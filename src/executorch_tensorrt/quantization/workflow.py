@@ -26,6 +26,7 @@ import torch
 
 from ..errors import QuantizationError
 from .importers.modelopt import has_modelopt_quantizers, lower_modelopt
+from .importers.packed import has_packed_linears, lower_packed
 from .importers.pt2e import quantize_pt2e
 from .importers.qdq_graph import is_qdq_graph, lower_qdq
 from .importers.torchao import has_torchao_weights, lower_torchao
@@ -185,9 +186,12 @@ def prepare_for_export(model: torch.nn.Module, flavor: str,
     TensorRT flavour and targets: torchao weights and ModelOpt quantizers become
     our formats' modules; fp4 layers a target cannot run become float when
     allowed; a quantize() plan is checked; a convert_pt2e graph is checked per
-    layer. A float model comes back as it is, with no lines."""
+    layer; checkpoint Linears (a `.packed` PackedWeight) become the affine
+    format's modules. A float model comes back as it is, with no lines."""
     traced = (lower_torchao(model) if has_torchao_weights(model) else
               lower_modelopt(model) if has_modelopt_quantizers(model) else model)
+    if has_packed_linears(traced):  # checkpoint Linears (PackedWeight): the affine format
+        traced = lower_packed(traced)
     traced = float_where_refused(traced, flavor, capabilities, allow_unquantized)
     plan = quantization_plan(traced)
     lines = {} if plan is None else check_plan(plan, flavor, capabilities, allow_unquantized)

@@ -6,8 +6,11 @@ DequantizeLinear, which TensorRT fuses into quantized Conv / GEMM layers when
 their scales are constants and their zero points 0 (TensorRT is symmetric
 only). `lower_qdq(gm, ...)` works on a copy of the graph module and:
 
+- turns a weight-only Linear whose weight has zero points (int8 / uint8
+  codes, per channel or per tensor) into the affine format's module
+  (qdq_affine.py: TensorRT's symmetric GEMM plus an exact correction);
 - refuses (QuantizationError, the layer named) what TensorRT cannot take:
-  non-zero zero points, weight / activation dtypes other than int8 and fp8
+  other non-zero zero points, weight / activation dtypes other than int8 and fp8
   e4m3, scales computed in the graph (dynamic quantization), mixed int8/fp8;
 - classifies each Linear / Conv2d as a scheme (registry.py) and refuses a
   scheme the flavour or targets cannot run (INT8 W8A8 on TensorRT-RTX, FP8
@@ -36,6 +39,7 @@ from torch.fx import GraphModule, Node
 from ...errors import QuantizationError
 from ..registry import refusal, steps_of
 from .fx_nodes import LAYERS, graph_attr, layer_name
+from .qdq_affine import to_affine
 
 # The formats' pieces through the registry, never a format module by name.
 _fp8, _int4 = steps_of("fp8"), steps_of("int4")
@@ -211,6 +215,11 @@ def lower_qdq(model: GraphModule, flavor: str, capabilities: tuple[str, ...] | N
             lines[layer] = f"int4 weight-only (group {node.args[1].args[2]})"
             continue
         a_dq = _dq_of(node.args[0])
+        if w_dq is not None and a_dq is None:  # weight-only with zero points: affine
+            line = to_affine(gm, node, w_dq, layer)
+            if line is not None:
+                lines[layer] = line
+                continue
         if w_dq is None and a_dq is None:  # e.g. a Conv2d under PT2E int4 (Linear only)
             lines[layer] = "not quantized: the quantizer left it float (no Q/DQ on it)"
             continue

@@ -6,12 +6,14 @@ python storage"). `lower_torchao(model)` returns a structural copy of the model
 (its tensors shared, not copied) in which each such linear holds its quantized
 data and scales as buffers and dequantizes them with our ops, the same modules
 quantize() builds, and records a QuantizationPlan that export checks against
-the TensorRT flavour and targets. Taken (symmetric only, zero points all 0):
+the TensorRT flavour and targets. Taken:
 
 | torchao weight (config)                                  | becomes                         |
 | Int8Tensor (Int8WeightOnlyConfig)                         | int8 per channel (DequantizedLinear) |
 | IntxUnpackedToInt8Tensor int8 per axis (IntxWeightOnly)   | int8 per channel                |
 | IntxUnpackedToInt8Tensor int4 per group (IntxWeightOnly)  | int4 per group (Int4Linear)     |
+| Int8Tensor / IntxUnpackedToInt8Tensor with zero points    | affine int8 per channel or group, |
+|   (mapping_type=MappingType.ASYMMETRIC)                   |   int4 per group (AffineLinear) |
 | Float8Tensor e4m3 per tensor / per row (Float8WeightOnly) | fp8 weight-only (Fp8WeightLinear) |
 
 Anything else (dynamic activation quantization, other dtypes, block shapes,
@@ -27,6 +29,7 @@ from ..registry import QuantizationPlan, shared_copy, steps_of, with_plan
 
 # The formats' modules through the registry, never a format module by name.
 _fp8, _int4, _int8 = steps_of("fp8"), steps_of("int4"), steps_of("int8")
+_affine = steps_of("affine")
 FP8, Fp8WeightLinear = _fp8.element_dtype, _fp8.linear_module
 GROUP_SIZES, Int4Linear = _int4.group_sizes, _int4.linear_module
 DequantizedLinear = _int8.linear_module
@@ -45,36 +48,57 @@ def _torchao_kind(weight) -> str | None:
     return name if module.startswith("torchao") else None
 
 
-def _check_symmetric(name: str, zero) -> None:
-    if zero is not None and bool(torch.any(zero != 0)):
-        raise QuantizationError(
-            f"layer {name!r}: asymmetric weights (non-zero zero points); TensorRT only "
-            "supports symmetric quantization. Quantize with a symmetric mapping "
-            "(MappingType.SYMMETRIC).")
+def _asymmetric(zero) -> bool:
+    return zero is not None and bool(torch.any(zero != 0))
 
 
-def _per_channel_int8(name: str, q, scale, zero, block, bias) -> torch.nn.Module:
+def _affine_linear(name: str, q, scale, zero, bits: int, group: int,
+                   bias) -> tuple[torch.nn.Module, str]:
+    """W = (q - zero) * scale with non-zero zero points: TensorRT's symmetric
+    GEMM plus a group-sum correction (formats/affine.py), exact."""
+    out_features, in_features = q.shape
+    if in_features % group:
+        raise QuantizationError(f"layer {name!r}: int{bits} groups of {group} do not divide "
+                                f"its {in_features} input features")
+    shape = (out_features, in_features // group)
+    if scale.numel() != shape[0] * shape[1] or zero.numel() != scale.numel():
+        raise QuantizationError(f"layer {name!r}: {scale.numel()} scales and {zero.numel()} "
+                                f"zero points for {shape[0]} x {shape[1]} groups")
+    module = _affine.from_signed(name, q.detach(), scale.detach().reshape(shape),
+                                 zero.detach().reshape(shape), bits, group, bias)
+    return module, _affine.describe(module, "zero points")
+
+
+def _per_channel_int8(name: str, q, scale, zero, block, bias) -> tuple[torch.nn.Module, str]:
     if q.dtype != torch.int8 or q.dim() != 2:
         raise QuantizationError(f"layer {name!r}: expected a 2-D int8 weight, got {q.dtype} "
                                 f"{tuple(q.shape)}")
     if list(block) != [1, q.shape[1]]:
         raise QuantizationError(
             f"layer {name!r}: int8 block size {list(block)} is not per-channel "
-            f"([1, {q.shape[1]}]); TensorRT-RTX takes int8 weights per output channel only")
-    _check_symmetric(name, zero)
+            f"([1, {q.shape[1]}]); TensorRT-RTX takes symmetric int8 weights per output channel "
+            "only (per group with zero points: MappingType.ASYMMETRIC)")
     if scale.numel() != q.shape[0]:
         raise QuantizationError(f"layer {name!r}: {scale.numel()} scales for {q.shape[0]} "
                                 "output channels")
-    return DequantizedLinear(q.detach(), scale.detach().reshape(-1).to(torch.float32), bias)
+    if _asymmetric(zero):
+        return _affine_linear(name, q, scale, zero, 8, q.shape[1], bias)
+    return (DequantizedLinear(q.detach(), scale.detach().reshape(-1).to(torch.float32), bias),
+            "int8 weight-only (per channel)")
 
 
 def _int8_linear(name: str, linear: torch.nn.Linear) -> tuple[torch.nn.Module, str]:
     w = linear.weight
     if getattr(w, "act_quant_kwargs", None) is not None:
         raise QuantizationError(f"layer {name!r}: {_DYNAMIC}")
-    module = _per_channel_int8(name, w.qdata, w.scale, getattr(w, "zero_point", None),
-                               getattr(w, "block_size", [1, w.qdata.shape[1]]), linear.bias)
-    return module, "int8 weight-only (per channel)"
+    if _asymmetric(getattr(w, "zero_point", None)):
+        # Int8WeightOnlyConfig is symmetric, and torchao's own int8 linear ignores them.
+        raise QuantizationError(
+            f"layer {name!r}: an Int8Tensor with non-zero zero points, which torchao's own "
+            "linear does not apply; for asymmetric int8 use IntxWeightOnlyConfig("
+            "weight_dtype=torch.int8, mapping_type=MappingType.ASYMMETRIC)")
+    return _per_channel_int8(name, w.qdata, w.scale, None,
+                             getattr(w, "block_size", [1, w.qdata.shape[1]]), linear.bias)
 
 
 def _intx_linear(name: str, linear: torch.nn.Linear) -> tuple[torch.nn.Module, str]:
@@ -82,13 +106,14 @@ def _intx_linear(name: str, linear: torch.nn.Linear) -> tuple[torch.nn.Module, s
     if getattr(w, "activation_quantization", None) is not None:
         raise QuantizationError(f"layer {name!r}: {_DYNAMIC}")
     q, scale, zero, block = w.qdata, w.scale, w.zero_point, list(w.block_size)
-    if w.target_dtype == torch.int8:
-        return (_per_channel_int8(name, q, scale, zero, block, linear.bias),
-                "int8 weight-only (per channel)")
-    if w.target_dtype != torch.int4:
+    if w.target_dtype not in (torch.int8, torch.int4):
         raise QuantizationError(
             f"layer {name!r}: torchao {w.target_dtype} weights; TensorRT's integer weights are "
             "int8 and int4 only (use weight_dtype=torch.int4 or torch.int8)")
+    if w.target_dtype == torch.int8 and _asymmetric(zero) and block[0] == 1:
+        return _affine_linear(name, q, scale, zero, 8, block[1], linear.bias)
+    if w.target_dtype == torch.int8:
+        return _per_channel_int8(name, q, scale, zero, block, linear.bias)
     out_features, in_features = q.shape
     group = block[1]
     if block[0] != 1 or group not in GROUP_SIZES or in_features % group:
@@ -96,9 +121,10 @@ def _intx_linear(name: str, linear: torch.nn.Linear) -> tuple[torch.nn.Module, s
             f"layer {name!r}: int4 block size {block} is not per group of "
             f"{'/'.join(map(str, GROUP_SIZES))} input features dividing {in_features}; use "
             "granularity=PerGroup(32 | 64 | 128)")
-    _check_symmetric(name, zero)
     if int(q.min()) < -8 or int(q.max()) > 7:
         raise QuantizationError(f"layer {name!r}: int4 values outside [-8, 7]")
+    if _asymmetric(zero):
+        return _affine_linear(name, q, scale, zero, 4, group, linear.bias)
     scale = scale.detach().to(torch.float32).reshape(out_features, in_features // group)
     module = Int4Linear.from_values(q.detach(), scale, group, linear.bias)
     return module, f"int4 weight-only (group {group})"
