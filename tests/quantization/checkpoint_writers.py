@@ -25,6 +25,12 @@ CONFIGS = {
               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
               "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
               "tie_word_embeddings": True},
+    # the fuzzers' seed: small enough to read hundreds of mutated copies in seconds
+    "llama-small": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                    "vocab_size": 32, "hidden_size": 64, "intermediate_size": 64,
+                    "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+                    "head_dim": 32, "max_position_embeddings": 32, "rms_norm_eps": 1e-5,
+                    "rope_theta": 10000.0, "tie_word_embeddings": False},
 }
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)
@@ -226,8 +232,8 @@ def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0):
     from gguf import GGMLQuantizationType as K
 
     model, rng = float_model(arch, seed), np.random.default_rng(seed)
-    c = model.config
-    writer = gguf.GGUFWriter(str(path), arch)
+    c, model_type = model.config, CONFIGS[arch]["model_type"]
+    writer = gguf.GGUFWriter(str(path), model_type)
     writer.add_block_count(c.num_hidden_layers)
     writer.add_context_length(c.max_position_embeddings)
     writer.add_embedding_length(c.hidden_size)
@@ -257,7 +263,7 @@ def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0):
             name = f"blk.{layer}.{role}"
         w = value.detach().float().numpy()
         heads = {"attn_q": c.num_attention_heads, "attn_k": c.num_key_value_heads}.get(role)
-        if arch == "llama" and heads:
+        if model_type == "llama" and heads:
             w = llama_cpp_permute(w, heads)
         kind = kinds.get(role, kinds.get("default")) if kind_of == "weight" and w.ndim == 2 \
             and role != "token_embd" else (embed_kind if role == "token_embd" else None)
@@ -270,10 +276,11 @@ def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0):
             data = gguf.quants.quantize(w, kind)
         writer.add_tensor(f"{name}.{kind_of}", data, raw_dtype=kind)
         ref = torch.from_numpy(gguf.quants.dequantize(data, kind).astype(np.float32))
-        if arch == "llama" and heads:  # undo the permutation: transformers' row order
+        if model_type == "llama" and heads:  # undo the permutation: transformers' row order
             undo = np.argsort(llama_cpp_permute(np.arange(w.shape[0]), heads))
             ref = ref[torch.from_numpy(undo)]
-        refs[module] = ref.contiguous()
+        if role != "token_embd":  # a quantized embedding is read back as float
+            refs[module] = ref.contiguous()
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -58,9 +58,15 @@ def _schemes(qc: dict, where: str) -> list[tuple[list, dict]]:
 
 def _matches(targets: list, module: str) -> bool:
     for t in targets:
-        if t == "Linear" or (isinstance(t, str) and t.startswith("re:")
-                             and re.match(t[3:], module)) or t == module:
+        if t == "Linear" or t == module:
             return True
+        if isinstance(t, str) and t.startswith("re:"):
+            try:
+                if re.match(t[3:], module):
+                    return True
+            except re.error as e:
+                require(False, module, "a config group target", repr(t), "a valid regular "
+                        f"expression after 're:' ({e})")
     return False
 
 
