@@ -161,9 +161,8 @@ def _rewrite_safetensors_header(path, edit):
     raw = path.read_bytes()
     n = int.from_bytes(raw[:8], "little")
     header = edit(json.loads(raw[8:8 + n]))
-    text = json.dumps(header, separators=(",", ":")).encode().ljust(n)
-    assert len(text) == n
-    path.write_bytes(raw[:8] + text + raw[8 + n:])
+    text = json.dumps(header).encode()  # data offsets count from the header's end
+    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n:])
 
 
 def test_safetensors_offsets_outside_the_file_are_refused_before_reading(tmp_path):
@@ -176,7 +175,7 @@ def test_safetensors_offsets_outside_the_file_are_refused_before_reading(tmp_pat
         return h
 
     _rewrite_safetensors_header(st, outside)
-    with pytest.raises(CheckpointError, match=rf"tensor '{name}'s data_offsets is .*1099511627776"
+    with pytest.raises(CheckpointError, match=rf"tensor '{name}''s data_offsets is .*1099511627776"
                                               r".*<= end <= \d+ \(the data's size\)"):
         read_checkpoint(tmp_path)
     st.write_bytes((2 ** 62).to_bytes(8, "little") + b"{}")
