@@ -31,6 +31,12 @@ CONFIGS = {
                     "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
                     "head_dim": 32, "max_position_embeddings": 32, "rms_norm_eps": 1e-5,
                     "rope_theta": 10000.0, "tie_word_embeddings": False},
+    # the smallest llama whose rows hold a GGUF K-quant super-block (256)
+    "llama-k": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32,
+                "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 1,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+                "max_position_embeddings": 32, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                "tie_word_embeddings": True},
 }
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)

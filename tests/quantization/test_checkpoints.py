@@ -18,7 +18,7 @@ from executorch_tensorrt.llm import from_checkpoint
 from executorch_tensorrt.quantization.checkpoints import read_checkpoint
 from executorch_tensorrt.quantization.packed_linear import PackedLinear
 
-ARCHS = sorted(CONFIGS)
+ARCHS = ["llama", "qwen2"]  # llama-small is the fuzzers' seed
 GGUF_IMPORTED = {"default": K.Q4_K, "attn_q": K.Q4_0, "attn_k": K.Q4_1, "ffn_down": K.Q8_0,
                  "output": K.Q8_0}
 
@@ -199,3 +199,51 @@ def test_gguf_tensor_table_outside_the_file_is_refused(tmp_path):
     path.write_bytes(path.read_bytes()[:first.start + first.size - 1])  # truncated data
     with pytest.raises(CheckpointError, match="offset is .* inside the"):
         read_checkpoint(path)
+
+
+def test_sharded_gptq_with_legacy_quantize_config(tmp_path):
+    """Two shards and their index, the settings in AutoGPTQ's quantize_config.json."""
+    from safetensors.torch import load_file, save_file
+
+    model, ref32, _ = write_gptq(tmp_path, "qwen2", act_order=True)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    (tmp_path / "model.safetensors").unlink()
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2],
+              "model-00002-of-00002.safetensors": names[1::2]}
+    for shard, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, str(tmp_path / shard))
+    index = {"weight_map": {k: shard for shard, keys in shards.items() for k in keys}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    config = json.loads((tmp_path / "config.json").read_text())
+    legacy = config.pop("quantization_config")
+    del legacy["quant_method"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "quantize_config.json").write_text(json.dumps(legacy))
+    assert_bit_exact(read_checkpoint(tmp_path), ref32)
+    assert_model_matches(tmp_path, model, ref32)
+    index["weight_map"][names[0]] = "../elsewhere.safetensors"
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=r"names shard '\.\./elsewhere\.safetensors'"):
+        read_checkpoint(tmp_path)
+
+
+def test_gguf_table_agrees_with_ggufs_own_reader(tmp_path):
+    """Our bounds-checked parser finds what gguf.GGUFReader finds: names, kinds,
+    shapes, data offsets, and the metadata the config is made from."""
+    import gguf
+
+    from executorch_tensorrt.quantization.checkpoints.gguf_file import GGUFFile
+
+    path = tmp_path / "m.gguf"
+    write_gguf(path, "llama", {"default": K.Q4_K, "attn_v": K.Q6_K, "ffn_up": K.Q8_0},
+               embed_kind=K.Q4_0)
+    ours, theirs = GGUFFile(path), gguf.GGUFReader(path)
+    assert [t.name for t in theirs.tensors] == list(ours.tensors)
+    for t in theirs.tensors:
+        info = ours.tensors[t.name]
+        assert (info.kind, info.start, info.size) == (t.tensor_type, t.data_offset, t.n_bytes)
+        assert list(info.dims) == [int(d) for d in t.shape]
+    for key in ("general.architecture", "llama.block_count", "llama.attention.head_count_kv",
+                "llama.attention.layer_norm_rms_epsilon"):
+        assert ours.metadata[key] == theirs.fields[key].contents(), key

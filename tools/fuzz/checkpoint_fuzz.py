@@ -4,7 +4,8 @@
 Seeds are written here from a tiny llama config (tests/quantization/
 checkpoint_writers.py): GPTQ with act-order, AWQ, compressed-tensors
 pack-quantized with zero points (safetensors + config.json), and GGUF (Q4_0,
-Q4_1, Q8_0 Linears, a Q8_0 embedding). Each case mutates one region of one
+Q4_1, Q8_0 Linears, a Q8_0 embedding; and Q4_K, Q5_K, Q6_K Linears, read with
+unsupported="refuse" or "requantize" at random). Each case mutates one region of one
 seed (the safetensors header, config.json, the GGUF header/metadata/tensor
 table, the tensor data, or the whole file: byte edits, interesting integers,
 truncation, insertion, deletion), reads it with `read_checkpoint`, and
@@ -41,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "quantization"))
 
-FORMATS = ("gptq", "awq", "compressed-tensors", "gguf")
+FORMATS = ("gptq", "awq", "compressed-tensors", "gguf", "gguf-k")
 INTERESTING = [0, 1, 2, 3, 7, 8, 15, 16, 31, 32, 33, 255, 256, 0x7FFF, 0xFFFF, 2**31 - 1,
                2**31, 2**32 - 1, 2**32, 2**48, 2**63 - 1, 2**64 - 1]
 JSON_BYTES = b'{}[]",:-0123456789.eE \x00\xff'
@@ -58,18 +59,21 @@ def write_seeds(folder: Path) -> dict[str, Path]:
     from checkpoint_writers import write_awq, write_compressed_tensors, write_gguf, write_gptq
 
     seeds = {"gptq": folder / "gptq", "awq": folder / "awq",
-             "compressed-tensors": folder / "ct", "gguf": folder / "small.gguf"}
+             "compressed-tensors": folder / "ct", "gguf": folder / "small.gguf",
+             "gguf-k": folder / "k.gguf"}
     write_gptq(seeds["gptq"], "llama-small", act_order=True)
     write_awq(seeds["awq"], "llama-small")
     write_compressed_tensors(seeds["compressed-tensors"], "llama-small", symmetric=False)
     write_gguf(seeds["gguf"], "llama-small", {"default": K.Q4_0, "attn_k": K.Q4_1,
                                              "ffn_down": K.Q8_0}, embed_kind=K.Q8_0)
+    write_gguf(seeds["gguf-k"], "llama-k", {"default": K.Q4_K, "attn_q": K.Q5_K,
+                                           "ffn_down": K.Q6_K})
     return seeds
 
 
 def regions(fmt: str, seed: Path) -> list[tuple[str, str, int, int]]:
     """(file name, region, start, end) of the seed's parts."""
-    if fmt == "gguf":
+    if fmt.startswith("gguf"):
         from executorch_tensorrt.quantization.checkpoints.gguf_file import GGUFFile
 
         f = GGUFFile(seed)
@@ -150,7 +154,7 @@ def fuzz(cases: int, seed: int = 0, time_limit: float = 1e9, case_time: float = 
             name, region, start, end = rng.choice(plans[fmt])
             case_dir = work / "case"
             shutil.rmtree(case_dir, ignore_errors=True)
-            if fmt == "gguf":
+            if fmt.startswith("gguf"):
                 case_dir.mkdir()
                 target = case_dir / seeds[fmt].name
                 original = seeds[fmt].read_bytes()

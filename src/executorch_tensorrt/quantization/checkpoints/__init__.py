@@ -31,6 +31,8 @@ def read_checkpoint(path: str | os.PathLike, *, unsupported: str = "refuse") -> 
         raise CheckpointError(f"{path}: is neither a checkpoint folder (config.json and "
                               ".safetensors files) nor a .gguf file; give one of those")
     config = read_config(path / "config.json")
+    if "quantization_config" not in config:
+        config = _with_legacy_quantization_config(path, config)
     qc = config.get("quantization_config")
     method = qc.get("quant_method") if isinstance(qc, dict) else None
     if method not in METHODS:
@@ -66,6 +68,18 @@ def read_config(path: Path) -> dict:
         raise CheckpointError(f"{path}: is not JSON; download the config again") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{path}: holds a {type(config).__name__}; expected a JSON object")
+    return config
+
+
+# Older AutoGPTQ / AutoAWQ releases wrote the quantization settings beside config.json.
+LEGACY_CONFIGS = (("quantize_config.json", "gptq"), ("quant_config.json", "awq"))
+
+
+def _with_legacy_quantization_config(path: Path, config: dict) -> dict:
+    for name, method in LEGACY_CONFIGS:
+        if (path / name).is_file():
+            legacy = read_config(path / name)
+            return {**config, "quantization_config": {"quant_method": method, **legacy}}
     return config
 
 
