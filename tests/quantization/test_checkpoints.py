@@ -247,3 +247,21 @@ def test_gguf_table_agrees_with_ggufs_own_reader(tmp_path):
     for key in ("general.architecture", "llama.block_count", "llama.attention.head_count_kv",
                 "llama.attention.layer_norm_rms_epsilon"):
         assert ours.metadata[key] == theirs.fields[key].contents(), key
+
+
+def test_gguf_heads_disagreeing_with_the_tensors_are_refused_before_any_index(tmp_path):
+    """The metadata's heads and head size give llama's Q/K row order: a damaged
+    embedding length (head_dim = hidden / heads) is refused against the tensor's
+    rows, not allocated (found by the fuzzer)."""
+    import struct
+
+    path = tmp_path / "m.gguf"
+    write_gguf(path, "llama-small", {"default": K.Q4_0})
+    key = b"llama.embedding_length"
+    raw = bytearray(path.read_bytes())
+    at = raw.index(struct.pack("<Q", len(key)) + key + struct.pack("<I", 4)) + 8 + len(key) + 4
+    raw[at:at + 4] = struct.pack("<I", 2 ** 31)
+    path.write_bytes(raw)
+    with pytest.raises(CheckpointError, match=r"blk\.0\.attn_q\.weight: rows is 64; expected "
+                                              r"2147483648 \(2 heads x head_dim 1073741824"):
+        read_checkpoint(path)

@@ -14,10 +14,11 @@ classifies what happened:
     accepted   it read (a mutation of data bytes often only changes values)
     refused    CheckpointError, the readers' named error
     crash      any other exception
-    hang       not finished within --case-time seconds
+    hang       not finished within --case-time seconds of CPU (or ten times that
+               of wall-clock time)
 
-The readers are pure Python, so cases run in this process (a timer catches
-hangs). CI runs a few hundred cases (tests/quantization/test_checkpoint_fuzz.py);
+The readers are pure Python, so cases run in this process (timers catch hangs;
+CPU time, so that a loaded machine does not turn slow cases into hangs). CI runs a few hundred cases (tests/quantization/test_checkpoint_fuzz.py);
 the longer run:
 
     python tools/fuzz/checkpoint_fuzz.py --out fuzz-ckpt --cases 20000 --time 1800
@@ -121,8 +122,9 @@ def run_case(path: Path, case_time: float, unsupported: str) -> tuple[str, str]:
     def alarm(*_):
         raise Hang()
 
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, case_time)
+    old = signal.signal(signal.SIGALRM, alarm), signal.signal(signal.SIGPROF, alarm)
+    signal.setitimer(signal.ITIMER_PROF, case_time)
+    signal.setitimer(signal.ITIMER_REAL, case_time * 10)
     try:
         read_checkpoint(path, unsupported=unsupported)
         return "accepted", ""
@@ -135,11 +137,17 @@ def run_case(path: Path, case_time: float, unsupported: str) -> tuple[str, str]:
         return "crash", f"{type(e).__name__}: {str(e)[:200]} at {frame.filename}:{frame.lineno}"
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGALRM, old[0])
+        signal.signal(signal.SIGPROF, old[1])
 
 
 def fuzz(cases: int, seed: int = 0, time_limit: float = 1e9, case_time: float = 5.0,
          out: Path | None = None) -> dict:
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # CPU time of one case is then its own
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="ckpt-fuzz-"))
     try:
@@ -181,6 +189,7 @@ def fuzz(cases: int, seed: int = 0, time_limit: float = 1e9, case_time: float = 
         return summary
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        torch.set_num_threads(threads)
 
 
 def main() -> int:

@@ -62,7 +62,8 @@ def _read(f: GGUFFile, unsupported: str) -> Checkpoint:
             result.notes.append(f"{name}: not loaded (transformers derives it from the config)")
             continue
         mapped = map_name(name, config["num_hidden_layers"], source)
-        rows = unpermute_rows(mapped.role, config) if arch.permuted_qk else None
+        rows = unpermute_rows(mapped.role, config, info.shape[0], name) if (
+            arch.permuted_qk) else None
         if mapped.is_linear_weight and info.kind not in FLOATS:
             require(len(info.dims) == 2, name, "dims", list(info.dims), "[in, out]")
             packed = _linear(f, name, mapped.module, info, unsupported, result)
@@ -70,8 +71,6 @@ def _read(f: GGUFFile, unsupported: str) -> Checkpoint:
             continue
         tensor = _float_tensor(f, name, info, result)
         if rows is not None:
-            require(tensor.shape[0] == rows.numel(), name, "rows", tensor.shape[0],
-                    f"{rows.numel()} (heads x head_dim)")
             tensor = tensor[rows].contiguous()
         if name.endswith(".bias") and mapped.role in ("attn_q", "attn_k", "attn_v",
                                                       "attn_output", "ffn_gate", "ffn_up",

@@ -109,11 +109,15 @@ def transformers_config(metadata: dict, arch: Architecture, vocab_size: int, tie
     return config
 
 
-def unpermute_rows(role: str, config: dict) -> torch.Tensor | None:
-    """The row order that undoes llama.cpp's Q/K permutation (None: rows as stored).
-    Stored row h*D + 2i + half is transformers' row h*D + half*D/2 + i."""
+def unpermute_rows(role: str, config: dict, rows: int, name: str) -> torch.Tensor | None:
+    """The row order that undoes llama.cpp's Q/K permutation (None: rows as stored),
+    for a tensor of `rows` rows, checked against the metadata's heads before any
+    index is made. Stored row h*D + 2i + half is transformers' row h*D + half*D/2 + i."""
     if role not in ("attn_q", "attn_k"):
         return None
     heads = config["num_attention_heads"] if role == "attn_q" else config["num_key_value_heads"]
     head_dim = config["head_dim"]
-    return torch.arange(heads * head_dim).reshape(heads, head_dim // 2, 2).transpose(1, 2).reshape(-1)
+    require(heads * head_dim == rows, name, "rows", rows,
+            f"{heads * head_dim} ({heads} heads x head_dim {head_dim} from the metadata)",
+            "the metadata does not match the tensors")
+    return torch.arange(rows).reshape(heads, head_dim // 2, 2).transpose(1, 2).reshape(-1)
