@@ -175,7 +175,7 @@ def test_safetensors_offsets_outside_the_file_are_refused_before_reading(tmp_pat
         return h
 
     _rewrite_safetensors_header(st, outside)
-    with pytest.raises(CheckpointError, match=rf"tensor '{name}''s data_offsets is .*1099511627776"
+    with pytest.raises(CheckpointError, match=rf"tensor '{name}' data_offsets is .*1099511627776"
                                               r".*<= end <= \d+ \(the data's size\)"):
         read_checkpoint(tmp_path)
     st.write_bytes((2 ** 62).to_bytes(8, "little") + b"{}")

@@ -142,7 +142,7 @@ class GGUFFile:
             key = c.string(f"metadata key {i}")
             if key in self.metadata:
                 c.fail(f"metadata key {key!r}", "repeated", "each key once")
-            self.metadata[key] = c.value(c.scalar("<I", f"metadata {key!r}'s type"),
+            self.metadata[key] = c.value(c.scalar("<I", f"metadata {key!r} type"),
                                          f"metadata {key!r}")
         if n_tensors * 32 > c.left():  # name 8 + n_dims 4 + a dim 8 + type 4 + offset 8
             c.fail("the tensor count", n_tensors, f"at most {c.left() // 32}")
@@ -158,11 +158,11 @@ class GGUFFile:
         for name, dims, kind, offset in infos:
             block, type_size = GGML_QUANT_SIZES[kind]
             if dims[0] % block:
-                c.fail(f"tensor {name!r}'s row length", dims[0],
+                c.fail(f"tensor {name!r} row length", dims[0],
                        f"a multiple of {kind.name}'s block of {block}")
             size = dims[0] // block * type_size * math.prod(dims[1:])
             if offset % alignment or offset > data_size or size > data_size - offset:
-                c.fail(f"tensor {name!r}'s offset", offset,
+                c.fail(f"tensor {name!r} offset", offset,
                        f"a multiple of {alignment} with its {size} bytes inside the "
                        f"{data_size} bytes of data")
             self.tensors[name] = TensorInfo(name, dims, kind, data_start + offset, size)
@@ -170,28 +170,28 @@ class GGUFFile:
         spans.sort()
         for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
             if begin < end:
-                c.fail(f"tensor {second!r}'s offset", begin,
+                c.fail(f"tensor {second!r} offset", begin,
                        f"no overlap with {first!r}, which ends at {end}")
 
     def _info(self, c: _Cursor, i: int):
         name = c.string(f"tensor {i}'s name")
         if name in self._names:
             c.fail(f"tensor name {name!r}", "repeated", "each name once")
-        n_dims = c.scalar("<I", f"tensor {name!r}'s n_dims")
+        n_dims = c.scalar("<I", f"tensor {name!r} n_dims")
         if not 1 <= n_dims <= MAX_DIMS:
-            c.fail(f"tensor {name!r}'s n_dims", n_dims, f"1..{MAX_DIMS}")
-        dims = tuple(c.scalar("<Q", f"tensor {name!r}'s dims") for _ in range(n_dims))
+            c.fail(f"tensor {name!r} n_dims", n_dims, f"1..{MAX_DIMS}")
+        dims = tuple(c.scalar("<Q", f"tensor {name!r} dims") for _ in range(n_dims))
         if any(d == 0 or d >= 2 ** 40 for d in dims) or math.prod(dims) >= 2 ** 48:
-            c.fail(f"tensor {name!r}'s dims", list(dims), "positive sizes below 2**40, "
+            c.fail(f"tensor {name!r} dims", list(dims), "positive sizes below 2**40, "
                    "2**48 elements in all")
-        raw_kind = c.scalar("<I", f"tensor {name!r}'s type")
+        raw_kind = c.scalar("<I", f"tensor {name!r} type")
         try:
             kind = GGMLQuantizationType(raw_kind)
         except ValueError:
-            c.fail(f"tensor {name!r}'s type", raw_kind, "a ggml type this gguf package knows")
+            c.fail(f"tensor {name!r} type", raw_kind, "a ggml type this gguf package knows")
         if kind not in GGML_QUANT_SIZES:
-            c.fail(f"tensor {name!r}'s type", kind.name, "a ggml type with a known block size")
-        offset = c.scalar("<Q", f"tensor {name!r}'s offset")
+            c.fail(f"tensor {name!r} type", kind.name, "a ggml type with a known block size")
+        offset = c.scalar("<Q", f"tensor {name!r} offset")
         self._names.add(name)
         return name, dims, kind, offset
 

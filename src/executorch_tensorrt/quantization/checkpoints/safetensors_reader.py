@@ -104,7 +104,7 @@ class SafetensorsFile:
         spans.sort()
         for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
             if begin < end:
-                raise refuse(self.path, f"tensor {second!r}'s data_offsets", f"starting at {begin}",
+                raise refuse(self.path, f"tensor {second!r} data_offsets", f"starting at {begin}",
                              f"no overlap with {first!r}, which ends at {end}")
         return entries
 
@@ -150,7 +150,7 @@ class SafetensorsFile:
         self._file.seek(entry.start)
         got = self._file.readinto(view) if view is not None else 0
         if got != entry.size:
-            raise refuse(self.path, f"tensor {name!r}'s bytes", f"{got} read",
+            raise refuse(self.path, f"tensor {name!r} bytes", f"{got} read",
                          f"{entry.size} (the file changed or is truncated)")
         return out
 
