@@ -63,10 +63,10 @@ class _Cursor:
 
     def take(self, n: int, field: str) -> bytes:
         if n > self.left():
-            self.fail(f"{field}'s size", n, f"at most the {self.left()} bytes left")
+            self.fail(f"{field} size", n, f"at most the {self.left()} bytes left")
         data = self.f.read(n)
         if len(data) != n:
-            self.fail(f"{field}'s bytes", f"{len(data)} read", f"{n} (the file changed)")
+            self.fail(f"{field} bytes", f"{len(data)} read", f"{n} (the file changed)")
         self.at += n
         return data
 
@@ -74,9 +74,9 @@ class _Cursor:
         return struct.unpack(fmt, self.take(struct.calcsize(fmt), field))[0]
 
     def string(self, field: str) -> str:
-        n = self.scalar("<Q", f"{field}'s length")
+        n = self.scalar("<Q", f"{field} length")
         if n > min(MAX_STRING, self.left()):
-            self.fail(f"{field}'s length", n, f"at most {min(MAX_STRING, self.left())}")
+            self.fail(f"{field} length", n, f"at most {min(MAX_STRING, self.left())}")
         try:
             return self.take(n, field).decode("utf-8")
         except UnicodeDecodeError:
@@ -88,17 +88,17 @@ class _Cursor:
         if vtype == STRING:
             return self.string(field)
         if vtype != ARRAY:
-            self.fail(f"{field}'s value type", vtype, "0..12")
+            self.fail(f"{field} value type", vtype, "0..12")
         if depth >= MAX_ARRAY_DEPTH:
-            self.fail(f"{field}'s array nesting", depth + 1, f"at most {MAX_ARRAY_DEPTH}")
-        item = self.scalar("<I", f"{field}'s item type")
-        count = self.scalar("<Q", f"{field}'s item count")
+            self.fail(f"{field} array nesting", depth + 1, f"at most {MAX_ARRAY_DEPTH}")
+        item = self.scalar("<I", f"{field} item type")
+        count = self.scalar("<Q", f"{field} item count")
         smallest = struct.calcsize(SCALARS[item]) if item in SCALARS else (
             8 if item == STRING else 12 if item == ARRAY else None)
         if smallest is None:
-            self.fail(f"{field}'s item type", item, "0..12")
+            self.fail(f"{field} item type", item, "0..12")
         if count * smallest > self.left():
-            self.fail(f"{field}'s item count", count,
+            self.fail(f"{field} item count", count,
                       f"at most {self.left() // smallest} (what the file has left)")
         if item in SCALARS:  # read numeric arrays whole: tokenizer scores are large
             raw = self.take(count * smallest, field)

@@ -114,25 +114,25 @@ class SafetensorsFile:
             raise refuse(self.path, where, type(info).__name__, "an object")
         dtype = DTYPES.get(info.get("dtype")) if isinstance(info.get("dtype"), str) else None
         if dtype is None:
-            raise refuse(self.path, f"{where}'s dtype", repr(info.get("dtype"))[:40],
+            raise refuse(self.path, f"{where} dtype", repr(info.get("dtype"))[:40],
                          f"one of {sorted(DTYPES)}")
         shape = info.get("shape")
         if (not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(
                 type(d) is int and 0 <= d < 2 ** 48 for d in shape)):
-            raise refuse(self.path, f"{where}'s shape", repr(shape)[:80],
+            raise refuse(self.path, f"{where} shape", repr(shape)[:80],
                          f"a list of at most {MAX_DIMS} non-negative integers")
         offsets = info.get("data_offsets")
         if (not isinstance(offsets, list) or len(offsets) != 2
                 or not all(type(o) is int for o in offsets)):
-            raise refuse(self.path, f"{where}'s data_offsets", repr(offsets)[:80],
+            raise refuse(self.path, f"{where} data_offsets", repr(offsets)[:80],
                          "[begin, end], two integers")
         begin, end = offsets
         if not 0 <= begin <= end <= data_size:
-            raise refuse(self.path, f"{where}'s data_offsets", offsets,
+            raise refuse(self.path, f"{where} data_offsets", offsets,
                          f"0 <= begin <= end <= {data_size} (the data's size)")
         nbytes = math.prod(shape) * dtype.itemsize
         if end - begin != nbytes:
-            raise refuse(self.path, f"{where}'s byte size", end - begin,
+            raise refuse(self.path, f"{where} byte size", end - begin,
                          f"{nbytes} for {info['dtype']} {shape}")
         return dtype, tuple(shape), begin, end
 
