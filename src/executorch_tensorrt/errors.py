@@ -53,6 +53,13 @@ class QuantizationError(ExportError):
     message names the layer or scheme, why, and what to do."""
 
 
+class CheckpointError(QuantizationError):
+    """A published checkpoint file (safetensors, GGUF, a transformers config)
+    that is malformed, inconsistent or of a kind we refuse; the message names
+    the file, the tensor or field, the value found and what to do. Raised
+    before anything is read outside the file's bounds."""
+
+
 class EngineUnavailable(ExecuTorchTensorRTError, RuntimeError):
     """The engine cannot run in this process (no GPU, no TensorRT, another
     compute capability and no rebuild possible); the message says why."""

@@ -147,16 +147,18 @@ def test_named_data_holds_each_layers_codes_once_packed(exported):
     packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
     for module in packed:
         # The codes recoded to signed (u - 2**(bits-1): the same bytes XOR 0x88 / 0x80).
-        recoded = (module.codes ^ (0x88 if module.bits == 4 else 0x80)).numpy().tobytes()
-        assert sum(b == recoded for b in stored) == 1, module.name
+        packed_weight = module.packed
+        recoded = (packed_weight.codes ^ (0x88 if packed_weight.bits == 4 else 0x80)).numpy().tobytes()
+        assert sum(b == recoded for b in stored) == 1, module.packed.name
     # No float weight: besides the codes and the model's own float tensors
     # (embedding, norms), each entry is per group or per input feature (scales,
     # group corrections, input orders), far smaller than any layer's weight.
     model_tensors = {t.contiguous().numpy().tobytes() for n, t in model.state_dict().items()
-                     if not any(n.startswith(p.name + ".") for p in packed)}
-    codes = {(m.codes ^ (0x88 if m.bits == 4 else 0x80)).numpy().tobytes() for m in packed}
+                     if not any(n.startswith(p.packed.name + ".") for p in packed)}
+    codes = {(m.packed.codes ^ (0x88 if m.packed.bits == 4 else 0x80)).numpy().tobytes()
+             for m in packed}
     rest = [b for b in stored if b not in codes and b not in model_tensors]
-    largest_per_group = max(max(m.out_features * m.scales.shape[1] * 4, m.in_features * 8)
+    largest_per_group = max(max(m.out_features * m.packed.scales.shape[1] * 4, m.in_features * 8)
                             for m in packed)
     assert rest and max(len(b) for b in rest) <= largest_per_group
     assert largest_per_group * 8 <= min(m.in_features * m.out_features * 4 for m in packed)

@@ -2,9 +2,11 @@
 runner (`executorch_tensorrt.llm.export`, llm/exporter.py), the runner's
 metadata (metadata.py), transformers' static-cache wrapper and its export
 (hf_export.py), greedy decoding over an exported program
-(greedy_decode.py), and generation through ExecuTorch's own runners
-(`generate_text`, `generate_multimodal`, `generate`; generation.py). `export` is
-imported on first use: decoding and generating need no AOT code."""
+(greedy_decode.py), generation through ExecuTorch's own runners
+(`generate_text`, `generate_multimodal`, `generate`; generation.py), and a
+model built from a published quantized checkpoint (`from_checkpoint`,
+checkpoint_model.py). `export` is imported on first use: decoding and
+generating need no AOT code."""
 
 _GENERATE = ("generate", "generate_text", "generate_multimodal", "GeneratedText",
              "GenerationStats", "GenerateInputError", "GenerateRunError")
@@ -19,4 +21,8 @@ def __getattr__(name: str):
         from . import generation
 
         return getattr(generation, name)
+    if name == "from_checkpoint":
+        from .checkpoint_model import from_checkpoint
+
+        return from_checkpoint
     raise AttributeError(f"module 'executorch_tensorrt.llm' has no attribute {name!r}")

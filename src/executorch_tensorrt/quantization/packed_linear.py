@@ -1,49 +1,47 @@
-"""PackedLinear: a Linear whose weight is a checkpoint's PackedWeight, as stored.
+"""A Linear whose weight is a published checkpoint's PackedWeight, never a float copy.
 
-The module holds the PackedWeight's tensors as buffers (so `.to()`, state
-dicts and dtype conversions see them) and computes the definition,
-`x @ packed.dequantize().T + bias`: it is the eager reference. Export never
-traces it: `importers/packed.py` finds every module whose `.packed` is a
-PackedWeight (this class or any other that offers one) and puts the affine
-format's module (formats/affine.py) in its place.
+`PackedLinear(weight)` keeps the PackedWeight as `.packed` (what the int4/int8
+lowering reads); its eager forward dequantizes `ROWS` output features at a
+time, so a reference run never holds the whole float weight either.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
-import torch.nn.functional as F
 
 from .packed_weight import PackedWeight
 
-_PARTS = ("codes", "scales", "zero_points", "offsets", "input_order", "bias")
+ROWS = 1024  # output features dequantized at once in the eager forward
 
 
 class PackedLinear(torch.nn.Module):
-    """y = x @ weight.dequantize().T + bias, the weight kept packed."""
-
-    def __init__(self, weight: PackedWeight) -> None:
+    def __init__(self, weight: PackedWeight):
         super().__init__()
         weight.check()
-        self.name = weight.name
-        self.bits = weight.bits
-        self.in_features = weight.in_features
-        self.out_features = weight.out_features
-        self.group_size = weight.group_size
-        for part in _PARTS:
-            self.register_buffer(part, getattr(weight, part))
+        self.packed = weight
+        self.in_features, self.out_features = weight.in_features, weight.out_features
 
-    @property
-    def packed(self) -> PackedWeight:
-        """The PackedWeight over this module's current buffers."""
-        return PackedWeight(self.name, self.bits, self.out_features, self.in_features,
-                            self.group_size, **{p: getattr(self, p) for p in _PARTS})
+    def rows(self, start: int, stop: int) -> PackedWeight:
+        """The PackedWeight of output features start..stop (views, no copy)."""
+        p = self.packed
+        pick = lambda t: None if t is None else t[start:stop]
+        return replace(p, out_features=stop - start, codes=pick(p.codes), scales=pick(p.scales),
+                       zero_points=pick(p.zero_points), offsets=pick(p.offsets),
+                       bias=pick(p.bias))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        bias = None if self.bias is None else self.bias.to(x.dtype)
-        return F.linear(x, self.packed.dequantize().to(x.dtype), bias)
+        parts = []
+        for start in range(0, self.out_features, ROWS):
+            chunk = self.rows(start, min(start + ROWS, self.out_features))
+            parts.append(x @ chunk.dequantize().to(x.dtype).T)
+        y = torch.cat(parts, dim=-1)
+        return y if self.packed.bias is None else y + self.packed.bias.to(x.dtype)
 
     def extra_repr(self) -> str:
-        form = ("zero points" if self.zero_points is not None else
-                "offsets" if self.offsets is not None else "symmetric")
-        order = ", input order" if self.input_order is not None else ""
-        return (f"{self.in_features} -> {self.out_features}, {self.bits} bits, group "
-                f"{self.group_size}, {form}{order}")
+        p = self.packed
+        form = "zero points" if p.zero_points is not None else (
+            "offsets" if p.offsets is not None else "symmetric")
+        order = ", act-order" if p.input_order is not None else ""
+        return (f"in_features={p.in_features}, out_features={p.out_features}, bits={p.bits}, "
+                f"group_size={p.group_size}, {form}{order}")

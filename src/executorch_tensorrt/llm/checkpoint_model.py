@@ -1,0 +1,109 @@
+"""A transformers causal LM built from a published quantized checkpoint.
+
+`from_checkpoint(path)` reads the checkpoint (quantization/checkpoints/), builds
+the model on the meta device (no float weights are ever made), puts a
+`PackedLinear` holding each quantized Linear's PackedWeight in that Linear's
+place, and assigns the float tensors (embeddings, norms, an unquantized
+lm_head) as they were read. Buffers the model computes for itself (RoPE's
+inv_freq) are made again on the CPU.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..errors import CheckpointError
+from ..quantization.checkpoints import Checkpoint, read_checkpoint
+from ..quantization.packed_linear import PackedLinear
+
+CONFIG_KEYS_DROPPED = ("quantization_config", "torch_dtype", "dtype", "transformers_version")
+
+
+def from_checkpoint(path: str | os.PathLike, *, unsupported: str = "refuse",
+                    dtype: torch.dtype | None = None) -> tuple[torch.nn.Module, Checkpoint]:
+    """(model in eval mode, the Checkpoint it came from). `dtype` is the float
+    tensors' dtype (default: the checkpoint's embedding dtype); `unsupported`
+    is GGUF's choice for kinds TensorRT cannot run ("refuse" or "requantize")."""
+    import transformers
+
+    ckpt = read_checkpoint(path, unsupported=unsupported)
+    config = {k: v for k, v in ckpt.config.items() if k not in CONFIG_KEYS_DROPPED}
+    model_type = config.pop("model_type", None)
+    if model_type is None:
+        raise CheckpointError(f"{path}: its config has no model_type; a transformers "
+                              "config.json names one (e.g. 'llama')")
+    try:
+        hf_config = transformers.AutoConfig.for_model(model_type, **config)
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path}: transformers cannot build a {model_type!r} config "
+                              f"from it ({e})") from None
+    hf_config.use_cache = True
+    embed = next((t for k, t in ckpt.tensors.items() if k.endswith("embed_tokens.weight")), None)
+    dtype = dtype or (embed.dtype if embed is not None and embed.is_floating_point()
+                      else torch.float32)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
+    _place_packed(model, ckpt, path)
+    _assign_floats(model, ckpt, dtype, path)
+    _remake_computed_buffers(model, path)
+    return model.eval(), ckpt
+
+
+def _place_packed(model: torch.nn.Module, ckpt: Checkpoint, path) -> None:
+    for name, packed in ckpt.packed.items():
+        try:
+            linear = model.get_submodule(name)
+        except AttributeError:
+            raise CheckpointError(f"{path}: quantized layer {name!r} is not a module of the "
+                                  f"{type(model).__name__} its config builds") from None
+        if not isinstance(linear, torch.nn.Linear) or (
+                linear.in_features, linear.out_features) != (packed.in_features,
+                                                             packed.out_features):
+            raise CheckpointError(
+                f"{path}: quantized layer {name!r} is {packed.out_features}x"
+                f"{packed.in_features}; the model's is {type(linear).__name__} "
+                f"{getattr(linear, 'out_features', '?')}x{getattr(linear, 'in_features', '?')}"
+                ": the checkpoint does not match its config")
+        if linear.bias is not None and packed.bias is None:
+            raise CheckpointError(f"{path}: quantized layer {name!r} has no bias; the model's "
+                                  "Linear has one: the checkpoint does not match its config")
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, PackedLinear(packed))
+
+
+def _assign_floats(model: torch.nn.Module, ckpt: Checkpoint, dtype, path) -> None:
+    tensors = {k: (t.to(dtype) if t.is_floating_point() else t) for k, t in ckpt.tensors.items()}
+    expected = model.state_dict(keep_vars=True)
+    for key, t in tensors.items():
+        if key not in expected:
+            raise CheckpointError(f"{path}: tensor {key!r} is not in the "
+                                  f"{type(model).__name__} its config builds")
+        if tuple(expected[key].shape) != tuple(t.shape):
+            raise CheckpointError(f"{path}: tensor {key!r} is {list(t.shape)}; the model's is "
+                                  f"{list(expected[key].shape)}")
+    model.load_state_dict(tensors, strict=False, assign=True)
+    if getattr(model.config, "tie_word_embeddings", False):
+        out, inp = model.get_output_embeddings(), model.get_input_embeddings()
+        if isinstance(out, torch.nn.Linear):
+            out.weight = inp.weight
+    missing = [n for n, p in model.named_parameters() if p.is_meta]
+    if missing:
+        raise CheckpointError(f"{path}: has no tensor for {len(missing)} of the model's "
+                              f"weights ({', '.join(missing[:4])}...); the checkpoint is "
+                              "incomplete or of another architecture than its config names")
+
+
+def _remake_computed_buffers(model: torch.nn.Module, path) -> None:
+    for name, module in list(model.named_modules()):
+        meta = [b for b, v in module.named_buffers(recurse=False) if v.is_meta]
+        if not meta:
+            continue
+        try:
+            fresh = type(module)(config=model.config)
+        except TypeError:
+            raise CheckpointError(f"{path}: {name}'s buffers {meta} are computed at build time "
+                                  f"and {type(module).__name__} cannot be rebuilt from the "
+                                  "config alone") from None
+        for b in meta:
+            setattr(module, b, getattr(fresh, b))

@@ -1,0 +1,148 @@
+"""GPTQ and AWQ checkpoints (safetensors, transformers' quantization_config) -> PackedWeight.
+
+GPTQ (AutoGPTQ / GPTQModel layout): `qweight` int32 [in / p, out] packs p = 32 / bits
+codes of consecutive input features per word (feature p*i + t at shift bits*t);
+`qzeros` int32 [groups, out / p] packs zero points the same way along outputs;
+`scales` [groups, out]; `g_idx` [in] (act-order, `desc_act`) maps each input
+feature to its group. checkpoint_format "gptq" (v1) stores zero points minus
+one: the zero is (stored + 1) masked to `bits`, as AutoGPTQ's unpacking does;
+"gptq_v2" stores them as they are. W = (code - zero) * scale.
+
+AWQ (AutoAWQ "gemm" layout): `qweight` int32 [in, out / 8] packs 8 output
+features per word in the order [0, 2, 4, 6, 1, 3, 5, 7] (nibble t holds
+feature 8j + ORDER[t]); `qzeros` int32 [groups, out / 8] the same; `scales`
+[groups, out]. W = (code - zero) * scale.
+"""
+from __future__ import annotations
+
+import torch
+
+from .common import (Checkpoint, expect_tensor, input_order_from_g_idx, make_packed, require,
+                     unpack_int32)
+from .safetensors_reader import SafetensorsFolder
+
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+GPTQ_FORMATS = ("gptq", "gptq_v2")
+PARTS = ("qweight", "qzeros", "scales", "g_idx", "bias")
+SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _settings(qc: dict, where: str) -> dict:
+    method = qc.get("quant_method")
+    bits = qc.get("bits", qc.get("w_bit"))
+    group = qc.get("group_size", qc.get("q_group_size"))
+    require(bits in ((4, 8) if method == "gptq" else (4,)), where, f"{method} bits", bits,
+            "4 or 8 for GPTQ, 4 for AWQ", "TensorRT's weight-only GEMMs take int4 and int8 only")
+    require(type(group) is int and (group == -1 or group > 0), where, "group_size", group,
+            "a positive integer or -1 (per output channel)")
+    if method == "gptq":
+        fmt = qc.get("checkpoint_format", "gptq")
+        require(fmt in GPTQ_FORMATS, where, "checkpoint_format", repr(fmt),
+                f"one of {list(GPTQ_FORMATS)}", "kernel-specific layouts (marlin, bitblas, "
+                "exllama) are not read: save the model in the plain gptq format")
+        return {"method": "gptq", "bits": bits, "group": group, "v1": fmt == "gptq",
+                "desc_act": bool(qc.get("desc_act", False))}
+    version = str(qc.get("version", "gemm")).lower()
+    require(version == "gemm", where, "AWQ version", repr(version), "'gemm'",
+            "the gemv / exllama / marlin layouts are not read: save the model with version gemm")
+    require(qc.get("zero_point", True) is True, where, "AWQ zero_point", qc.get("zero_point"),
+            "true (the gemm layout always stores zero points)")
+    return {"method": "awq", "bits": bits, "group": group}
+
+
+def read_gptq_awq(files: SafetensorsFolder, config: dict, source: str) -> Checkpoint:
+    qc = config["quantization_config"]
+    s = _settings(qc, f"{source} quantization_config")
+    prefixes = sorted(n[: -len(".qweight")] for n in files.names() if n.endswith(".qweight"))
+    require(bool(prefixes), source, "the number of quantized Linears (tensors named *.qweight)",
+            0, f"at least one in a {s['method']} checkpoint")
+    result = Checkpoint(format=s["method"], config=config)
+    for prefix in prefixes:
+        read = _gptq_layer if s["method"] == "gptq" else _awq_layer
+        result.packed[prefix] = read(files, prefix, s)
+    owned = {f"{p}.{part}" for p in prefixes for part in PARTS}
+    for name in files.names():
+        if name not in owned:
+            result.tensors[name] = files.read(name)
+    return result
+
+
+def _common(files: SafetensorsFolder, prefix: str, s: dict, out_features: int,
+            in_features: int):
+    """Scales [groups, out] and packed zeros of a layer, checked, with its group count."""
+    group = in_features if s["group"] == -1 else s["group"]
+    require(in_features % group == 0, prefix, "in_features", in_features,
+            f"a multiple of group_size {group}")
+    groups = in_features // group
+    per_word = 32 // s["bits"]
+    scales_entry = files.entry(f"{prefix}.scales")
+    require(scales_entry.dtype in SCALE_DTYPES, f"{prefix}.scales", "dtype", scales_entry.dtype,
+            f"one of {list(SCALE_DTYPES)}")
+    scales = files.read(f"{prefix}.scales")
+    expect_tensor(f"{prefix}.scales", scales, scales_entry.dtype, (groups, out_features))
+    require(out_features % per_word == 0, prefix, "out_features", out_features,
+            f"a multiple of {per_word} (zero points pack {per_word} per int32)")
+    qzeros = _read_checked(files, f"{prefix}.qzeros", torch.int32,
+                           (groups, out_features // per_word))
+    return group, scales, qzeros
+
+
+def _read_checked(files, name, dtype, shape):
+    entry = files.entry(name)  # shape checked before the bytes are read
+    require(entry.dtype == dtype and entry.shape == tuple(shape), name, "dtype and shape",
+            f"{entry.dtype} {list(entry.shape)}", f"{dtype} {list(shape)}",
+            "the checkpoint does not match its config")
+    return files.read(name)
+
+
+def _bias(files, prefix, out_features):
+    name = f"{prefix}.bias"
+    if name not in files.where:
+        return None
+    entry = files.entry(name)
+    require(entry.dtype.is_floating_point and entry.shape == (out_features,), name,
+            "dtype and shape", f"{entry.dtype} {list(entry.shape)}", f"a float [{out_features}]")
+    return files.read(name)
+
+
+def _gptq_layer(files: SafetensorsFolder, prefix: str, s: dict):
+    bits, per_word = s["bits"], 32 // s["bits"]
+    entry = files.entry(f"{prefix}.qweight")
+    require(entry.dtype == torch.int32 and len(entry.shape) == 2, f"{prefix}.qweight",
+            "dtype and rank", f"{entry.dtype} {list(entry.shape)}", "torch.int32 [in / "
+            f"{per_word}, out]")
+    in_features, out_features = entry.shape[0] * per_word, entry.shape[1]
+    require(in_features > 0 and out_features > 0, f"{prefix}.qweight", "shape",
+            list(entry.shape), "non-empty")
+    group, scales, qzeros = _common(files, prefix, s, out_features, in_features)
+    codes = unpack_int32(files.read(f"{prefix}.qweight"), bits, dim=0).t()  # [out, in]
+    zeros = unpack_int32(qzeros, bits, dim=1)  # [groups, out]
+    if s["v1"]:
+        zeros = (zeros + 1) & (2 ** bits - 1)
+    order = None
+    if f"{prefix}.g_idx" in files.where:
+        g_entry = files.entry(f"{prefix}.g_idx")
+        require(g_entry.shape == (in_features,) and not g_entry.dtype.is_floating_point,
+                f"{prefix}.g_idx", "dtype and shape", f"{g_entry.dtype} {list(g_entry.shape)}",
+                f"an integer [{in_features}]")
+        order = input_order_from_g_idx(f"{prefix}.g_idx", files.read(f"{prefix}.g_idx"),
+                                       in_features, group)
+    zero_rows = zeros.t().contiguous()
+    return make_packed(prefix, bits, codes, scales.t(), zero_points=zero_rows,
+                       input_order=order, bias=_bias(files, prefix, out_features))
+
+
+def _awq_layer(files: SafetensorsFolder, prefix: str, s: dict):
+    bits, per_word = s["bits"], 32 // s["bits"]
+    entry = files.entry(f"{prefix}.qweight")
+    require(entry.dtype == torch.int32 and len(entry.shape) == 2, f"{prefix}.qweight",
+            "dtype and rank", f"{entry.dtype} {list(entry.shape)}",
+            f"torch.int32 [in, out / {per_word}]")
+    in_features, out_features = entry.shape[0], entry.shape[1] * per_word
+    require(in_features > 0 and out_features > 0, f"{prefix}.qweight", "shape",
+            list(entry.shape), "non-empty")
+    _, scales, qzeros = _common(files, prefix, s, out_features, in_features)
+    codes = unpack_int32(files.read(f"{prefix}.qweight"), bits, dim=1, order=AWQ_ORDER)
+    zeros = unpack_int32(qzeros, bits, dim=1, order=AWQ_ORDER)  # [groups, out]
+    return make_packed(prefix, bits, codes.t(), scales.t(), zero_points=zeros.t(),
+                       bias=_bias(files, prefix, out_features))

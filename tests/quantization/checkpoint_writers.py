@@ -1,0 +1,294 @@
+"""Synthetic published checkpoints, written here from tiny transformers configs with
+random packed weights (nothing downloaded), in the layouts their authors publish:
+GPTQ and AWQ (their documented packing, written with safetensors' own writer),
+compressed-tensors pack-quantized (its own compressor) and GGUF (gguf's own
+GGUFWriter and quantizers; K-quant blocks as random bytes with finite scales).
+Each writer returns the reference dequantization of every quantized Linear
+(module path -> float32 [out, in]), computed by the format's own code or its
+documented unpacking, independently of the readers under test."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+CONFIGS = {
+    "llama": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 96,
+              "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+              "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+              "tie_word_embeddings": False},
+    "qwen2": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 96,
+              "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+              "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+              "tie_word_embeddings": True},
+    # the fuzzers' seed: small enough to read hundreds of mutated copies in seconds
+    "llama-small": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                    "vocab_size": 32, "hidden_size": 64, "intermediate_size": 64,
+                    "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+                    "head_dim": 32, "max_position_embeddings": 32, "rms_norm_eps": 1e-5,
+                    "rope_theta": 10000.0, "tie_word_embeddings": False},
+    # the smallest llama whose rows hold a GGUF K-quant super-block (256)
+    "llama-k": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32,
+                "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 1,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+                "max_position_embeddings": 32, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                "tie_word_embeddings": True},
+}
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)
+
+
+def float_model(arch: str, seed: int = 0):
+    import transformers
+
+    cfg = dict(CONFIGS[arch])
+    torch.manual_seed(seed)
+    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def quantized_linears(model) -> dict[str, torch.nn.Linear]:
+    return {n: m for n, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and n.startswith("model.layers.")}
+
+
+def _save(folder: Path, arch: str, tensors: dict, qc: dict) -> None:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({**CONFIGS[arch], "quantization_config": qc}))
+
+
+def _floats(model, linears) -> dict:
+    skip = {f"{n}.{p}" for n in linears for p in ("weight", "bias")}
+    tensors = {k: v for k, v in model.state_dict().items() if k not in skip}
+    if model.config.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)
+    return tensors
+
+
+def _pack_rows(codes: np.ndarray, bits: int) -> np.ndarray:
+    """codes [R, C] (C a multiple of 32/bits) -> int32 [R, C*bits/32], element t of each
+    run at shift bits*t."""
+    per = 32 // bits
+    r, c = codes.shape
+    runs = codes.reshape(r, c // per, per).astype(np.uint64)
+    words = (runs << (np.arange(per, dtype=np.uint64) * bits)).sum(-1).astype(np.uint32)
+    return words.view(np.int32)
+
+
+def write_gptq(folder: Path, arch: str, *, bits=4, group=32, act_order=False, v1=True,
+               sym=False, seed=0):
+    """GPTQ (AutoGPTQ layout). Returns (model, {module: f32 reference},
+    {module: f16 reference as AutoGPTQ's torch unpacking computes it})."""
+    model, rng = float_model(arch, seed), np.random.default_rng(seed)
+    linears = quantized_linears(model)
+    tensors, ref32, ref16 = _floats(model, linears), {}, {}
+    top = 2 ** bits - 1
+    for name, lin in linears.items():
+        out, inp = lin.out_features, lin.in_features
+        groups = inp // group
+        codes = rng.integers(0, top + 1, (inp, out), dtype=np.uint32)  # [in, out] as stored
+        zeros = (np.full((groups, out), 2 ** (bits - 1), np.uint32) if sym
+                 else rng.integers(1, top + 1, (groups, out), dtype=np.uint32))
+        scales = torch.from_numpy(rng.uniform(0.002, 0.02, (groups, out))).to(torch.float16)
+        if act_order:
+            perm = rng.permutation(inp)
+            g_idx = np.empty(inp, np.int64)
+            g_idx[perm] = np.arange(inp) // group
+        else:
+            g_idx = np.arange(inp) // group
+        stored = (zeros - 1) & top if v1 else zeros
+        tensors[f"{name}.qweight"] = torch.from_numpy(_pack_rows(codes.T, bits).T.copy())
+        tensors[f"{name}.qzeros"] = torch.from_numpy(_pack_rows(stored, bits))
+        tensors[f"{name}.scales"] = scales
+        tensors[f"{name}.g_idx"] = torch.from_numpy(g_idx.astype(np.int32))
+        if lin.bias is not None:
+            tensors[f"{name}.bias"] = lin.bias.detach().to(torch.float16)
+        ref16[name], ref32[name] = _gptq_reference(tensors, name, bits, v1)
+    qc = {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": act_order,
+          "sym": sym, "checkpoint_format": "gptq" if v1 else "gptq_v2"}
+    _save(folder, arch, tensors, qc)
+    return model, ref32, ref16
+
+
+def _gptq_reference(tensors, name, bits, v1):
+    """AutoGPTQ's documented torch unpacking (shift, mask, zeros + 1 for v1, g_idx gather)."""
+    qweight, qzeros = tensors[f"{name}.qweight"], tensors[f"{name}.qzeros"]
+    scales, g_idx = tensors[f"{name}.scales"], tensors[f"{name}.g_idx"].long()
+    wf = torch.arange(0, 32, bits, dtype=torch.int32)
+    zeros = torch.bitwise_right_shift(qzeros.unsqueeze(2).expand(-1, -1, 32 // bits),
+                                      wf.unsqueeze(0)).to(torch.int16)
+    zeros = zeros + 1 if v1 else zeros
+    zeros = torch.bitwise_and(zeros, 2 ** bits - 1).reshape(qzeros.shape[0], -1)
+    weight = torch.bitwise_right_shift(qweight.unsqueeze(1).expand(-1, 32 // bits, -1),
+                                       wf.unsqueeze(-1)).to(torch.int16)
+    weight = torch.bitwise_and(weight, 2 ** bits - 1).reshape(-1, qweight.shape[1])  # [in, out]
+    diff = weight - zeros[g_idx]
+    f16 = (scales[g_idx] * diff.to(torch.float16)).T
+    f32 = (scales[g_idx].float() * diff.float()).T
+    return f16.contiguous(), f32.contiguous()
+
+
+def write_awq(folder: Path, arch: str, *, group=32, seed=0):
+    """AWQ gemm (AutoAWQ layout). Returns (model, {module: f32 reference})."""
+    model, rng = float_model(arch, seed), np.random.default_rng(seed)
+    linears = quantized_linears(model)
+    tensors, refs = _floats(model, linears), {}
+    for name, lin in linears.items():
+        out, inp = lin.out_features, lin.in_features
+        codes = rng.integers(0, 16, (inp, out), dtype=np.uint32)
+        zeros = rng.integers(0, 16, (inp // group, out), dtype=np.uint32)
+        order = np.concatenate([np.arange(c * 8, c * 8 + 8)[list(AWQ_ORDER)]
+                                for c in range(out // 8)])
+        tensors[f"{name}.qweight"] = torch.from_numpy(_pack_rows(codes[:, order], 4))
+        tensors[f"{name}.qzeros"] = torch.from_numpy(_pack_rows(zeros[:, order], 4))
+        tensors[f"{name}.scales"] = torch.from_numpy(
+            rng.uniform(0.002, 0.02, (inp // group, out))).to(torch.float16)
+        if lin.bias is not None:
+            tensors[f"{name}.bias"] = lin.bias.detach().to(torch.float16)
+        refs[name] = _awq_reference(tensors, name, group)
+    _save(folder, arch, tensors, {"quant_method": "awq", "bits": 4, "group_size": group,
+                                  "zero_point": True, "version": "gemm"})
+    return model, refs
+
+
+def _awq_reference(tensors, name, group):
+    """AutoAWQ's documented unpacking: shifts, then AWQ_REVERSE_ORDER, (w - z) * s."""
+    shifts = torch.arange(0, 32, 4)
+
+    def unpack(q):
+        values = torch.bitwise_right_shift(q[:, :, None], shifts[None, None, :]).to(torch.int8)
+        values = values.reshape(values.shape[0], -1)
+        order = torch.arange(values.shape[-1]).view(-1, 8)[:, list(AWQ_REVERSE_ORDER)].view(-1)
+        return torch.bitwise_and(values[:, order], 15)
+
+    w, z = unpack(tensors[f"{name}.qweight"]), unpack(tensors[f"{name}.qzeros"])
+    s = tensors[f"{name}.scales"].float().repeat_interleave(group, dim=0)
+    z = z.repeat_interleave(group, dim=0)
+    return ((w - z).float() * s).T.contiguous()
+
+
+def write_compressed_tensors(folder: Path, arch: str, *, bits=4, group=32, symmetric=True,
+                             strategy="group", scale_dtype=torch.float32, seed=0):
+    """compressed-tensors pack-quantized, packed by its own compressor. Returns
+    (model, {module: the compressor's own decompression})."""
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import (QuantizationArgs, QuantizationConfig,
+                                                 QuantizationScheme)
+
+    model, gen = float_model(arch, seed), torch.Generator().manual_seed(seed)
+    linears = quantized_linears(model)
+    args = QuantizationArgs(num_bits=bits, type="int", symmetric=symmetric, strategy=strategy,
+                            group_size=group if strategy == "group" else None)
+    scheme = QuantizationScheme(targets=["Linear"], weights=args)
+    tensors, refs = _floats(model, linears), {}
+    half = 2 ** (bits - 1)
+    for name, lin in linears.items():
+        w = lin.weight.detach().float()
+        groups = w.shape[1] // group if strategy == "group" else 1
+        amax = w.reshape(w.shape[0], groups, -1).abs().amax(-1)
+        scale = (amax / (half - 1)).clamp(min=1e-4).to(scale_dtype)
+        state = {"weight": w.to(scale_dtype), "weight_scale": scale}
+        if not symmetric:
+            state["weight_zero_point"] = torch.randint(-half // 2, half // 2, scale.shape,
+                                                       generator=gen, dtype=torch.int8)
+        packed = PackedQuantizationCompressor.compress(state, scheme)
+        for k, v in packed.items():
+            tensors[f"{name}.{k}"] = v
+        if lin.bias is not None:
+            tensors[f"{name}.bias"] = lin.bias.detach()
+        refs[name] = PackedQuantizationCompressor.decompress(dict(packed), scheme)["weight"]
+    qc = QuantizationConfig(config_groups={"group_0": scheme}, format="pack-quantized",
+                            ignore=["lm_head"]).model_dump(mode="json")
+    qc["quant_method"] = "compressed-tensors"
+    _save(folder, arch, tensors, qc)
+    return model, refs
+
+
+def llama_cpp_permute(w: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's converter's reordering of llama's Q/K rows."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(
+        w.shape)
+
+
+def _random_k_blocks(rng, kind, rows: int, cols: int) -> np.ndarray:
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as K
+
+    block, size = GGML_QUANT_SIZES[kind]
+    raw = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
+    scales = rng.uniform(0.001, 0.01, (rows, cols // block, 2)).astype(np.float16).view(np.uint8)
+    if kind in (K.Q4_K, K.Q5_K):  # d and dmin lead the block
+        raw[..., 0:4] = scales.reshape(rows, cols // block, 4)
+    else:  # Q6_K: d trails the block
+        raw[..., -2:] = scales[..., :2]
+    return raw.reshape(rows, -1)
+
+
+def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0):
+    """A GGUF file of the model; `kinds` maps a role ("attn_q", "ffn_down", ...,
+    "default") to a GGMLQuantizationType. Returns (model, {transformers module:
+    gguf's own dequantization, rows in transformers' order})."""
+    import gguf
+    from gguf import GGMLQuantizationType as K
+
+    model, rng = float_model(arch, seed), np.random.default_rng(seed)
+    c, model_type = model.config, CONFIGS[arch]["model_type"]
+    writer = gguf.GGUFWriter(str(path), model_type)
+    writer.add_block_count(c.num_hidden_layers)
+    writer.add_context_length(c.max_position_embeddings)
+    writer.add_embedding_length(c.hidden_size)
+    writer.add_feed_forward_length(c.intermediate_size)
+    writer.add_head_count(c.num_attention_heads)
+    writer.add_head_count_kv(c.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(c.rms_norm_eps)
+    writer.add_rope_freq_base(10000.0)
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    refs = {}
+    for key, value in model.state_dict().items():
+        if key == "lm_head.weight" and c.tie_word_embeddings:
+            continue
+        module, _, kind_of = key.rpartition(".")
+        if module == "model.embed_tokens":
+            name, role = "token_embd", "token_embd"
+        elif module == "model.norm":
+            name, role = "output_norm", "output_norm"
+        elif module == "lm_head":
+            name, role = "output", "output"
+        else:
+            layer, rest = module[len("model.layers."):].split(".", 1)
+            role = names[rest]
+            name = f"blk.{layer}.{role}"
+        w = value.detach().float().numpy()
+        heads = {"attn_q": c.num_attention_heads, "attn_k": c.num_key_value_heads}.get(role)
+        if model_type == "llama" and heads:
+            w = llama_cpp_permute(w, heads)
+        kind = kinds.get(role, kinds.get("default")) if kind_of == "weight" and w.ndim == 2 \
+            and role != "token_embd" else (embed_kind if role == "token_embd" else None)
+        if kind is None:
+            writer.add_tensor(f"{name}.{kind_of}", w.astype(np.float32))
+            continue
+        if kind in (K.Q4_K, K.Q5_K, K.Q6_K):
+            data = _random_k_blocks(rng, kind, *w.shape)
+        else:
+            data = gguf.quants.quantize(w, kind)
+        writer.add_tensor(f"{name}.{kind_of}", data, raw_dtype=kind)
+        ref = torch.from_numpy(gguf.quants.dequantize(data, kind).astype(np.float32))
+        if model_type == "llama" and heads:  # undo the permutation: transformers' row order
+            undo = np.argsort(llama_cpp_permute(np.arange(w.shape[0]), heads))
+            ref = ref[torch.from_numpy(undo)]
+        if role != "token_embd":  # a quantized embedding is read back as float
+            refs[module] = ref.contiguous()
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return model, refs
