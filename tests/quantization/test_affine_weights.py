@@ -148,7 +148,8 @@ def test_named_data_holds_each_layers_codes_once_packed(exported):
     for module in packed:
         # The codes recoded to signed (u - 2**(bits-1): the same bytes XOR 0x88 / 0x80).
         packed_weight = module.packed
-        recoded = (packed_weight.codes ^ (0x88 if packed_weight.bits == 4 else 0x80)).numpy().tobytes()
+        flip = 0x88 if packed_weight.bits == 4 else 0x80
+        recoded = (packed_weight.codes ^ flip).numpy().tobytes()
         assert sum(b == recoded for b in stored) == 1, module.packed.name
     # No float weight: besides the codes and the model's own float tensors
     # (embedding, norms), each entry is per group or per input feature (scales,

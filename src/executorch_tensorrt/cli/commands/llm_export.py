@@ -27,7 +27,13 @@ def register(sub) -> None:
     p.add_argument("output", help="the .pte to write")
     p.add_argument("--config", metavar="JSON",
                    help="a transformers config.json (or its JSON text): random weights")
-    p.add_argument("--model", metavar="DIR", help="a local transformers model folder")
+    p.add_argument("--model", metavar="PATH",
+                   help="a local transformers model folder, or a published quantized "
+                        "checkpoint: a GPTQ / AWQ / compressed-tensors folder or a .gguf file "
+                        "(weights kept packed; docs/checkpoints.md)")
+    p.add_argument("--unsupported", choices=("refuse", "requantize"), default="refuse",
+                   help="GGUF kinds TensorRT cannot run (Q5_K, Q6_K): refuse them, or "
+                        "re-quantize them to int8 and report the worst weight error")
     p.add_argument("--max-seq-len", type=int, required=True,
                    help="most tokens per call (longer prompts go in chunks)")
     p.add_argument("--max-context-len", type=int, required=True,
@@ -47,12 +53,22 @@ def _model(args):
         raise Fail(EXIT_USAGE, "give either --config (a config.json or its JSON text; random "
                                 "weights) or --model (a local transformers model folder)")
     if args.model is not None:
+        from ...llm.exporter import DTYPES
+        from ...quantization.checkpoints import is_published_checkpoint
+
+        if is_published_checkpoint(args.model):
+            from ...llm.checkpoint_model import from_checkpoint
+
+            model, checkpoint = from_checkpoint(args.model, unsupported=args.unsupported,
+                                                dtype=DTYPES.get(args.dtype))
+            for note in checkpoint.notes:
+                print(f"note: {note}", file=sys.stderr)
+            return model
         if not Path(args.model).is_dir():
             raise Fail(EXIT_USAGE, f"--model {args.model}: not a folder (a local "
-                                    "transformers model; nothing is downloaded)")
+                                    "transformers model; nothing is downloaded) nor a .gguf "
+                                    "file")
         from transformers import AutoModelForCausalLM
-
-        from ...llm.exporter import DTYPES
 
         # Loaded in the export's dtype: a checkpoint stored in it is mapped,
         # not copied (nor converted after a float32 load).

@@ -13,7 +13,7 @@ from pathlib import Path
 from ...errors import CheckpointError
 from .common import Checkpoint
 
-__all__ = ["Checkpoint", "CheckpointError", "read_checkpoint"]
+__all__ = ["Checkpoint", "CheckpointError", "is_published_checkpoint", "read_checkpoint"]
 
 METHODS = ("gptq", "awq", "compressed-tensors")
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
@@ -53,6 +53,23 @@ def read_checkpoint(path: str | os.PathLike, *, unsupported: str = "refuse") -> 
         return read_gptq_awq(files, config, str(path))
     finally:
         files.close()
+
+
+def is_published_checkpoint(path: str | os.PathLike) -> bool:
+    """A .gguf file, or a folder whose config names a quantization method (in
+    config.json or an older AutoGPTQ / AutoAWQ file beside it): what
+    read_checkpoint reads rather than transformers' own loader."""
+    path = Path(path)
+    if path.is_file():
+        return _is_gguf(path)
+    if not (path / "config.json").is_file():
+        return False
+    try:
+        config = read_config(path / "config.json")
+    except CheckpointError:
+        return False
+    return ("quantization_config" in config
+            or any((path / name).is_file() for name, _ in LEGACY_CONFIGS))
 
 
 def read_config(path: Path) -> dict:
