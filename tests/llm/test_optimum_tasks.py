@@ -65,13 +65,15 @@ config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=32,
                                 num_hidden_layers=1, num_attention_heads=4,
                                 intermediate_size=64, num_labels=5)
 model = transformers.ViTForImageClassification(config).eval()
-report = export(model, "image-classification")
+report = export(model, "image-classification", {"dtype": "float16"})
 et = ExecuTorchModelForImageClassification.from_pretrained(folder + "/out")
-pixels = torch.rand(1, 3, 32, 32)
+pixels = torch.rand(1, 3, 32, 32, dtype=torch.float16)
 got = et.forward(pixels)
 with torch.no_grad():
-    want = model(pixel_values=pixels).logits
-report["diffs"] = [[list(got.shape) == list(want.shape), float((got - want).abs().max())]]
+    want = model.half()(pixel_values=pixels).logits
+report["diffs"] = [[got.dtype == want.dtype == torch.float16,
+                    float((got.float() - want.float()).abs().max())]]
+report["get_dtype"] = int(et.model.run_method("get_dtype")[0])
 print(json.dumps(report))
 """
 
@@ -90,6 +92,10 @@ for prompt in ([5, 6, 7, 8, 9, 10, 11], [40, 41, 2, 93, 17]):
         want = model.generate(ids, max_new_tokens=11, do_sample=False, num_beams=1)
     runs.append([got, want[0].tolist()])
 report["runs"] = runs
+report["refused"] = refused(lambda: main_export(
+    folder + "/model", task="text2text-generation", recipe="tensorrt",
+    output_dir=folder + "/out2", local_files_only=True,
+    recipe_kwargs={"quantize": "int8_weight_only"}))
 print(json.dumps(report))
 """
 
@@ -116,11 +122,15 @@ def test_fill_mask_runs_in_optimums_masked_lm_class_as_eager(tmp_path, allow_fal
         and "fill-mask" in report["refused"], report["refused"]
 
 
-def test_image_classification_runs_in_optimums_class_as_eager(tmp_path, allow_fallback):
+def test_image_classification_in_float16_runs_in_optimums_class_as_eager(tmp_path,
+                                                                          allow_fallback):
+    """recipe_kwargs dtype="float16": the program takes and returns float16,
+    says so in optimum's get_dtype (ScalarType Half), and matches eager fp16."""
     report = _run(IMAGE_CLASSIFICATION, tmp_path)
     _all_on_tensorrt(report, ["forward"])
-    (same_shape, diff), = report["diffs"]
-    assert same_shape and diff < 1e-4, report["diffs"]
+    (same_dtype, diff), = report["diffs"]
+    assert same_dtype and diff < 1e-2, report["diffs"]
+    assert report["get_dtype"] == 5
 
 
 def test_t5_generates_eagers_greedy_tokens_in_optimums_seq2seq_class(tmp_path, allow_fallback):
@@ -131,3 +141,5 @@ def test_t5_generates_eagers_greedy_tokens_in_optimums_seq2seq_class(tmp_path, a
     _all_on_tensorrt(report, ["encoder", "text_decoder", "sampler"])
     for got, want in report["runs"]:
         assert len(got) > 3 and got == want, report["runs"]
+    assert report["refused"].startswith("TypeError") and "quantize" in report["refused"] \
+        and "text2text-generation" in report["refused"], report["refused"]

@@ -33,10 +33,14 @@ from ..aot.export import ExportResult, export_program
 from ..errors import ExportError
 from .exporter import DTYPES, PRECISIONS, QUANTIZE, in_dtype, quantization_lines, quantized
 
-# recipe_kwargs every task here takes; text2text-generation takes max_seq_len too.
+# recipe_kwargs fill-mask and image-classification take.
 TASK_OPTIONS = ("dtype", "quantize", "group_size", "external_weights", "precision",
                 "compute_capabilities", "progress")
-SEQ2SEQ_OPTIONS = (*TASK_OPTIONS, "max_seq_len")
+# text2text-generation: the decoder's cache length too, and no quantize: T5's
+# feed-forward reads its output Linear's `.weight` dtype, which a weight-only
+# quantized Linear has not (torch.export fails on it).
+SEQ2SEQ_OPTIONS = ("dtype", "max_seq_len", "external_weights", "precision",
+                   "compute_capabilities", "progress")
 SCALAR_TYPES = {"float16": 5, "float32": 6, "bfloat16": 15}  # ExecuTorch's ScalarType codes
 
 
@@ -177,7 +181,6 @@ def _seq2seq_programs(model, max_seq_len: int, max_hidden_seq_len: int) -> dict:
 
 
 def export_seq2seq_lm(module, output: Path, *, dtype: str | None = None,
-                      quantize: str | None = None, group_size: int = 128,
                       max_seq_len: int | None = None, **options) -> TaskExportResult:
     """text2text-generation (T5): `encoder(input_ids[1, S]) -> hidden`,
     `text_decoder(token[1, 1], hidden, position[1]) -> logits[1, 1, V]` over a
@@ -191,10 +194,17 @@ def export_seq2seq_lm(module, output: Path, *, dtype: str | None = None,
             f"the 'tensorrt' recipe exports text2text-generation for T5 models (optimum's "
             f"Seq2SeqLMExportableModule held a {type(module.model).__name__}); export other "
             "encoder-decoder models with another recipe")
+    config = module.model.config
+    if config.num_decoder_layers != config.num_layers:
+        raise ValueError(
+            f"this T5 has {config.num_decoder_layers} decoder layers and {config.num_layers} "
+            "encoder layers; transformers' static-cache decoder sizes its cache by the "
+            "encoder's depth, so only T5 models of equal depths export with the 'tensorrt' "
+            "recipe")
     cache = int(max_seq_len if max_seq_len is not None else module.max_seq_len)
     if cache < 2:
         raise ValueError(f"max_seq_len={cache}: the decoder's cache needs at least 2 positions")
-    model = _converted(module.model, dtype, quantize, group_size)
+    model = _converted(module.model, dtype, None, 128)
     programs = _seq2seq_programs(model, cache, int(module.max_hidden_seq_len))
     metadata = {**module.metadata, "get_max_seq_len": cache,
                 "max_hidden_seq_length": int(module.max_hidden_seq_len)}
