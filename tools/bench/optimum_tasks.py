@@ -11,7 +11,7 @@ Without a GPU our TensorRT partitions run through the onnxruntime fallback
 (EXECUTORCH_TENSORRT_FALLBACK=onnxruntime). A recipe that fails for a task
 is recorded with its error, not patched.
 
-    nice -n 19 .venv/bin/python tools/bench/optimum_tasks.py [--calls 20] [--write]
+    .venv/bin/python tools/bench/optimum_tasks.py [--calls 20] [--write]
 
 --write replaces docs/evidence/optimum-tasks.md.
 """
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -89,7 +90,10 @@ def child(task: str, recipe: str, folder: str, calls: int) -> dict:
         main_export(f"{folder}/model", task=task, recipe=recipe, output_dir=out,
                     local_files_only=True, **kwargs)
     except Exception as e:  # noqa: BLE001 - recorded as the recipe's result
-        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        # torch's errors put the cause after their first line: keep the "got X(...)" part
+        cause = re.search(r"got (\w+\(.*?\))", str(e))
+        row["error"] = (f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                        + (f" ... {cause.group(1)[:300]}" if cause else ""))
         return row
     row["export_s"] = time.perf_counter() - t0
     row["pte_kb"] = os.path.getsize(f"{out}/model.pte") / 1024
