@@ -57,6 +57,8 @@ report["diffs"] = diffs
 report["refused"] = refused(lambda: main_export(
     folder + "/model", task="fill-mask", recipe="tensorrt", output_dir=folder + "/out2",
     local_files_only=True, recipe_kwargs={"max_seq_len": 8}))
+from optimum.exporters.executorch.recipe_registry import recipe_registry
+report["not_a_task"] = refused(lambda: recipe_registry["tensorrt"](torch.nn.Linear(2, 2)))
 print(json.dumps(report))
 """
 
@@ -120,6 +122,9 @@ def test_fill_mask_runs_in_optimums_masked_lm_class_as_eager(tmp_path, allow_fal
         assert same_shape and diff < 1e-4, report["diffs"]
     assert report["refused"].startswith("TypeError") and "max_seq_len" in report["refused"] \
         and "fill-mask" in report["refused"], report["refused"]
+    # A module of no task the recipe has: the tasks it has, by optimum's module class.
+    assert report["not_a_task"].startswith("ValueError") and "Linear" in report["not_a_task"] \
+        and "text2text-generation (Seq2SeqLMExportableModule)" in report["not_a_task"]
 
 
 def test_image_classification_in_float16_runs_in_optimums_class_as_eager(tmp_path,

@@ -122,28 +122,41 @@ def _export_causal_lm(model, output: Path, **kwargs):
 @dataclass(frozen=True)
 class TaskExporter:
     task: str
-    export: Callable  # (optimum's module, output .pte path, **recipe_kwargs) -> result
+    module: str  # optimum's exportable-module class the task loader returns
+    export: Callable  # (that module, output .pte path, **recipe_kwargs) -> result
     options: tuple[str, ...]  # the recipe_kwargs it takes
+    # transformers model types it takes (empty: any); optimum's speech and text
+    # seq2seq loaders return the same module class, with different models.
+    model_types: tuple[str, ...] = ()
 
 
-# optimum's exportable-module class name -> how the recipe exports it.
-TASKS = {
-    "CausalLMExportableModule": TaskExporter("text-generation", _export_causal_lm, OPTIONS),
-    "MaskedLMExportableModule": TaskExporter(
-        "fill-mask", optimum_tasks.export_masked_lm, optimum_tasks.TASK_OPTIONS),
-    "VisionEncoderExportableModule": TaskExporter(
-        "image-classification", optimum_tasks.export_image_classifier,
-        optimum_tasks.TASK_OPTIONS),
-    "Seq2SeqLMExportableModule": TaskExporter(
-        "text2text-generation", optimum_tasks.export_seq2seq_lm, optimum_tasks.SEQ2SEQ_OPTIONS),
-}
+# The recipe's tasks: a new one is an entry here and its exporter.
+TASKS = (
+    TaskExporter("text-generation", "CausalLMExportableModule", _export_causal_lm, OPTIONS),
+    TaskExporter("fill-mask", "MaskedLMExportableModule", optimum_tasks.export_masked_lm,
+                 optimum_tasks.TASK_OPTIONS),
+    TaskExporter("image-classification", "VisionEncoderExportableModule",
+                 optimum_tasks.export_image_classifier, optimum_tasks.TASK_OPTIONS),
+    TaskExporter("text2text-generation", "Seq2SeqLMExportableModule",
+                 optimum_tasks.export_seq2seq_lm, optimum_tasks.SEQ2SEQ_OPTIONS, ("t5",)),
+)
 
 
 def _exporter_of(model) -> TaskExporter:
-    for cls in type(model).__mro__:
-        if cls.__name__ in TASKS:
-            return TASKS[cls.__name__]
-    tasks = ", ".join(f"{t.task} ({name})" for name, t in TASKS.items())
+    classes = {cls.__name__ for cls in type(model).__mro__}
+    model_type = getattr(getattr(getattr(model, "model", None), "config", None),
+                         "model_type", None)
+    same_module = [t for t in TASKS if t.module in classes]
+    for exporter in same_module:
+        if not exporter.model_types or model_type in exporter.model_types:
+            return exporter
+    if same_module:
+        takes = "; ".join(f"{t.task} of {', '.join(t.model_types)}" for t in same_module)
+        raise ValueError(
+            f"the {RECIPE!r} recipe exports {takes} models from optimum's "
+            f"{type(model).__name__}; this one holds a {model_type!r} model. Use another "
+            "recipe for it")
+    tasks = ", ".join(f"{t.task} ({t.module})" for t in TASKS)
     raise ValueError(
         f"the {RECIPE!r} recipe exports {tasks}; optimum gave a {type(model).__name__}. "
         "For other models export the transformers module with executorch_tensorrt.export(), "
@@ -152,7 +165,7 @@ def _exporter_of(model) -> TaskExporter:
 
 def export_with_tensorrt(model, **kwargs) -> dict[str, WrittenProgram]:
     """The recipe optimum calls with its exportable module and recipe_kwargs."""
-    known = dict.fromkeys(o for t in TASKS.values() for o in t.options)
+    known = dict.fromkeys(o for t in TASKS for o in t.options)
     unknown = sorted(set(kwargs) - set(known))
     if unknown:  # refused before the module is looked at: a typo is named first
         raise TypeError(f"the {RECIPE!r} recipe takes recipe_kwargs {', '.join(known)}; "

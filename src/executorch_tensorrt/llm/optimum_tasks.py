@@ -187,13 +187,6 @@ def export_seq2seq_lm(module, output: Path, *, dtype: str | None = None,
     static self-attention cache of `max_seq_len` positions (default optimum's
     max_seq_len), and `sampler(logits) -> argmax`, with optimum's constant
     methods (`decoder_start_token_id`, `get_eos_id`, `get_max_seq_len`)."""
-    import transformers
-
-    if not isinstance(module.model, transformers.T5ForConditionalGeneration):
-        raise ValueError(
-            f"the 'tensorrt' recipe exports text2text-generation for T5 models (optimum's "
-            f"Seq2SeqLMExportableModule held a {type(module.model).__name__}); export other "
-            "encoder-decoder models with another recipe")
     config = module.model.config
     if config.num_decoder_layers != config.num_layers:
         raise ValueError(
