@@ -3,6 +3,7 @@ exporter takes the exportable module optimum's task loader made and writes
 the methods optimum's own `ExecuTorchModelFor*` class loads and runs.
 
 | task | optimum's module | methods | class |
+| --- | --- | --- | --- |
 | fill-mask | MaskedLMExportableModule | forward(input_ids, attention_mask) | ExecuTorchModelForMaskedLM |
 | image-classification | VisionEncoderExportableModule | forward(pixel_values) | ExecuTorchModelForImageClassification |
 | text2text-generation (T5) | Seq2SeqLMExportableModule | encoder(input_ids), text_decoder(decoder_input_ids, encoder_hidden_states, cache_position), sampler(logits) | ExecuTorchModelForSeq2SeqLM |
