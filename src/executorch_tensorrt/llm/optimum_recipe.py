@@ -1,41 +1,44 @@
 """optimum-executorch's `tensorrt` recipe: `main_export(model_id_or_folder,
-task="text-generation", recipe="tensorrt", output_dir=...)` exports a causal
-LM with `llm.export` (TensorRT owns the KV caches, the run check runs the
-written program) and writes `model.pte` (+ `model.ptd`) where optimum writes
-its other recipes' programs. optimum_hook.py registers it on import.
+task=..., recipe="tensorrt", output_dir=...)` writes `model.pte` (+ `model.ptd`
+with external weights) where optimum writes its other recipes' programs, and
+optimum's own `ExecuTorchModelFor*` class runs it. optimum_hook.py registers
+it on import.
 
-What optimum hands a recipe is its `CausalLMExportableModule`: the loaded
-transformers model (`.model`, eager attention or sdpa, static cache) and the
-constant methods it would write (`.metadata`). optimum's `get_max_seq_len` is
-the cache length (its programs take up to that many tokens per call), so it
-becomes our `max_context_len`; the tokens per call default to the same and
-can be lowered with `recipe_kwargs={"max_seq_len": N}`. optimum's other
-constant methods (`get_n_layers`, `get_head_dim`, `get_dtype`, ...) are
-written too; ours win where both name one.
+optimum hands a recipe the exportable module its task loader made; TASKS maps
+that module's class to the task's exporter and the recipe_kwargs it takes.
+`text-generation` (CausalLMExportableModule) goes through `llm.export`
+(TensorRT owns the KV caches); fill-mask, image-classification and
+text2text-generation through optimum_tasks.py; automatic-speech-recognition
+(Whisper) through llm/speech.py as the `encoder` and `text_decoder` methods
+`ExecuTorchModelForSpeechSeq2Seq` runs, optimum's `max_seq_len` (default 1024)
+being the decoder cache, capped at the model's `max_target_positions`.
 
-`automatic-speech-recognition` (Whisper): optimum hands its
-`Seq2SeqLMExportableModule`; the recipe exports the transformers model it
-holds (`.model`) with llm/speech.py as the `encoder` and `text_decoder`
-methods `ExecuTorchModelForSpeechSeq2Seq` runs, weights in the .pte (that
-class loads `model.pte` alone). optimum's `max_seq_len` (default 1024) is the
-decoder cache, capped at the model's `max_target_positions`.
+For text-generation, optimum's `get_max_seq_len` is the cache length (its
+programs take up to that many tokens per call), so it becomes our
+`max_context_len`; the tokens per call default to the same and can be lowered
+with `recipe_kwargs={"max_seq_len": N}`. optimum's other constant methods
+(`get_n_layers`, `get_head_dim`, `get_dtype`, ...) are written too; ours win
+where both name one.
 """
 from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from ..aot.export_files import companions_of
 from ..output_files import Staging, write_whole
 from ..quantization.importers.torchao import has_torchao_weights
-from .exporter import QUANTIZE, LLMExportResult, export
+from . import optimum_tasks
+from .exporter import QUANTIZE, export
 
 RECIPE = "tensorrt"
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-# recipe_kwargs the recipe takes (main_export(..., recipe_kwargs={...})).
+# recipe_kwargs text-generation takes (main_export(..., recipe_kwargs={...})).
 OPTIONS = ("max_seq_len", "quantize", "group_size", "external_weights", "precision",
            "compute_capabilities", "progress")
 SPEECH_OPTIONS = ("precision", "compute_capabilities", "progress")
@@ -44,7 +47,9 @@ SPEECH_OPTIONS = ("precision", "compute_capabilities", "progress")
 class WrittenProgram:
     """What the recipe returns for optimum to write: the program `llm.export`
     already wrote (and ran) in a private folder, published where optimum asks.
-    `result` is llm.export's LLMExportResult (metadata, partition reports).
+    `result` is the exporter's result: llm.export's LLMExportResult or
+    optimum_tasks.TaskExportResult (`.path`, `.data_paths`, `.export` with the
+    partition reports).
 
     optimum opens `<output_dir>/model.pte` for writing and then calls
     `write_to_file(f)` and `write_tensor_data_to_file(output_dir)`. The whole
@@ -53,7 +58,7 @@ class WrittenProgram:
     (output_files.py). An export that fails never reaches optimum's open.
     """
 
-    def __init__(self, result: LLMExportResult, folder: Path):
+    def __init__(self, result, folder: Path):
         self.result = result
         self._folder = folder
         self._published = False
@@ -94,36 +99,16 @@ class WrittenProgram:
 
 
 def _causal_lm_module(model):
-    from optimum.exporters.executorch.integrations import CausalLMExportableModule
-
-    if not isinstance(model, CausalLMExportableModule):
-        raise ValueError(
-            f"the {RECIPE!r} recipe exports text-generation models (a causal LM) and "
-            f"automatic-speech-recognition models (Whisper); optimum gave a "
-            f"{type(model).__name__}. For other models export the transformers module with "
-            "executorch_tensorrt.export(), or use another recipe")
     if model.use_custom_sdpa or model.use_custom_kv_cache:
         raise ValueError(
             f"the {RECIPE!r} recipe exports transformers' own attention and static cache, "
             "which TensorRT takes and owns; custom_sdpa and the custom KV cache are "
             "ExecuTorch's CPU kernels. Leave out use_custom_sdpa / use_custom_kv_cache / "
             "attn_implementation='custom_sdpa'")
-    if has_torchao_weights(model.model):
-        raise ValueError(
-            f"the model was quantized by optimum (qlinear / qembedding); the {RECIPE!r} "
-            "recipe quantizes itself so that TensorRT gets its Q/DQ form: leave those out and "
-            f"pass recipe_kwargs={{'quantize': one of {QUANTIZE}}}")
     return model
 
 
-def export_with_tensorrt(model, **kwargs) -> dict[str, WrittenProgram]:
-    """The recipe optimum calls with its exportable module and recipe_kwargs."""
-    if _is_whisper(model):
-        return _export_speech(model, **kwargs)
-    unknown = sorted(set(kwargs) - set(OPTIONS))
-    if unknown:
-        raise TypeError(f"the {RECIPE!r} recipe takes recipe_kwargs {', '.join(OPTIONS)}; "
-                        f"got {', '.join(unknown)}")
+def _export_causal_lm(model, output: Path, **kwargs):
     module = _causal_lm_module(model)
     metadata = dict(module.metadata)
     context = int(metadata["get_max_seq_len"])
@@ -132,44 +117,89 @@ def export_with_tensorrt(model, **kwargs) -> dict[str, WrittenProgram]:
         raise ValueError(f"the model's dtype {module.model.dtype} is not one the "
                          f"{RECIPE!r} recipe exports ({', '.join(DTYPE_NAMES.values())})")
     eos = metadata.pop("get_eos_id", None)  # optimum's single id; ours is the list
-    folder = Path(tempfile.mkdtemp(prefix="etrt-optimum-"))
-    try:
-        result = export(module.model, max_seq_len=int(kwargs.pop("max_seq_len", context)),
-                        max_context_len=context, dtype=dtype, output=folder / "model.pte",
-                        bos_id=metadata.get("get_bos_id"), eos_ids=eos,
-                        constant_methods=metadata, **kwargs)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return {"model": WrittenProgram(result, folder)}
+    return export(module.model, max_seq_len=int(kwargs.pop("max_seq_len", context)),
+                  max_context_len=context, dtype=dtype, output=output,
+                  bos_id=metadata.get("get_bos_id"), eos_ids=eos,
+                  constant_methods=metadata, **kwargs)
 
 
-def _is_whisper(model) -> bool:
-    from transformers import WhisperForConditionalGeneration
-
-    return isinstance(getattr(model, "model", None), WhisperForConditionalGeneration) and \
-        hasattr(model, "max_seq_len") and hasattr(model, "metadata")
-
-
-def _export_speech(module, **kwargs) -> dict[str, WrittenProgram]:
+def _export_speech(module, output: Path, **kwargs):
     from .speech import export_whisper
 
-    unknown = sorted(set(kwargs) - set(SPEECH_OPTIONS))
-    if unknown:
-        raise TypeError(f"the {RECIPE!r} recipe takes recipe_kwargs {', '.join(SPEECH_OPTIONS)} "
-                        f"for automatic-speech-recognition; got {', '.join(unknown)}")
     model = module.model
-    if has_torchao_weights(model):
-        raise ValueError(f"the model was quantized by optimum (qlinear / qembedding); the "
-                         f"{RECIPE!r} recipe exports speech models unquantized: leave those out")
-    limit = int(model.config.max_target_positions)
-    cache = min(int(module.max_seq_len), limit)
+    cache = min(int(module.max_seq_len), int(model.config.max_target_positions))
     # get_max_seq_len is what optimum's class generates up to: the cache we made.
-    metadata = {**module.metadata, "get_max_seq_len": cache}
+    return export_whisper(model, max_cache_len=cache, output=output,
+                          constant_methods={**module.metadata, "get_max_seq_len": cache},
+                          **kwargs)
+
+
+@dataclass(frozen=True)
+class TaskExporter:
+    task: str
+    module: str  # optimum's exportable-module class the task loader returns
+    export: Callable  # (that module, output .pte path, **recipe_kwargs) -> result
+    options: tuple[str, ...]  # the recipe_kwargs it takes
+    # transformers model types it takes (empty: any); optimum's speech and text
+    # seq2seq loaders return the same module class, with different models.
+    model_types: tuple[str, ...] = ()
+
+
+# The recipe's tasks: a new one is an entry here and its exporter.
+TASKS = (
+    TaskExporter("text-generation", "CausalLMExportableModule", _export_causal_lm, OPTIONS),
+    TaskExporter("fill-mask", "MaskedLMExportableModule", optimum_tasks.export_masked_lm,
+                 optimum_tasks.TASK_OPTIONS),
+    TaskExporter("image-classification", "VisionEncoderExportableModule",
+                 optimum_tasks.export_image_classifier, optimum_tasks.TASK_OPTIONS),
+    TaskExporter("text2text-generation", "Seq2SeqLMExportableModule",
+                 optimum_tasks.export_seq2seq_lm, optimum_tasks.SEQ2SEQ_OPTIONS, ("t5",)),
+    TaskExporter("automatic-speech-recognition", "Seq2SeqLMExportableModule", _export_speech,
+                 SPEECH_OPTIONS, ("whisper",)),
+)
+
+
+def _exporter_of(model) -> TaskExporter:
+    classes = {cls.__name__ for cls in type(model).__mro__}
+    model_type = getattr(getattr(getattr(model, "model", None), "config", None),
+                         "model_type", None)
+    same_module = [t for t in TASKS if t.module in classes]
+    for exporter in same_module:
+        if not exporter.model_types or model_type in exporter.model_types:
+            return exporter
+    if same_module:
+        takes = "; ".join(f"{t.task} of {', '.join(t.model_types)}" for t in same_module)
+        raise ValueError(
+            f"the {RECIPE!r} recipe exports {takes} models from optimum's "
+            f"{type(model).__name__}; this one holds a {model_type!r} model. Use another "
+            "recipe for it")
+    tasks = ", ".join(f"{t.task} ({t.module})" for t in TASKS)
+    raise ValueError(
+        f"the {RECIPE!r} recipe exports {tasks}; optimum gave a {type(model).__name__}. "
+        "For other models export the transformers module with executorch_tensorrt.export(), "
+        "or use another recipe")
+
+
+def export_with_tensorrt(model, **kwargs) -> dict[str, WrittenProgram]:
+    """The recipe optimum calls with its exportable module and recipe_kwargs."""
+    known = dict.fromkeys(o for t in TASKS for o in t.options)
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:  # refused before the module is looked at: a typo is named first
+        raise TypeError(f"the {RECIPE!r} recipe takes recipe_kwargs {', '.join(known)}; "
+                        f"got {', '.join(unknown)}")
+    exporter = _exporter_of(model)
+    unknown = sorted(set(kwargs) - set(exporter.options))
+    if unknown:
+        raise TypeError(f"the {RECIPE!r} recipe's {exporter.task} takes recipe_kwargs "
+                        f"{', '.join(exporter.options)}; {', '.join(unknown)} do not apply")
+    if has_torchao_weights(model.model):
+        raise ValueError(
+            f"the model was quantized by optimum (qlinear / qembedding); the {RECIPE!r} "
+            "recipe quantizes itself so that TensorRT gets its Q/DQ form: leave those out and "
+            f"pass recipe_kwargs={{'quantize': one of {QUANTIZE}}}")
     folder = Path(tempfile.mkdtemp(prefix="etrt-optimum-"))
     try:
-        result = export_whisper(model, max_cache_len=cache, output=folder / "model.pte",
-                                constant_methods=metadata, **kwargs)
+        result = exporter.export(model, folder / "model.pte", **kwargs)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
