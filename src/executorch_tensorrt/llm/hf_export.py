@@ -3,7 +3,9 @@ ExecuTorch wrapper over a static cache (`hf_static_cache_wrapper`), the eager
 decode step over a fresh cache (`hf_decode_step`, the reference `llm.export`
 checks against), and the strict torch.export of the wrapper with a dynamic
 sequence length (`export_hf`): one method `forward(tokens[B, S],
-positions[S]) -> logits[B, S, V]` serving prefill (S > 1) and decode (S = 1).
+positions[S]) -> logits[B, S, V]` serving prefill (S > 1) and decode (S = 1). `export_hf_embeds` is the same decoder fed embeddings:
+`text_decoder(embeds[1, S, D], positions[S])`, the method ExecuTorch's
+MultimodalRunner calls (llm/multimodal.py).
 """
 from __future__ import annotations
 
@@ -79,4 +81,24 @@ def export_hf(wrapper, max_seq: int = 16, batch_size: int = 1) -> torch.export.E
     with _parameters_not_cloned_by_dynamo():
         return wrapper.export(input_ids=input_ids, cache_position=cache_position,
                               dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
+                              strict=True)
+
+
+def hf_embeds_example_inputs(max_seq: int, hidden_size: int, dtype: torch.dtype) -> tuple:
+    """(inputs_embeds, cache_position) export_hf_embeds traces with."""
+    example = min(3, max_seq)
+    torch.manual_seed(0)
+    return torch.randn(1, example, hidden_size).to(dtype), torch.arange(example)
+
+
+def export_hf_embeds(wrapper, max_seq: int, hidden_size: int,
+                     dtype: torch.dtype) -> torch.export.ExportedProgram:
+    """`wrapper` (hf_static_cache_wrapper, batch 1) exported as
+    `(inputs_embeds[1, S, hidden_size], cache_position[S]) -> logits`."""
+    seq = torch.export.Dim("seq", min=1, max=max_seq)
+    embeds, cache_position = hf_embeds_example_inputs(max_seq, hidden_size, dtype)
+    with _parameters_not_cloned_by_dynamo():
+        return wrapper.export(inputs_embeds=embeds, cache_position=cache_position,
+                              dynamic_shapes={"inputs_embeds": {1: seq},
+                                              "cache_position": {0: seq}},
                               strict=True)
