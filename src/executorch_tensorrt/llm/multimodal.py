@@ -32,6 +32,7 @@ from ..tensorrt.engine_builder import Progress, stderr_progress
 from .exporter import DTYPES, _check_arguments, _ids, causal_lm, in_dtype
 from .hf_export import export_hf_embeds, hf_static_cache_wrapper
 from .metadata import LLMMetadata
+from .multimodal_inputs import IMAGE_METHODS, ImageSpec
 from .vision_families import ImageEncoder, check_family, image_geometry
 
 
@@ -40,30 +41,8 @@ class MultimodalExportResult:
     path: Path
     data_paths: list[Path]
     metadata: LLMMetadata
-    image: "ImageSpec"
+    image: ImageSpec
     export: ExportResult
-
-
-@dataclass(frozen=True)
-class ImageSpec:
-    """The image `vision_encoder` takes and what it turns into: written into
-    the program as constant methods (IMAGE_METHODS) for check_image."""
-    channels: int
-    height: int
-    width: int
-    tokens: int            # N: embeddings per image, one prefill call
-    token_id: int | None   # the model's image placeholder token
-
-    def constant_methods(self) -> dict[str, int]:
-        methods = {"get_image_channels": self.channels, "get_image_height": self.height,
-                   "get_image_width": self.width, "get_image_tokens": self.tokens}
-        if self.token_id is not None:
-            methods["get_image_token_id"] = self.token_id
-        return methods
-
-
-IMAGE_METHODS = ("get_image_channels", "get_image_height", "get_image_width",
-                 "get_image_tokens")
 
 
 def vision_language_model(model_or_config, seed: int = 0,
