@@ -4,8 +4,8 @@ random LLaVA (CLIP + Llama), Idefics3 (SigLIP-style + pixel shuffle + Llama,
 weights in a .ptd, through the `llm-export --task image-text-to-text`
 command), InternVL (InternViT + Qwen2) and Aya Vision (SigLIP + Cohere2
 with sliding-window layers), an image between two text parts gives the
-tokens greedy decoding of the transformers model gives on the same image
-and prompt. Every method is one TensorRT partition (run here through the
+tokens transformers' own greedy `generate` gives on the same image and
+prompt. Every method is one TensorRT partition (run here through the
 onnxruntime fallback). Bad requests and exports are refused naming the
 input, the limit and the remedy."""
 from __future__ import annotations
@@ -42,7 +42,9 @@ FAMILIES = {
               "vision_config": {"model_type": "clip_vision_model", **_VISION,
                                 "projection_dim": 32}},
     "idefics3": {"model_type": "idefics3", "image_token_id": IMAGE, "scale_factor": 2,
-                 "text_config": {"model_type": "llama", **_TEXT}, "vision_config": _VISION},
+                 "tie_word_embeddings": True,  # token_embedding's table is text_decoder's head
+                 "text_config": {"model_type": "llama", **_TEXT, "tie_word_embeddings": True},
+                 "vision_config": _VISION},
     "internvl": {"model_type": "internvl", "image_token_id": IMAGE, "downsample_ratio": 0.5,
                  "text_config": {"model_type": "qwen2", **_TEXT},
                  "vision_config": {"model_type": "internvl_vision", **_VISION,
@@ -117,18 +119,16 @@ def _runner_tokens(runner, image: torch.Tensor) -> list[int]:
 
 
 def _eager_tokens(name: str, image: torch.Tensor) -> list[int]:
-    """Greedy decoding of the transformers model's own forward (image
-    placeholders in the prompt, pixel_values) on the same image and prompt."""
+    """transformers' own greedy `generate` (image placeholders in the prompt,
+    pixel_values) on the same image and prompt."""
     model = llm.vision_language_model(FAMILIES[name])
     ids = torch.tensor([encode(BEFORE) + [IMAGE] * IMAGE_TOKENS[name] + encode(AFTER)])
     pixels = image[None, None] if name in _NESTED else image[None]
-    tokens: list[int] = []
-    with torch.no_grad():  # the whole sequence each step, no cache; past EOS too
-        for _ in range(NEW):
-            logits = model(input_ids=ids, pixel_values=pixels, use_cache=False).logits
-            tokens.append(int(logits[0, -1].argmax()))
-            ids = torch.cat([ids, torch.tensor([[tokens[-1]]])], dim=1)
-    return tokens
+    model.generation_config.eos_token_id = None  # all NEW tokens: the runner goes past a first EOS
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, pixel_values=pixels, attention_mask=torch.ones_like(ids),
+                             max_new_tokens=NEW, do_sample=False)
+    return out[0, ids.shape[1]:].tolist()
 
 
 def test_runner_generates_transformers_greedy_tokens(program, tokenizer, allow_fallback):
@@ -143,6 +143,24 @@ def test_runner_generates_transformers_greedy_tokens(program, tokenizer, allow_f
         assert len(got) == NEW or (got[-1] == EOS and len(got) > 1), (seed, got, want)
         assert len(set(got)) > 1  # a real sequence, not one repeated token
         runner.reset()
+
+
+def test_weights_are_stored_once_across_methods(program):
+    """Idefics3 with tied embeddings: the table token_embedding gathers from is
+    the head text_decoder multiplies by; the .ptd holds it once (named data are
+    keyed by content), so it holds no more than the model's own parameters
+    plus less than that table again."""
+    from executorch_tensorrt.program.named_data import read_ptd_index
+
+    name, pte, ptd = program
+    if ptd is None:
+        pytest.skip("the in-process exports keep their weights in the .pte")
+    model = llm.vision_language_model(FAMILIES[name])
+    table = model.get_input_embeddings().weight
+    assert table is model.get_output_embeddings().weight
+    params = sum(p.numel() * p.element_size() for p in model.parameters())  # tied: once
+    stored = sum(read_ptd_index(ptd).values())
+    assert params <= stored < params + table.numel() * table.element_size(), (stored, params)
 
 
 def test_limits_are_read_back_and_bad_requests_are_refused(program, allow_fallback):

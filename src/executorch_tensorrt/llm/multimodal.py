@@ -107,7 +107,8 @@ def export_multimodal(model_or_config, *, output: str | Path, max_seq_len: int,
                       image_size: int | tuple[int, int] | None = None,
                       quantize: str | None = None, group_size: int = 128,
                       external_weights: bool | None = None, bos_id: int | None = None,
-                      eos_ids=None, seed: int = 0, progress: Progress | None = stderr_progress,
+                      eos_ids=None, seed: int = 0, constant_methods: dict | None = None,
+                      progress: Progress | None = stderr_progress,
                       **options) -> MultimodalExportResult:
     """Exports a transformers vision-language model (or a config: random
     weights) as one .pte with `vision_encoder`, `token_embedding` and
@@ -119,7 +120,8 @@ def export_multimodal(model_or_config, *, output: str | Path, max_seq_len: int,
     cache's positions (image + prompt + answer). `image_size`: the pixels
     (H, W, or one int for both) vision_encoder takes; default the vision
     config's. `dtype`, `quantize`, `group_size`, `external_weights`,
-    `bos_id`, `eos_ids`: as llm.export's. Other options go to export_program.
+    `bos_id`, `eos_ids`, `constant_methods`: as llm.export's. Other options go
+    to export_program.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
@@ -173,7 +175,8 @@ def export_multimodal(model_or_config, *, output: str | Path, max_seq_len: int,
         {"float16": "fp16", "bfloat16": "bf16"}.get(dtype)))
     result = export_program(programs, None, output, progress=progress,
                             external_weights=bool(external_weights),
-                            constant_methods={**spec.constant_methods(),
+                            constant_methods={**(constant_methods or {}),
+                                              **spec.constant_methods(),
                                               **meta.constant_methods()},
                             method_references=references, write_expected_file=False,
                             **options)

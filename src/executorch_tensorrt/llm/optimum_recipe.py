@@ -30,7 +30,7 @@ RECIPE = "tensorrt"
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 # recipe_kwargs the recipe takes (main_export(..., recipe_kwargs={...})).
 OPTIONS = ("max_seq_len", "quantize", "group_size", "external_weights", "precision",
-           "compute_capabilities", "progress")
+           "compute_capabilities", "progress", "image_size")
 
 
 class WrittenProgram:
@@ -85,14 +85,19 @@ class WrittenProgram:
             shutil.rmtree(self._folder, ignore_errors=True)
 
 
-def _causal_lm_module(model):
-    from optimum.exporters.executorch.integrations import CausalLMExportableModule
+def _llm_module(model):
+    from optimum.exporters.executorch.integrations import (
+        CausalLMExportableModule, MultiModalTextToTextExportableModule)
 
-    if not isinstance(model, CausalLMExportableModule):
+    if isinstance(model, MultiModalTextToTextExportableModule) and model.modality != "vision":
+        raise ValueError(f"the {RECIPE!r} recipe exports image-text-to-text models; optimum "
+                         f"gave a {model.modality} model")
+    if not isinstance(model, (CausalLMExportableModule, MultiModalTextToTextExportableModule)):
         raise ValueError(
-            f"the {RECIPE!r} recipe exports text-generation models (a causal LM; optimum "
-            f"gave a {type(model).__name__}). For other models export the transformers "
-            "module with executorch_tensorrt.export(), or use another recipe")
+            f"the {RECIPE!r} recipe exports text-generation models (a causal LM) and "
+            f"image-text-to-text models (optimum gave a {type(model).__name__}). For other "
+            "models export the transformers module with executorch_tensorrt.export(), or use "
+            "another recipe")
     if model.use_custom_sdpa or model.use_custom_kv_cache:
         raise ValueError(
             f"the {RECIPE!r} recipe exports transformers' own attention and static cache, "
@@ -113,7 +118,7 @@ def export_with_tensorrt(model, **kwargs) -> dict[str, WrittenProgram]:
     if unknown:
         raise TypeError(f"the {RECIPE!r} recipe takes recipe_kwargs {', '.join(OPTIONS)}; "
                         f"got {', '.join(unknown)}")
-    module = _causal_lm_module(model)
+    module = _llm_module(model)
     metadata = dict(module.metadata)
     context = int(metadata["get_max_seq_len"])
     dtype = DTYPE_NAMES.get(module.model.dtype)
@@ -122,11 +127,20 @@ def export_with_tensorrt(model, **kwargs) -> dict[str, WrittenProgram]:
                          f"{RECIPE!r} recipe exports ({', '.join(DTYPE_NAMES.values())})")
     eos = metadata.pop("get_eos_id", None)  # optimum's single id; ours is the list
     folder = Path(tempfile.mkdtemp(prefix="etrt-optimum-"))
+    common = dict(max_seq_len=int(kwargs.pop("max_seq_len", context)), max_context_len=context,
+                  dtype=dtype, output=folder / "model.pte", bos_id=metadata.get("get_bos_id"),
+                  eos_ids=eos, constant_methods=metadata)
     try:
-        result = export(module.model, max_seq_len=int(kwargs.pop("max_seq_len", context)),
-                        max_context_len=context, dtype=dtype, output=folder / "model.pte",
-                        bos_id=metadata.get("get_bos_id"), eos_ids=eos,
-                        constant_methods=metadata, **kwargs)
+        if hasattr(module, "modality"):  # optimum's image-text-to-text module
+            from .multimodal import export_multimodal
+
+            if eos is not None:  # ExecuTorchModelForMultiModalToText reads optimum's single id
+                common["constant_methods"] = {**metadata, "get_eos_id": eos}
+            result = export_multimodal(module.model, **common, **kwargs)
+        else:
+            if "image_size" in kwargs:
+                raise TypeError("recipe_kwargs image_size is for image-text-to-text models")
+            result = export(module.model, **common, **kwargs)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
