@@ -12,6 +12,12 @@ becomes our `max_context_len`; the tokens per call default to the same and
 can be lowered with `recipe_kwargs={"max_seq_len": N}`. optimum's other
 constant methods (`get_n_layers`, `get_head_dim`, `get_dtype`, ...) are
 written too; ours win where both name one.
+
+`task="image-text-to-text"` hands the recipe optimum's
+`MultiModalTextToTextExportableModule` instead: it goes through
+`llm.export_multimodal` (methods `vision_encoder`, `token_embedding`,
+`text_decoder`) with the same limits, and optimum's single `get_eos_id` is
+kept, which its `ExecuTorchModelForMultiModalToText` reads.
 """
 from __future__ import annotations
 
