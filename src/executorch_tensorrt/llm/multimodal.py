@@ -29,7 +29,7 @@ from ..aot.export import ExportResult, export_program
 from ..aot.partition.report import format_report
 from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
-from .exporter import DTYPES, _check_arguments, _ids, causal_lm, in_dtype
+from .exporter import DTYPES, PRECISIONS, _check_arguments, _ids, causal_lm, in_dtype
 from .hf_export import export_hf_embeds, hf_static_cache_wrapper
 from .metadata import LLMMetadata
 from .multimodal_inputs import IMAGE_METHODS, ImageSpec
@@ -89,7 +89,7 @@ def _check_references(model, encoder, spec: ImageSpec, max_context_len: int,
     with torch.no_grad():
         embeds = embedding(tokens)
     cached = hf_static_cache_wrapper(model, max_context_len).model
-    return {"vision_encoder": (encoder, (pixels.to(dtype),)),
+    return {"vision_encoder": (encoder, (pixels,)),
             "token_embedding": (embedding, (tokens,)),
             "text_decoder": (lambda e, p: cached(inputs_embeds=e, cache_position=p),
                              (embeds, torch.arange(tokens.shape[1])))}
@@ -132,7 +132,9 @@ def export_multimodal(model_or_config, *, output: str | Path, max_seq_len: int,
     model = in_dtype(model, DTYPES[dtype])
     height, width = image_geometry(model, image_size)
     encoder = ImageEncoder(model)
-    pixels = torch.zeros(1, 3, height, width, dtype=DTYPES[dtype])
+    # float32 pixels whatever the model's dtype: the runner hands images over as
+    # float32 (bf16 it converts, fp16 it refuses); the encoder casts them.
+    pixels = torch.zeros(1, 3, height, width)
     with torch.no_grad():
         embeds = encoder(pixels)
     spec = ImageSpec(3, height, width, int(embeds.shape[1]),
@@ -161,7 +163,8 @@ def export_multimodal(model_or_config, *, output: str | Path, max_seq_len: int,
         progress("torch.export of vision_encoder, token_embedding, text_decoder...")
     programs["vision_encoder"] = _export("vision_encoder", encoder, (pixels,))
     programs["token_embedding"] = _export("token_embedding", TokenEmbedding(model),
-                                          (torch.tensor([[1, 2, 3]]),), ({1: seq},))
+                                          (torch.arange(1, min(3, max_seq_len) + 1)[None],),
+                                          ({1: seq},))
     try:
         programs["text_decoder"] = export_hf_embeds(
             hf_static_cache_wrapper(model, max_context_len), max_seq_len, hidden,
@@ -171,8 +174,7 @@ def export_multimodal(model_or_config, *, output: str | Path, max_seq_len: int,
                           f"transformers' static cache) failed: {type(e).__name__}: {e}") from e
     references = _check_references(model, encoder, spec, max_context_len, max_seq_len,
                                    DTYPES[dtype])
-    options.setdefault("run_check_tolerance", tolerance_for(
-        {"float16": "fp16", "bfloat16": "bf16"}.get(dtype)))
+    options.setdefault("run_check_tolerance", tolerance_for(PRECISIONS.get(dtype)))
     result = export_program(programs, None, output, progress=progress,
                             external_weights=bool(external_weights),
                             constant_methods={**(constant_methods or {}),

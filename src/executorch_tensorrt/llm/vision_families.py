@@ -77,15 +77,17 @@ def image_geometry(model, image_size) -> tuple[int, int]:
 
 
 class ImageEncoder(torch.nn.Module):
-    """pixels[1, 3, H, W] -> the model's image embeddings [1, N, D] (projected
-    to the text model's width), as its forward merges them."""
+    """pixels float32[1, 3, H, W] -> the model's image embeddings [1, N, D]
+    (projected to the text model's width), as its forward merges them."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model
         self.nested = model_type(model) in _NESTED_IMAGES
+        self.dtype = next(model.parameters()).dtype
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        pixels = pixels.to(self.dtype)  # float32 in, whatever the model computes in
         if self.nested:
             features = self._nested(pixels)
         else:
@@ -102,7 +104,7 @@ class ImageEncoder(torch.nn.Module):
         patch = inner.config.vision_config.patch_size
         mask = torch.ones(1, pixels.shape[2] // patch, pixels.shape[3] // patch,
                           dtype=torch.bool)
-        hidden = inner.vision_model(pixel_values=pixels.to(inner.dtype),
+        hidden = inner.vision_model(pixel_values=pixels,
                                     patch_attention_mask=mask,
                                     return_dict=True).last_hidden_state
         return inner.connector(hidden)
