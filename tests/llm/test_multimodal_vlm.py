@@ -54,7 +54,7 @@ FAMILIES = {
                    "vision_config": {"model_type": "siglip_vision_model", **_VISION}},
 }
 IMAGE_TOKENS = {"llava": 16, "idefics3": 4, "internvl": 4, "aya_vision": 4}
-_NESTED = ("idefics3",)  # transformers takes its pixel_values as [batch, images, C, H, W]
+_NESTED = ("idefics3", "smolvlm")  # transformers takes its pixel_values as [batch, images, C, H, W]
 
 
 @pytest.fixture(scope="module")
