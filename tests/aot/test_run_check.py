@@ -272,7 +272,8 @@ def test_the_check_child_runs_the_program_without_importing_the_compiler(good):
 
     pte, _ = good
     args = {"path": str(pte), "data": None,
-            "reference": [str(pte.with_suffix(".expected.etensors")), "example inputs"],
+            "references": {"forward": [str(pte.with_suffix(".expected.etensors")),
+                                       "example inputs"]},
             "tolerance": 1e-3, "int_range": [0, 16]}
     run = subprocess.run([sys.executable, "-X", "importtime", "-c", export_check.CHILD_START, "-"],
                          input=json.dumps(args) + "\n", capture_output=True, text=True,

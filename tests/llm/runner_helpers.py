@@ -15,11 +15,15 @@ VOCAB = len(CHARS) + 2                    # + <s>, </s>
 BOS, EOS = VOCAB - 2, VOCAB - 1
 
 
-def write_char_tokenizer(folder: Path) -> Path:
-    """tokenizer.json (+ tokenizer_config.json naming BOS/EOS) in `folder`."""
-    vocab = {c: i for i, c in enumerate(CHARS)}
+def write_char_tokenizer(folder: Path, extra: dict[str, int] | None = None) -> Path:
+    """tokenizer.json (+ tokenizer_config.json naming BOS/EOS) in `folder`;
+    `extra`: more special tokens (content -> id, ids from VOCAB on), e.g. a
+    vision model's image placeholder."""
+    extra = dict(extra or {})
+    vocab = {c: i for i, c in enumerate(CHARS)} | extra
     special = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-                "normalized": False, "special": True} for i, s in ((BOS, "<s>"), (EOS, "</s>"))]
+                "normalized": False, "special": True}
+               for i, s in ((BOS, "<s>"), (EOS, "</s>"), *((i, s) for s, i in extra.items()))]
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                   "use_regex": False}
     spec = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": special,

@@ -129,7 +129,8 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                    require_backends: Iterable[str] = (), write_expected_file: bool = True,
                    reference_inputs: Sequence[Any] | None = None,
                    reference_model: Callable[..., Any] | None = None,
-                   reference_method: str = "forward",
+                   method_references: Mapping[str, tuple[Callable[..., Any], Sequence[Any]]]
+                   | None = None,
                    device_resident: bool = False, allow_no_tensorrt: bool = False,
                    progress: Progress | None = stderr_progress,
                    etrecord_path: str | Path | None = None, external_weights: bool = False,
@@ -142,9 +143,9 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
     `model` may also be a dict of method name -> ExportedProgram (several
     methods in one program, each partitioned on its own; example_inputs None);
     `reference_model` with `reference_inputs` is then the eager `forward` the
-    reference and the run check compare with; `reference_method` names the
-    method it is the eager form of when that is not `forward` (a multimodal
-    program's `text_decoder`, whose positions must be contiguous).
+    reference and the run check compare with. `method_references`: method
+    name -> (eager callable, inputs) the run check runs that method on and
+    compares with (llm.export_multimodal: each of its methods).
     `etrecord_path`: also write ExecuTorch's ETRecord there, which Inspector
     needs to map profiling events to nodes (docs/profiling.md).
     `external_weights=True`: the weights go to `<stem>.ptd` beside the .pte.
@@ -286,7 +287,9 @@ def export_program(model: torch.nn.Module | Mapping[str, torch.export.ExportedPr
                 checked = export_run_check(written.program, written.data, methods,
                                            None if write_expected_file else ref,
                                            written.expected, device_resident, check_tolerance,
-                                           child, reference_method)
+                                           child, {m: (f, tuple(i), "given reference inputs")
+                                                   for m, (f, i) in
+                                                   (method_references or {}).items()})
                 seconds["run_check"] = time.perf_counter() - t2
                 if progress:
                     progress(checked.describe())

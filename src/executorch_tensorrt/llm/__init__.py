@@ -2,7 +2,8 @@
 runner (`executorch_tensorrt.llm.export`, llm/exporter.py), the runner's
 metadata (metadata.py), transformers' static-cache wrapper and its export
 (hf_export.py), greedy decoding over an exported program
-(greedy_decode.py), generation through ExecuTorch's own runners
+(greedy_decode.py), `export_multimodal` for ExecuTorch's MultimodalRunner
+(multimodal.py), generation through ExecuTorch's own runners
 (`generate_text`, `generate_multimodal`, `generate`; generation.py), and a
 model built from a published quantized checkpoint (`from_checkpoint`,
 checkpoint_model.py). `export` is imported on first use: decoding and
@@ -25,4 +26,8 @@ def __getattr__(name: str):
         from .checkpoint_model import from_checkpoint
 
         return from_checkpoint
+    if name in ("export_multimodal", "vision_language_model"):
+        from . import multimodal
+
+        return getattr(multimodal, name)
     raise AttributeError(f"module 'executorch_tensorrt.llm' has no attribute {name!r}")

@@ -28,7 +28,7 @@ from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
 from .audio_inputs import AudioSpec
 from .exporter import DTYPES, _check_arguments, _ids, in_dtype
-from .hf_export import (export_hf_embeddings, export_token_embedding, hf_example_inputs,
+from .hf_export import (export_hf_embeds, export_token_embedding, hf_example_inputs,
                         hf_static_cache_wrapper)
 from .metadata import LLMMetadata
 
@@ -86,8 +86,8 @@ def audio_llm_programs(model, spec: AudioSpec, max_seq_len: int,
     with torch.no_grad():
         encoder = torch.export.export(AudioEncoder(model).eval(), (features,), strict=True)
         embedding = export_token_embedding(lm.get_input_embeddings(), max_seq_len)
-        decoder = export_hf_embeddings(hf_static_cache_wrapper(lm, max_context_len), hidden,
-                                       spec.dtype, max_seq_len)
+        decoder = export_hf_embeds(hf_static_cache_wrapper(lm, max_context_len), max_seq_len,
+                                   hidden, spec.dtype)
     return {"audio_encoder": encoder, "token_embedding": embedding, "text_decoder": decoder}
 
 
@@ -135,9 +135,9 @@ def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: s
     _, positions = hf_example_inputs(max_seq_len)
     embeds = torch.randn(1, positions.shape[0], int(config.hidden_size),
                          generator=torch.Generator().manual_seed(0)).to(DTYPES[dtype])
+    decoder = (lambda e, p: step(inputs_embeds=e, cache_position=p), (embeds, positions))
     result = export_program(programs, None, output, progress=progress,
-                            reference_model=lambda e, p: step(inputs_embeds=e, cache_position=p),
-                            reference_inputs=(embeds, positions), reference_method="text_decoder",
+                            method_references={"text_decoder": decoder},
                             constant_methods={**meta.constant_methods(),
                                               **spec.constant_methods()},
                             write_expected_file=False, **options)

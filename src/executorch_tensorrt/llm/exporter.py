@@ -47,12 +47,13 @@ class LLMExportResult:
     export: ExportResult
 
 
-def causal_lm(model_or_config, seed: int = 0,
-              dtype: torch.dtype | None = None) -> torch.nn.Module:
+def causal_lm(model_or_config, seed: int = 0, dtype: torch.dtype | None = None,
+              auto_class: str = "AutoModelForCausalLM") -> torch.nn.Module:
     """A transformers causal LM in eval mode: the model itself, or one built
     from a config (a PretrainedConfig, a dict, or a config.json path) with
     random weights from `seed`, made in `dtype` (default float32): no float32
     copy of a bf16 model ever exists, and the values equal float32's cast.
+    `auto_class`: the transformers Auto class that builds it from a config.
     Nothing is downloaded."""
     import transformers
 
@@ -72,8 +73,9 @@ def causal_lm(model_or_config, seed: int = 0,
         raise TypeError("expected a transformers PreTrainedModel, PretrainedConfig, config "
                         f"dict or config.json path, got {type(model_or_config).__name__}")
     config.use_cache = True
+    config.get_text_config().use_cache = True  # a multimodal config's decoder
     torch.manual_seed(seed)
-    return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+    return getattr(transformers, auto_class).from_config(config, dtype=dtype).eval()
 
 
 def eager_decoder(model: torch.nn.Module, max_context_len: int, batch_size: int = 1):

@@ -4,8 +4,10 @@ decode step over a fresh cache (`hf_decode_step`, the reference `llm.export`
 checks against), and the strict torch.export of the wrapper with a dynamic
 sequence length (`export_hf`): one method `forward(tokens[B, S],
 positions[S]) -> logits[B, S, V]` serving prefill (S > 1) and decode (S = 1).
-For multimodal programs the same wrapper fed embeddings (`export_hf_embeddings`:
-`text_decoder(embeddings, positions)`) and the `token_embedding` method.
+For multimodal programs the same wrapper fed embeddings (`export_hf_embeds`:
+`text_decoder(embeds[1, S, D], positions[S])`, the method ExecuTorch's
+MultimodalRunner calls) and the `token_embedding` method
+(`export_token_embedding`).
 """
 from __future__ import annotations
 
@@ -105,13 +107,19 @@ def export_token_embedding(embedding: nn.Module, max_seq: int) -> torch.export.E
                                    dynamic_shapes=({1: seq},), strict=True)
 
 
-def export_hf_embeddings(wrapper, hidden_size: int, dtype: torch.dtype,
-                         max_seq: int = 16) -> torch.export.ExportedProgram:
-    """export_hf for a `text_decoder(embeddings[1, S, D], positions[S]) ->
-    logits[1, S, V]` method: the same static-cache wrapper, fed embeddings."""
+def hf_embeds_example_inputs(max_seq: int, hidden_size: int, dtype: torch.dtype) -> tuple:
+    """(inputs_embeds, cache_position) export_hf_embeds traces with."""
+    example = min(3, max_seq)
+    torch.manual_seed(0)
+    return torch.randn(1, example, hidden_size).to(dtype), torch.arange(example)
+
+
+def export_hf_embeds(wrapper, max_seq: int, hidden_size: int,
+                     dtype: torch.dtype) -> torch.export.ExportedProgram:
+    """`wrapper` (hf_static_cache_wrapper, batch 1) exported as
+    `(inputs_embeds[1, S, hidden_size], cache_position[S]) -> logits`."""
     seq = torch.export.Dim("seq", min=1, max=max_seq)
-    _, cache_position = hf_example_inputs(max_seq)
-    embeds = torch.zeros(1, cache_position.shape[0], hidden_size, dtype=dtype)
+    embeds, cache_position = hf_embeds_example_inputs(max_seq, hidden_size, dtype)
     with _parameters_not_cloned_by_dynamo():
         return wrapper.export(inputs_embeds=embeds, cache_position=cache_position,
                               dynamic_shapes={"inputs_embeds": {1: seq},

@@ -11,9 +11,13 @@ that module's class to the task's exporter and the recipe_kwargs it takes.
 text2text-generation through optimum_tasks.py; automatic-speech-recognition
 (Whisper) through llm/speech.py as the `encoder` and `text_decoder` methods
 `ExecuTorchModelForSpeechSeq2Seq` runs, optimum's `max_seq_len` (default 1024)
-being the decoder cache, capped at the model's `max_target_positions`.
+being the decoder cache, capped at the model's `max_target_positions`;
+image-text-to-text (MultiModalTextToTextExportableModule, vision modality)
+through `llm.export_multimodal` (methods `vision_encoder`, `token_embedding`,
+`text_decoder`) with the same limits as text-generation, optimum's single
+`get_eos_id` kept (its `ExecuTorchModelForMultiModalToText` reads it).
 
-For text-generation, optimum's `get_max_seq_len` is the cache length (its
+For text-generation and image-text-to-text, optimum's `get_max_seq_len` is the cache length (its
 programs take up to that many tokens per call), so it becomes our
 `max_context_len`; the tokens per call default to the same and can be lowered
 with `recipe_kwargs={"max_seq_len": N}`. optimum's other constant methods
@@ -42,6 +46,7 @@ DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat1
 OPTIONS = ("max_seq_len", "quantize", "group_size", "external_weights", "precision",
            "compute_capabilities", "progress")
 SPEECH_OPTIONS = ("precision", "compute_capabilities", "progress")
+MULTIMODAL_OPTIONS = (*OPTIONS, "image_size")
 
 
 class WrittenProgram:
@@ -108,8 +113,9 @@ def _causal_lm_module(model):
     return model
 
 
-def _export_causal_lm(model, output: Path, **kwargs):
-    module = _causal_lm_module(model)
+def _llm_limits(module, output: Path, kwargs: dict) -> dict:
+    """llm.export's and export_multimodal's arguments from optimum's module."""
+    module = _causal_lm_module(module)
     metadata = dict(module.metadata)
     context = int(metadata["get_max_seq_len"])
     dtype = DTYPE_NAMES.get(module.model.dtype)
@@ -117,10 +123,26 @@ def _export_causal_lm(model, output: Path, **kwargs):
         raise ValueError(f"the model's dtype {module.model.dtype} is not one the "
                          f"{RECIPE!r} recipe exports ({', '.join(DTYPE_NAMES.values())})")
     eos = metadata.pop("get_eos_id", None)  # optimum's single id; ours is the list
-    return export(module.model, max_seq_len=int(kwargs.pop("max_seq_len", context)),
-                  max_context_len=context, dtype=dtype, output=output,
-                  bos_id=metadata.get("get_bos_id"), eos_ids=eos,
-                  constant_methods=metadata, **kwargs)
+    return dict(max_seq_len=int(kwargs.pop("max_seq_len", context)), max_context_len=context,
+                dtype=dtype, output=output, bos_id=metadata.get("get_bos_id"), eos_ids=eos,
+                constant_methods=metadata)
+
+
+def _export_causal_lm(module, output: Path, **kwargs):
+    return export(module.model, **_llm_limits(module, output, kwargs), **kwargs)
+
+
+def _export_multimodal(module, output: Path, **kwargs):
+    from .multimodal import export_multimodal
+
+    if module.modality != "vision":
+        raise ValueError(f"the {RECIPE!r} recipe exports image-text-to-text models of the "
+                         f"vision modality; optimum gave a {module.modality} model")
+    common = _llm_limits(module, output, kwargs)
+    if common["eos_ids"] is not None:  # ExecuTorchModelForMultiModalToText reads optimum's id
+        common["constant_methods"] = {**common["constant_methods"],
+                                      "get_eos_id": common["eos_ids"]}
+    return export_multimodal(module.model, **common, **kwargs)
 
 
 def _export_speech(module, output: Path, **kwargs):
@@ -156,6 +178,8 @@ TASKS = (
                  optimum_tasks.export_seq2seq_lm, optimum_tasks.SEQ2SEQ_OPTIONS, ("t5",)),
     TaskExporter("automatic-speech-recognition", "Seq2SeqLMExportableModule", _export_speech,
                  SPEECH_OPTIONS, ("whisper",)),
+    TaskExporter("image-text-to-text", "MultiModalTextToTextExportableModule",
+                 _export_multimodal, MULTIMODAL_OPTIONS),
 )
 
 

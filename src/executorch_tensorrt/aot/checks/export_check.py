@@ -78,12 +78,13 @@ def stop_check_child(child: subprocess.Popen | None) -> None:
         child.communicate()
 
 
-def check_in_child(path: Path, data_path: Path | None, reference: tuple[Path, str] | None,
-                   tolerance: float, int_range: tuple[int, int],
-                   child: subprocess.Popen | None = None,
-                   method: str = "forward") -> RunCheck:
-    args = {"path": str(path), "data": str(data_path) if data_path else None, "method": method,
-            "reference": [str(reference[0]), reference[1]] if reference else None,
+def check_in_child(path: Path, data_path: Path | None,
+                   references: dict[str, tuple[Path, str]], tolerance: float,
+                   int_range: tuple[int, int],
+                   child: subprocess.Popen | None = None) -> RunCheck:
+    """`references`: method -> (tensor file of its inputs and eager outputs, source)."""
+    args = {"path": str(path), "data": str(data_path) if data_path else None,
+            "references": {m: [str(f), source] for m, (f, source) in references.items()},
             "tolerance": tolerance, "int_range": list(int_range)}
     child = child if child is not None else start_check_child()
     try:
@@ -101,7 +102,7 @@ def check_in_child(path: Path, data_path: Path | None, reference: tuple[Path, st
         f"{stderr.strip()[-STDERR_SHOWN:] or 'no output'}"),))
 
 
-def _eager_file(folder: str, eager) -> tuple[Path, str] | None:
+def _eager_file(folder: str, eager, method: str = "forward") -> tuple[Path, str] | None:
     """The eager run of `eager` ((model, inputs, source), when export wrote no
     reference) stored in `folder`, or None when there is none or it fails."""
     from ...program.references import reference_outputs
@@ -113,7 +114,7 @@ def _eager_file(folder: str, eager) -> tuple[Path, str] | None:
         outputs = reference_outputs(model, inputs)
     except Exception:  # noqa: BLE001 - the model's own error: export warned about it already
         return None
-    path = Path(folder) / ("eager" + tf.SUFFIX)
+    path = Path(folder) / (f"eager-{method}" + tf.SUFFIX)
     tf.write_tensors(path, [tf.from_torch(f"input.{i}", t) for i, t in enumerate(inputs)]
                      + [tf.from_torch(f"output.{i}", o) for i, o in enumerate(outputs)])
     return path, source
@@ -122,23 +123,24 @@ def _eager_file(folder: str, eager) -> tuple[Path, str] | None:
 def export_run_check(path: Path, data_paths: Sequence[Path], methods: Sequence[MethodInfo],
                      eager, expected_file: Path | None, device_resident: bool,
                      tolerance: float, child: subprocess.Popen | None = None,
-                     method: str = "forward") -> RunCheck:
+                     method_eager: dict | None = None) -> RunCheck:
     """export()'s check of the program it wrote (export.py raises RunCheckError
     when the result is not ok). `forward` runs on the written reference's
-    inputs, else on `eager`'s (`method`: the one `eager` is the eager form of);
+    inputs, else on `eager`'s; a method named in `method_eager` (method ->
+    (model, inputs, source)) on its inputs, compared with its eager outputs;
     the other methods on generated inputs. A
     program above IN_PROCESS_LIMIT bytes runs in a child process
     (check_in_child; `child`: one start_check_child started earlier), so that
     export's own peak memory stays bounded. An unused `child` is stopped."""
     try:
         return _export_run_check(path, data_paths, methods, eager, expected_file,
-                                 device_resident, tolerance, child, method)
+                                 device_resident, tolerance, child, method_eager or {})
     finally:
         stop_check_child(child)
 
 
 def _export_run_check(path, data_paths, methods, eager, expected_file, device_resident,
-                      tol, child, method="forward") -> RunCheck:
+                      tol, child, method_eager) -> RunCheck:
     if device_resident:
         return RunCheck(skipped="a device-resident program: executorch's Python runtime gives "
                                 "methods host tensors; run it with the C++ runner "
@@ -149,9 +151,14 @@ def _export_run_check(path, data_paths, methods, eager, expected_file, device_re
     with tempfile.TemporaryDirectory(prefix="etrt_run_check_") as folder:
         reference = ((tensors_path(path), "example inputs") if expected_file is not None
                      else _eager_file(folder, eager))
+        references = {"forward": reference} if reference is not None else {}
+        for method, run in method_eager.items():
+            stored = _eager_file(folder, run, method)
+            if stored is not None:
+                references[method] = stored
         if checks_in_child(size):
-            return check_in_child(path, data, reference, tol, int_range, child, method)
-        cases = {method: stored_case(*reference)} if reference is not None else {}
+            return check_in_child(path, data, references, tol, int_range, child)
+        cases = {m: stored_case(*r) for m, r in references.items()}
         return check_program(path, data, cases, tol, int_range)
 
 
@@ -166,9 +173,7 @@ def main(argv: list[str]) -> None:
             return  # export did not need this child
         argv = [line]
     args = json.loads(argv[0])
-    reference = args["reference"]
-    cases = ({args.get("method", "forward"): stored_case(Path(reference[0]), reference[1])}
-             if reference else {})
+    cases = {m: stored_case(Path(f), source) for m, (f, source) in args["references"].items()}
     check = check_program(args["path"], args["data"], cases, args["tolerance"],
                           tuple(args["int_range"]))
     print(to_json(check), flush=True)

@@ -4,7 +4,9 @@ ExecuTorch's LLM runner runs; docs/llm.md).
 
 The model comes from a config (random weights: a config.json, or the JSON
 text itself) or from a local transformers model folder; nothing is
-downloaded.
+downloaded. `--task image-text-to-text` exports a vision-language model
+for ExecuTorch's MultimodalRunner instead (llm.export_multimodal,
+docs/multimodal.md).
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from pathlib import Path
 
 from ..exits import EXIT_EXPORT, EXIT_OK, EXIT_USAGE, Fail
 from .common import add_command, add_quantize_options
+
+TASKS = ("text-generation", "image-text-to-text")
 
 
 def register(sub) -> None:
@@ -45,6 +49,14 @@ def register(sub) -> None:
     p.add_argument("--external-weights", action="store_true",
                    help="store the weights in OUTPUT's .ptd beside it")
     p.add_argument("--seed", type=int, default=0, help="random weights' seed (--config)")
+    p.add_argument("--task", choices=TASKS, default="text-generation",
+                   help="text-generation: a causal LM for TextLLMRunner (default); "
+                        "image-text-to-text: a vision-language model for MultimodalRunner "
+                        "(methods vision_encoder, token_embedding, text_decoder; "
+                        "docs/multimodal.md)")
+    p.add_argument("--image-size", type=int, nargs="+", metavar="PIXELS",
+                   help="image-text-to-text: the image's H W (or one size for both) that "
+                        "vision_encoder takes (default: the vision config's image_size)")
     p.set_defaults(func=run)
 
 
@@ -57,6 +69,9 @@ def _model(args):
         from ...quantization.checkpoints import is_published_checkpoint
 
         if is_published_checkpoint(args.model):
+            if args.task != "text-generation":
+                raise Fail(EXIT_USAGE, f"--model {args.model} is a quantized checkpoint; "
+                                        "those export as text-generation models only")
             from ...llm.checkpoint_model import from_checkpoint
 
             model, checkpoint = from_checkpoint(args.model, unsupported=args.unsupported,
@@ -68,12 +83,13 @@ def _model(args):
             raise Fail(EXIT_USAGE, f"--model {args.model}: not a folder (a local "
                                     "transformers model; nothing is downloaded) nor a .gguf "
                                     "file")
-        from transformers import AutoModelForCausalLM
+        import transformers
 
+        auto = getattr(transformers, _AUTO[args.task])
         # Loaded in the export's dtype: a checkpoint stored in it is mapped,
         # not copied (nor converted after a float32 load).
-        return AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True,
-                                                    dtype=DTYPES.get(args.dtype))
+        return auto.from_pretrained(args.model, local_files_only=True,
+                                    dtype=DTYPES.get(args.dtype))
     text = args.config
     if not text.lstrip().startswith("{"):
         path = Path(text)
@@ -90,7 +106,33 @@ def _model(args):
                                 '{"model_type": "llama", ...}) is needed')
     from ...llm.exporter import DTYPES, causal_lm
 
-    return causal_lm(config, seed=args.seed, dtype=DTYPES[args.dtype])
+    return causal_lm(config, seed=args.seed, dtype=DTYPES[args.dtype],
+                     auto_class=_AUTO[args.task])
+
+
+_AUTO = {"text-generation": "AutoModelForCausalLM",
+         "image-text-to-text": "AutoModelForImageTextToText"}
+
+
+def _export(args, model, out: Path):
+    common = dict(max_seq_len=args.max_seq_len, max_context_len=args.max_context_len,
+                  dtype=args.dtype, quantize=args.quantize, group_size=args.group_size,
+                  external_weights=args.external_weights, output=out)
+    if args.task == "image-text-to-text":
+        if args.batch_size != 1:
+            raise Fail(EXIT_USAGE, "--batch-size: MultimodalRunner runs batch 1 programs only")
+        if args.image_size is not None and len(args.image_size) not in (1, 2):
+            raise Fail(EXIT_USAGE, "--image-size: give H W, or one size for both")
+        from ...llm.multimodal import export_multimodal
+
+        size = tuple(args.image_size) if args.image_size else None
+        return export_multimodal(model, image_size=size[0] if size and len(size) == 1
+                                 else size, **common)
+    if args.image_size is not None:
+        raise Fail(EXIT_USAGE, "--image-size is for --task image-text-to-text")
+    from ...llm.exporter import export
+
+    return export(model, batch_size=args.batch_size, **common)
 
 
 def run(args) -> int:
@@ -98,14 +140,8 @@ def run(args) -> int:
     if out.suffix != ".pte":
         raise Fail(EXIT_USAGE, f"the output {out} should end in .pte")
     model = _model(args)
-    from ...llm.exporter import export
-
     try:
-        result = export(model, max_seq_len=args.max_seq_len,
-                        max_context_len=args.max_context_len, dtype=args.dtype,
-                        quantize=args.quantize, group_size=args.group_size,
-                        batch_size=args.batch_size, external_weights=args.external_weights,
-                        output=out)
+        result = _export(args, model, out)
     except ValueError as e:
         raise Fail(EXIT_USAGE, str(e)) from None
     except Exception as e:  # noqa: BLE001 - torch.export and lowering raise many kinds
@@ -114,5 +150,8 @@ def run(args) -> int:
         raise Fail(EXIT_EXPORT, f"export failed: {type(e).__name__}: {e}") from None
     methods = ", ".join(f"{k}={v}" for k, v in result.metadata.constant_methods().items())
     print(f"wrote {result.path}" + "".join(f" + {p}" for p in result.data_paths))
+    image = getattr(result, "image", None)
+    if image is not None:
+        methods += "".join(f", {k}={v}" for k, v in image.constant_methods().items())
     print(f"runner metadata: {methods}", file=sys.stderr)
     return EXIT_OK
