@@ -101,8 +101,9 @@ _SPEECH = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, inter
                num_conv_pos_embedding_groups=2)
 
 
-def _hubert(t):
-    return t.HubertModel(t.HubertConfig(**_SPEECH)), (_randn(1, 800),)
+def _mobilevitv2(t):
+    config = t.MobileViTV2Config(image_size=64, width_multiplier=0.25)
+    return t.MobileViTV2Model(config), (_randn(1, 3, 64, 64),)
 
 
 def _wavlm(t):
@@ -195,18 +196,18 @@ MODELS = {
     "mask2former": (_mask2former, "segmentation"),
     "upernet": (_upernet, "segmentation"),
     "dpt": (_dpt, "depth"),
-    "hubert": (_hubert, "speech"),
     "wavlm": (_wavlm, "speech"),
     "ast": (_ast, "audio classification"),
     "clip": (_clip, "vision-language"),
     "siglip": (_siglip, "vision-language"),
     "dinov2": (_dinov2, "vision (self-supervised)"),
     "beit": (_beit, "vision"),
+    "mobilevitv2": (_mobilevitv2, "vision (mobile)"),
     "convnextv2": (_convnextv2, "vision"),
     "swin2sr": (_swin2sr, "super-resolution"),
     "patchtst": (_patchtst, "time series"),
 }
-FP16 = ("clip", "dinov2", "convnextv2", "hubert")
+FP16 = ("clip", "dinov2", "convnextv2", "wavlm")
 CASES = [(m, "fp32") for m in MODELS] + [(m, "fp16") for m in FP16]
 
 

@@ -19,6 +19,7 @@ per partition. Parser answers are cached per ONNX model within a process.
 from __future__ import annotations
 
 import operator
+import re
 from typing import Callable, Iterable
 
 import torch
@@ -71,7 +72,29 @@ def _export_reason(error: Exception) -> str:
     if any(m in text for m in ("Failed to serialize proto", "exceeds maximum protobuf size",
                                "2GB", "2 GB")):
         return f"ONNX export failed: {_PROTO_LIMIT} ({text.splitlines()[0] if text else ''})"
-    return f"ONNX export failed: {type(error).__name__}: {text}"
+    # torch's exporter wraps the real cause (a translation's own error) in
+    # errors whose text is generic advice; the report names the cause.
+    cause, node, seen = error, "", {id(error)}
+    while cause.__cause__ is not None and id(cause.__cause__) not in seen:
+        seen.add(id(cause.__cause__))
+        if not node and (line := _translated_node(str(cause))):
+            node = line
+        cause = cause.__cause__
+    text = _ANSI.sub("", str(cause)).strip()
+    where = f" (translating {node})" if node and cause is not error else ""
+    return f"ONNX export failed: {type(cause).__name__}: {text}{where}"
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NODE = re.compile(r"target=([\w.]+)")
+
+
+def _translated_node(text: str) -> str:
+    """The op torch's exporter names in 'Error when translating node ...', or ''."""
+    if "Error when translating node" not in text:
+        return ""
+    match = _NODE.search(text)
+    return match.group(1).removeprefix("torch.ops.") if match else ""
 
 
 def op_name(target) -> str:
