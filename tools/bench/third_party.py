@@ -208,7 +208,7 @@ MODELS = {
     "swin2sr": (_swin2sr, "super-resolution"),
     "patchtst": (_patchtst, "time series"),
 }
-FP16 = ("clip", "dinov2", "convnextv2", "wavlm")
+FP16 = ("rt_detr", "mask2former", "clip", "dinov2", "convnextv2", "wavlm")
 CASES = [(m, "fp32") for m in MODELS] + [(m, "fp16") for m in FP16]
 
 
