@@ -19,7 +19,6 @@ per partition. Parser answers are cached per ONNX model within a process.
 from __future__ import annotations
 
 import operator
-import re
 from typing import Callable, Iterable
 
 import torch
@@ -35,7 +34,7 @@ from ..compile_spec import TensorRTCompileSpec, with_profiles
 from ...tensorrt.engine_builder import Progress, build_engine, stderr_progress
 from ...tensorrt.onnx_parser import ParseFailure, unsupported_node_reasons
 from ..onnx.edge_tags import quiet
-from ..onnx.export import export_onnx
+from ..onnx.export import export_failure_reason, export_onnx
 from ..onnx.export_cache import OnnxExportCache
 from .checks import options_error, output_mismatch, scalar_input_readers
 from .program import extract_partition
@@ -63,40 +62,6 @@ DEFAULT_MAX_BUILDS = 64
 # at export: it is built at load), partitions with more weights are checked
 # without a build, so the check never costs more than ~128 MB.
 CHECK_BUILD_MAX_WEIGHTS = 64 << 20
-_PROTO_LIMIT = ("the partition's ONNX model is larger than protobuf's 2 GB limit, so it "
-                "cannot be serialized for TensorRT's parser")
-
-
-def _export_reason(error: Exception) -> str:
-    text = str(error)
-    if any(m in text for m in ("Failed to serialize proto", "exceeds maximum protobuf size",
-                               "2GB", "2 GB")):
-        return f"ONNX export failed: {_PROTO_LIMIT} ({text.splitlines()[0] if text else ''})"
-    # torch's exporter wraps the real cause (a translation's own error) in
-    # errors whose text is generic advice; the report names the cause.
-    cause, node, seen = error, "", {id(error)}
-    while cause.__cause__ is not None and id(cause.__cause__) not in seen:
-        seen.add(id(cause.__cause__))
-        if not node and (line := _translated_node(str(cause))):
-            node = line
-        cause = cause.__cause__
-    text = _ANSI.sub("", str(cause)).strip()
-    where = f" (translating {node})" if node and cause is not error else ""
-    return f"ONNX export failed: {type(cause).__name__}: {text}{where}"
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_NODE = re.compile(r"target=([\w.]+)")
-
-
-def _translated_node(text: str) -> str:
-    """The op torch's exporter names in 'Error when translating node ...', or ''."""
-    if "Error when translating node" not in text:
-        return ""
-    match = _NODE.search(text)
-    return match.group(1).removeprefix("torch.ops.") if match else ""
-
-
 def op_name(target) -> str:
     """'aten.convolution.default' for an edge or aten op."""
     op = aten_op(target)
@@ -266,7 +231,7 @@ class TensorRTPartitioner(Partitioner):
             sub_ep = extract_partition(ep, names, real)
             exported = export_onnx(sub_ep, self.compile_spec.precision)
         except Exception as e:  # noqa: BLE001 - the exporter raises many kinds
-            return _export_reason(e)
+            return export_failure_reason(e)
         if scalars := scalar_input_readers(sub_ep, names):
             return scalars
         kind = engine_kind(self.compile_spec)
