@@ -55,3 +55,26 @@ def test_the_program_matches_eager(exported, allow_fallback):
     for got, want in zip(outputs, expected):
         assert got.dtype == want.dtype and got.shape == want.shape
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+class Fold(torch.nn.Module):
+    """`fold` (col2im) decomposes to index_put(accumulate=True) with the batch
+    and channel dims left whole (None) and 2-D index tensors over the spatial
+    dims: MobileViT's patch folding (stride = kernel) and an overlapping fold
+    whose sums must add up where patches meet."""
+
+    def forward(self, patches, overlapping):
+        return (F.fold(patches, output_size=(8, 6), kernel_size=(2, 2), stride=(2, 2)),
+                F.fold(overlapping, output_size=(5, 5), kernel_size=(3, 3), stride=(2, 2)))
+
+
+def test_fold_is_on_tensorrt_and_matches_eager(tmp_path, allow_fallback):
+    from executorch.runtime import Runtime
+    inputs = (torch.randn(2, 12, 12), torch.randn(1, 18, 4))
+    result = executorch_tensorrt.export_program(Fold(), inputs, tmp_path / "fold.pte",
+                                                progress=None, write_expected_file=False)
+    assert result.report.rejected == {}, result.report.to_table()
+    assert len(result.report.partitions) == 1
+    outputs = Runtime.get().load_program(result.path).load_method("forward").execute(list(inputs))
+    for got, want in zip(outputs, Fold()(*inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -113,3 +113,25 @@ def test_each_method_gets_its_own_report_and_the_empty_one_is_named(tmp_path):
     assert result.reports["zeta"].nodes_on_tensorrt and not result.reports["alpha"].partitions
     methods = read_report(result.path)["methods"]
     assert methods["zeta"]["nodes_on_tensorrt"] == 3 and methods["alpha"]["nodes_on_tensorrt"] == 0
+
+
+class _ApartIndices(nn.Module):
+    """An accumulating index_put over dims 0 and 2 (not adjacent), which our
+    translation does not cover: the partition's ONNX export fails."""
+
+    def forward(self, x, a, b, v):
+        return torch.ops.aten.index_put(x * 2, [a, None, b], v, True) + 1
+
+
+def test_an_onnx_export_failure_names_its_cause_not_the_exporters_advice(tmp_path):
+    inputs = (torch.randn(4, 3, 5), torch.tensor([0, 1, 1]), torch.tensor([2, 2, 4]),
+              torch.randn(3, 3))
+    with pytest.warns(UserWarning):  # the split around the refused node
+        result = export_program(_ApartIndices(), inputs, tmp_path / "m.pte", progress=None,
+                                run_check=False)
+    report = result.reports["forward"]
+    (reason,) = {r for n, r in report.rejected.items() if n not in report.nodes_on_tensorrt}
+    assert reason.startswith("ONNX export failed: NotImplementedError: accumulating index_put "
+                             "beyond adjacent integer indices"), reason
+    assert "(translating aten.index_put.default)" in reason, reason
+    assert "\x1b" not in reason and "Next steps" not in reason, reason

@@ -60,6 +60,25 @@ class _Rotary(torch.nn.Module):
         return self.fc(x) + emb.cos().to(x.dtype) * emb.sin().float()
 
 
+class _SampleAtFloatGrid(torch.nn.Module):
+    """A deformable attention's sampling: the grid is made in float32 (from a
+    fresh position table and `.float()` offsets, as RT-DETR's reference points
+    are), the sampled features are fp16 after the re-trace. TensorRT's
+    GridSample wants both of one type."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 1)
+        self.offsets = torch.nn.Linear(3, 2)
+
+    def forward(self, x):  # [1, 3, 6, 5]
+        rows, cols = torch.meshgrid(torch.linspace(-1, 1, 6), torch.linspace(-1, 1, 5),
+                                    indexing="ij")
+        shift = torch.tanh(self.offsets(x.permute(0, 2, 3, 1))).float()
+        grid = torch.stack([cols, rows], -1)[None] + 0.2 * shift
+        return torch.nn.functional.grid_sample(self.conv(x), grid, align_corners=False)
+
+
 def _export(model, inputs, path, **options):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -78,6 +97,15 @@ def test_fp16_export_keeps_an_fp32_island_on_tensorrt(tmp_path, allow_fallback):
     assert not report.rejected, report.rejected
     assert len(report.partitions) == 1 and not splits
     assert diff <= 2e-3 * max(1.0, scale), (diff, scale)  # docs/precision.md
+
+
+def test_fp16_grid_sample_with_an_fp32_grid_is_on_tensorrt(tmp_path, allow_fallback):
+    torch.manual_seed(0)
+    report, splits, diff, scale = _export(_SampleAtFloatGrid().eval(), (torch.randn(1, 3, 6, 5),),
+                                          tmp_path / "sample.pte", precision="fp16")
+    assert not report.rejected, report.rejected
+    assert len(report.partitions) == 1 and not splits
+    assert diff <= 2e-3 * max(1.0, scale), (diff, scale)
 
 
 def test_a_float64_constant_table_is_folded(tmp_path, allow_fallback):

@@ -6,6 +6,7 @@ reach preprocess through an explicit cache (export_cache.py), never here.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
@@ -125,3 +126,38 @@ def export_onnx(ep: torch.export.ExportedProgram, precision: str = "fp32", *,
     _strip_metadata(model)
     weights = [] if inline_weights else _externalize(model)
     return OnnxExport(ir.serde.serialize_model(model).SerializeToString(), mapping, weights)
+
+
+_PROTO_LIMIT = ("the partition's ONNX model is larger than protobuf's 2 GB limit, so it "
+                "cannot be serialized for TensorRT's parser")
+
+
+def export_failure_reason(error: Exception) -> str:
+    """Why a partition's ONNX export failed, for the partition report."""
+    text = str(error)
+    if any(m in text for m in ("Failed to serialize proto", "exceeds maximum protobuf size",
+                               "2GB", "2 GB")):
+        return f"ONNX export failed: {_PROTO_LIMIT} ({text.splitlines()[0] if text else ''})"
+    # torch's exporter wraps the real cause (a translation's own error) in
+    # errors whose text is generic advice; the report names the cause.
+    cause, node, seen = error, "", {id(error)}
+    while cause.__cause__ is not None and id(cause.__cause__) not in seen:
+        seen.add(id(cause.__cause__))
+        if not node and (line := _translated_node(str(cause))):
+            node = line
+        cause = cause.__cause__
+    text = _ANSI.sub("", str(cause)).strip()
+    where = f" (translating {node})" if node and cause is not error else ""
+    return f"ONNX export failed: {type(cause).__name__}: {text}{where}"
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NODE = re.compile(r"target=([\w.]+)")
+
+
+def _translated_node(text: str) -> str:
+    """The op torch's exporter names in 'Error when translating node ...', or ''."""
+    if "Error when translating node" not in text:
+        return ""
+    match = _NODE.search(text)
+    return match.group(1).removeprefix("torch.ops.") if match else ""

@@ -196,27 +196,37 @@ def _index_put(self, indices, values, accumulate: bool = False):
     Without accumulate: torchlib's translation (ScatterND). With it, torchlib
     emits ScatterND(reduction="add"), which TensorRT's parser refuses; here the
     sum is a matrix product instead: one-hot rows of the flat positions the
-    leading index tensors name ([K, P]), transposed, times the values ([K, R]),
-    added to self. Repeated indices add up, as in PyTorch. Only for 1-D index
-    tensors of one static length over the leading dims and float values."""
+    index tensors name ([K, P]), transposed, times the values ([..., K, R]),
+    added to self. Repeated indices add up, as in PyTorch. The index tensors
+    (integer, static shapes that broadcast together) must index adjacent dims;
+    dims before them may be left whole (None), as `fold` (col2im) leaves the
+    batch and channel dims."""
     if not accumulate:
         return torchlib_index_put(self, indices, values, accumulate)
     shape = list(self.shape)
-    count = len(indices)
-    lengths = {tuple(i.shape) for i in indices if i is not None}
-    if (any(i is None or i.dtype == BOOL.dtype for i in indices) or len(lengths) != 1
-            or len(next(iter(lengths))) != 1
-            or not all(isinstance(d, int) for d in shape + list(next(iter(lengths))))
-            or values.dtype not in _FLOATS):
-        raise NotImplementedError("accumulating index_put beyond 1-D leading indices")
-    (k,), positions, rest = next(iter(lengths)), 1, 1
-    for d in shape[:count]:
+    given = [i for i, index in enumerate(indices) if index is not None]
+    if (not given or given != list(range(given[0], given[0] + len(given)))
+            or any(indices[i].dtype == BOOL.dtype for i in given)
+            or not all(isinstance(d, int) for i in given for d in indices[i].shape)
+            or not all(isinstance(d, int) for d in shape) or values.dtype not in _FLOATS):
+        raise NotImplementedError("accumulating index_put beyond adjacent integer indices "
+                                  "of static shapes")
+    first, last = given[0], given[-1] + 1
+    broadcast = list(torch.broadcast_shapes(*(tuple(indices[i].shape) for i in given)))
+    k, before, positions, rest = 1, 1, 1, 1
+    for d in broadcast:
+        k *= d
+    for d in shape[:first]:
+        before *= d
+    for d in shape[first:last]:
         positions *= d
-    for d in shape[count:]:
+    for d in shape[last:]:
         rest *= d
     flat, stride = None, 1
-    for index, size in reversed(list(zip(indices, shape[:count]))):
-        index = op.Cast(index, to=INT64.dtype)
+    for i in reversed(given):
+        size = shape[i]
+        index = op.Reshape(op.Expand(op.Cast(indices[i], to=INT64.dtype), _ints(broadcast)),
+                           _ints([k]))
         wrapped = op.Where(op.Less(index, op.Constant(value_int=0)),
                            op.Add(index, op.Constant(value_int=size)), index)
         term = op.Mul(wrapped, op.Constant(value_int=stride))
@@ -226,9 +236,10 @@ def _index_put(self, indices, values, accumulate: bool = False):
                     op.Constant(value_int=1))
     one_hot = op.CastLike(op.Equal(op.Unsqueeze(flat, _ints([1])), op.Unsqueeze(grid, _ints([0]))),
                           self)
-    rows = op.Reshape(op.Expand(op.CastLike(values, self), _ints([k, *shape[count:]])),
-                      _ints([k, rest]))
-    update = op.MatMul(op.Transpose(one_hot, perm=[1, 0]), rows)
+    rows = op.Reshape(op.Expand(op.CastLike(values, self),
+                                _ints([*shape[:first], *broadcast, *shape[last:]])),
+                      _ints([before, k, rest]))
+    update = op.MatMul(op.Transpose(one_hot, perm=[1, 0]), rows)  # [before, positions, rest]
     return op.Add(self, op.Reshape(update, _ints(shape)))
 
 

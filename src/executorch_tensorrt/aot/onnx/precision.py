@@ -51,8 +51,9 @@ _DESTINATION_FIRST = {"index_put", "index_put_", "index_copy", "index_copy_", "c
 
 # Ops TensorRT types strictly: every floating operand of one type (an
 # INormalizationLayer refuses a float input with half scales, a matrix multiply
-# or an elementwise layer mixed operands). PyTorch accepts some of them mixed
-# (it promotes, or follows the input's type), so the trace does not raise.
+# or an elementwise layer mixed operands, IGridSampleLayer an input and a grid
+# of two types). PyTorch accepts some of them mixed (it promotes, or follows
+# the input's type), or its fake tensors do not check, so the trace does not raise.
 _STRICT = {"native_layer_norm", "layer_norm", "native_group_norm", "group_norm",
            "native_batch_norm", "_native_batch_norm_legit_no_training", "_native_batch_norm_legit",
            "batch_norm", "instance_norm", "rms_norm", "_fused_rms_norm",
@@ -60,7 +61,8 @@ _STRICT = {"native_layer_norm", "layer_norm", "native_group_norm", "group_norm",
            "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
            "add", "sub", "rsub", "mul", "div", "pow", "maximum", "minimum", "fmod",
            "remainder", "atan2", "where", "lerp", "addcmul", "addcdiv", "cat", "stack",
-           "eq", "ne", "lt", "le", "gt", "ge", "clamp", "copysign", "hypot"}
+           "eq", "ne", "lt", "le", "gt", "ge", "clamp", "copysign", "hypot",
+           "grid_sampler", "grid_sampler_2d", "grid_sampler_3d"}
 
 
 class _MatchDtypes(TorchFunctionMode):

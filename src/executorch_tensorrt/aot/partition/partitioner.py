@@ -34,7 +34,7 @@ from ..compile_spec import TensorRTCompileSpec, with_profiles
 from ...tensorrt.engine_builder import Progress, build_engine, stderr_progress
 from ...tensorrt.onnx_parser import ParseFailure, unsupported_node_reasons
 from ..onnx.edge_tags import quiet
-from ..onnx.export import export_onnx
+from ..onnx.export import export_failure_reason, export_onnx
 from ..onnx.export_cache import OnnxExportCache
 from .checks import options_error, output_mismatch, scalar_input_readers
 from .program import extract_partition
@@ -62,18 +62,6 @@ DEFAULT_MAX_BUILDS = 64
 # at export: it is built at load), partitions with more weights are checked
 # without a build, so the check never costs more than ~128 MB.
 CHECK_BUILD_MAX_WEIGHTS = 64 << 20
-_PROTO_LIMIT = ("the partition's ONNX model is larger than protobuf's 2 GB limit, so it "
-                "cannot be serialized for TensorRT's parser")
-
-
-def _export_reason(error: Exception) -> str:
-    text = str(error)
-    if any(m in text for m in ("Failed to serialize proto", "exceeds maximum protobuf size",
-                               "2GB", "2 GB")):
-        return f"ONNX export failed: {_PROTO_LIMIT} ({text.splitlines()[0] if text else ''})"
-    return f"ONNX export failed: {type(error).__name__}: {text}"
-
-
 def op_name(target) -> str:
     """'aten.convolution.default' for an edge or aten op."""
     op = aten_op(target)
@@ -243,7 +231,7 @@ class TensorRTPartitioner(Partitioner):
             sub_ep = extract_partition(ep, names, real)
             exported = export_onnx(sub_ep, self.compile_spec.precision)
         except Exception as e:  # noqa: BLE001 - the exporter raises many kinds
-            return _export_reason(e)
+            return export_failure_reason(e)
         if scalars := scalar_input_readers(sub_ep, names):
             return scalars
         kind = engine_kind(self.compile_spec)
