@@ -145,6 +145,7 @@ def test_runner_generates_transformers_greedy_tokens(program, tokenizer, allow_f
         runner.reset()
 
 
+@pytest.mark.parametrize("program", ["idefics3"], indirect=True)  # exported with a .ptd
 def test_weights_are_stored_once_across_methods(program):
     """Idefics3 with tied embeddings: the table token_embedding gathers from is
     the head text_decoder multiplies by; the .ptd holds it once (named data are
@@ -153,8 +154,7 @@ def test_weights_are_stored_once_across_methods(program):
     from executorch_tensorrt.program.named_data import read_ptd_index
 
     name, pte, ptd = program
-    if ptd is None:
-        pytest.skip("the in-process exports keep their weights in the .pte")
+    assert ptd is not None
     model = llm.vision_language_model(FAMILIES[name])
     table = model.get_input_embeddings().weight
     assert table is model.get_output_embeddings().weight
@@ -197,12 +197,11 @@ def test_limits_are_read_back_and_bad_requests_are_refused(program, allow_fallba
     assert f"beyond max_context_len={MAX_CONTEXT}" in str(e.value)
 
 
+@pytest.mark.parametrize("program", ["llava"], indirect=True)  # one family shows them
 def test_what_the_runner_itself_says_to_a_wrong_image(program, tokenizer, allow_fallback):
     """Without check_image: ExecuTorch's runner raises a RuntimeError carrying
     only an error code (the cause goes to its log); docs/multimodal.md shows it."""
     name, pte, ptd = program
-    if name != "llava":
-        pytest.skip("one family shows the runner's own errors")
     from executorch.extension.llm.runner import (GenerationConfig, make_image_input,
                                                  make_text_input)
 
