@@ -7,6 +7,9 @@ anything is written."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -50,11 +53,24 @@ def _by_hand(dtype: str) -> tuple[int, int]:
     return weights * size, kv * size
 
 
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """dtype -> (the tiny llama's .pte, its export result), exported once."""
+    done = {}
+
+    def get(dtype: str):
+        if dtype not in done:
+            out = tmp_path_factory.mktemp(dtype) / "llama.pte"
+            done[dtype] = out, llm.export(_model(dtype), max_seq_len=MAX_SEQ,
+                                          max_context_len=MAX_CONTEXT, dtype=dtype,
+                                          output=out, progress=None, run_check=False)
+        return done[dtype]
+    return get
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_memory_report_equals_the_config_by_hand(dtype, tmp_path):
-    out = tmp_path / "llama.pte"
-    result = llm.export(_model(dtype), max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
-                        dtype=dtype, output=out, progress=None, run_check=False)
+def test_memory_report_equals_the_config_by_hand(dtype, exported):
+    out, result = exported(dtype)
     weights, kv = _by_hand(dtype)
     report = result.memory
     assert report.kv.total_bytes == kv
@@ -128,3 +144,55 @@ def test_bad_budget_is_refused_by_name(tmp_path):
     code, _, stderr = cli_main("llm-export", tmp_path / "x.pte", "--config", json.dumps(CONFIG),
                                "--max-seq-len", MAX_SEQ, "--memory-budget", "8 gigs")
     assert code != 0 and "--memory-budget" in stderr and "'8 gigs'" in stderr
+
+
+CHILD = r"""
+import json, sys, torch
+sys.path.insert(0, sys.argv[2])
+from proc_status import reset_peak, status
+import executorch_tensorrt
+from executorch.runtime import Runtime
+
+torch.ones(1)
+before = status("VmRSS")
+reset_peak()
+method = Runtime.get().load_program(sys.argv[1]).load_method("forward")
+seq, ctx = int(sys.argv[3]), int(sys.argv[4])
+method.execute((torch.arange(1, seq + 1).reshape(1, seq), torch.arange(seq)))
+for pos in range(seq, ctx):  # the whole cache written
+    method.execute((torch.tensor([[pos % 90 + 1]]), torch.tensor([pos])))
+print(status("VmHWM") - before)
+"""
+WIDE = {**CONFIG, "hidden_size": 256, "intermediate_size": 1024, "vocab_size": 4096,
+        "num_attention_heads": 8, "num_key_value_heads": 2}   # 16 MB of float32 weights
+
+
+def _peak(pte: Path) -> int:
+    """Peak resident growth of a child that loads `pte` and fills its cache
+    through the onnxruntime fallback (VmHWM over VmRSS before the load)."""
+    from executorch_tensorrt.runtime.executor import FALLBACK_ENV
+    import os
+
+    run = subprocess.run([sys.executable, "-c", CHILD, str(pte), str(Path(__file__).parents[1]),
+                          str(MAX_SEQ), str(MAX_CONTEXT)], capture_output=True, text=True,
+                         timeout=600, env={**os.environ, FALLBACK_ENV: "onnxruntime"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return int(run.stdout.split()[-1])
+
+
+def test_cpu_fallback_peak_against_the_report(exported, tmp_path):
+    """What the CPU fallback measures is not the GPU's figure: onnxruntime
+    keeps its own copy of the weights beside the loaded program's (about 2x
+    the report's weights), its arena replaces TensorRT's activation memory,
+    and loading onnxruntime and ExecuTorch costs a fixed ~30 MB. So the
+    growth that the weights and cache add, from the tiny llama to one with
+    16 MB of weights, lies within 1x-3x of the report's weights + KV cache."""
+    tiny_pte, tiny = exported("float32")
+    wide_pte = tmp_path / "wide.pte"
+    wide = llm.export(WIDE, max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT, output=wide_pte,
+                      progress=None, run_check=False)
+    added = (wide.memory.weights_bytes + wide.memory.kv_bytes
+             - tiny.memory.weights_bytes - tiny.memory.kv_bytes)
+    assert added > 15e6
+    measured = _peak(wide_pte) - _peak(tiny_pte)
+    assert 1.0 * added <= measured <= 3.0 * added, (measured, added)
