@@ -137,14 +137,13 @@ def plan_memory(model: torch.nn.Module, config, budget, *, max_seq_len: int,
                          "give max_context_len as the ceiling")
     weights = stored_weight_bytes(model)
     fits = (budget - weights - fixed) // (kv + per_position)
+    if fits < max_seq_len:
+        raise MemoryBudgetError(_refusal(MemoryPlan(budget, weights, kv, fixed, per_position,
+                                                    max_seq_len, max_seq_len), quantize))
     chosen = min(ceiling, fits)
     if chosen < ceiling and chosen >= 2 * CONTEXT_STEP:
-        chosen -= chosen % CONTEXT_STEP
-    plan = MemoryPlan(budget, weights, kv, fixed, per_position, max_seq_len,
-                      max(chosen, max_seq_len))
-    if chosen < max_seq_len:
-        raise MemoryBudgetError(_refusal(plan, quantize))
-    return plan
+        chosen = max(chosen - chosen % CONTEXT_STEP, max_seq_len)
+    return MemoryPlan(budget, weights, kv, fixed, per_position, max_seq_len, chosen)
 
 
 def _refusal(plan: MemoryPlan, quantize: str | None) -> str:
