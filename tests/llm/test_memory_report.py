@@ -196,3 +196,29 @@ def test_cpu_fallback_peak_against_the_report(exported, tmp_path):
     assert added > 15e6
     measured = _peak(wide_pte) - _peak(tiny_pte)
     assert 1.0 * added <= measured <= 3.0 * added, (measured, added)
+
+
+def test_report_counts_shared_weights_once_and_the_largest_scratch():
+    """Two partitions reading one named-data weight, one of them without a
+    recorded activation figure (exported with record_memory=False, no GPU)."""
+    from executorch_tensorrt.blob.metadata import BlobMetadata
+    from executorch_tensorrt.program.info import DelegateInfo, MethodInfo
+    from executorch_tensorrt.program.memory_report import format_memory_report, memory_report
+
+    w = {"name": "fc.weight", "key": "etrt.shared", "dtype": "float16", "shape": [4, 8],
+         "nbytes": 64}
+    io = [{"name": "x", "dtype": "float16", "shape": [1, 8], "is_input": True},
+          {"name": "y", "dtype": "float16", "shape": [1, 4], "is_input": False}]
+
+    def delegate(**extra):
+        meta = BlobMetadata.from_json({"io_bindings": io, "weights_location": "named_data",
+                                       "weights": [w], **extra})
+        return DelegateInfo("TensorRTBackend", 0, meta, graph_constants={"float32": 12})
+
+    methods = [MethodInfo("forward", delegates=[delegate(activation_bytes=[100, 300]),
+                                                delegate()])]
+    report = memory_report(methods)
+    assert report.weights_by_dtype == {"float16": 64, "float32": 24}
+    assert report.activation_bytes == 300 and report.unmeasured == ["forward[1]"]
+    assert report.total_bytes == 64 + 24 + 300
+    assert "not recorded for forward[1]" in format_memory_report(report)
