@@ -45,6 +45,10 @@ BAD = [
      ["weights[0].nbytes"]),
     ("engine_kind_unknown", {**GOOD, "engine": "lean"}, ["'engine'"]),
     ("stripped_inline", {**BINDINGS, "engine": "stripped"}, ["stripped", "named data"]),
+    ("activation_empty", {**GOOD, "activation_bytes": []}, ["'activation_bytes'"]),
+    ("activation_negative", {**GOOD, "activation_bytes": [-1]}, ["'activation_bytes'"]),
+    ("activation_float", {**GOOD, "activation_bytes": [1.5]}, ["'activation_bytes'"]),
+    ("activation_not_array", {**GOOD, "activation_bytes": 8}, ["'activation_bytes'"]),
 ]
 
 
@@ -86,3 +90,11 @@ def test_engine_none_must_agree(engine, meta, onnx, words):
         blob.write_blob(engine, meta, onnx)
     for w in words:
         assert w in str(info.value), (w, str(info.value))
+
+
+def test_activation_bytes_round_trip():
+    """The builder's activation memory per profile, recorded at export."""
+    meta = {**GOOD, "activation_bytes": [8206848, 4096]}
+    b = blob.read_blob(blob.write_blob(b"E", meta, ONNX))
+    assert b.metadata == meta and b.meta.build.activation_bytes == (8206848, 4096)
+    assert blob.read_blob(blob.write_blob(b"E", GOOD, ONNX)).meta.build.activation_bytes is None

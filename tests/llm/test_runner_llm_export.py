@@ -50,6 +50,8 @@ def qwen2_ptd(tmp_path_factory):
     assert "partition report" in stderr and "get_max_seq_len=4" in stderr
     ptd = out.with_suffix(".ptd")
     assert f"wrote {out} + {ptd}" in stdout
+    # The memory report ends the export: its KV cache is the float16 cache's bytes.
+    assert "memory (GPU" in stdout and "KV cache: " in stdout and "activation" in stdout
     return out, ptd, llm.causal_lm(CONFIGS["qwen2"], dtype=torch.float16)
 
 

@@ -52,7 +52,7 @@ from .weights.content import content_id, initializer_pointers
 # JSON bytes stay the same across versions; the writer puts io_bindings,
 # aliased_io and device_id first).
 _KEY_ORDER = ("io_bindings", "aliased_io", "profiles", "optimization_profiles", "trt_flavor",
-              "trt_version", "compute_capabilities", "build_seconds", "device_id", "precision",
+              "trt_version", "compute_capabilities", "build_seconds", "activation_bytes", "device_id", "precision",
               "onnx_opset",
               "state", "equal_dims", "onnx_node_sources", "engine", "weights_location", "weights")
 
@@ -188,6 +188,16 @@ class TensorRTBackend(BackendDetails):
                                  initializers=pointers, stripped=kind == "stripped",
                                  weights_id=weights_id(exported, stored))
             engine = built.engine
+        activation = built.activation_bytes if built is not None else ()
+        if built is None and spec.record_memory:
+            # No plan ships, but the builder still says what a context needs
+            # (weights as zero stand-ins: the figure does not depend on them).
+            pointers, _alive = initializer_pointers(exported.weights, stand_ins=True)
+            activation = build_engine(exported.onnx_bytes, spec.build_options(),
+                                      label="delegate (activation memory only)",
+                                      profiles=profiles, progress=progress,
+                                      initializers=pointers, keep_engine=False
+                                      ).activation_bytes
         bindings = io_bindings(model)
         if state is not None:  # the state pairs are the last inputs/outputs
             bindings = [b for b in bindings
@@ -216,7 +226,7 @@ class TensorRTBackend(BackendDetails):
             optimization_profiles=sets if len(sets) > 1 else None,
             onnx_node_sources=tuple(NodeSource(s["node"], tuple(s["edge_nodes"]))
                                     for s in sources) or None,
-            build=_build_facts(built, spec),
+            build=replace(_build_facts(built, spec), activation_bytes=activation or None),
             engine=kind,
             weights_location="named_data" if stored is not None else None,
             weights=tuple(WeightEntry(w["name"], w["key"], w["dtype"], tuple(w["shape"]),

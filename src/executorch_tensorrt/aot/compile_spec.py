@@ -41,6 +41,10 @@ class TensorRTCompileSpec:
         (aot/profiles/option.py): None, one over the export ranges; N, the
         widest dimension split in power-of-two buckets; or a list of
         {dimension: (min, opt, max)} (docs/gpu-runtime.md).
+    record_memory: where the blob ships no engine (no GPU at export), build
+        one anyway (weights as zero stand-ins, the plan dropped) to record
+        TensorRT's activation memory per profile in the blob (the LLM memory
+        report, docs/llm.md "Memory"); costs one more build per partition.
     """
 
     compute_capabilities: tuple[str, ...] | None = None
@@ -50,6 +54,7 @@ class TensorRTCompileSpec:
     inline_weights: bool = False
     weights_file: str | None = None
     profiles: int | ProfileOption | None = None
+    record_memory: bool = False
 
     def __post_init__(self) -> None:
         ccs = self.compute_capabilities
@@ -70,6 +75,8 @@ class TensorRTCompileSpec:
             raise ValueError(f"workspace_bytes must be a positive int, got {self.workspace_bytes!r}")
         if not isinstance(self.device_id, int) or self.device_id < 0:
             raise ValueError(f"device_id must be a non-negative int, got {self.device_id!r}")
+        if not isinstance(self.record_memory, bool):
+            raise ValueError(f"record_memory must be a bool, got {self.record_memory!r}")
         if not isinstance(self.inline_weights, bool):
             raise ValueError(f"inline_weights must be a bool, got {self.inline_weights!r}")
         if self.weights_file is not None and (

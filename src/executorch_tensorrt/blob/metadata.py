@@ -143,8 +143,8 @@ def _equal_dims(groups: Any, bindings: tuple[Binding, ...]) -> tuple[tuple[tuple
 #: Top-level keys with a typed field (the writer puts the first four first).
 _TOP_KEYS = ("io_bindings", "aliased_io", "hardware_compatible", "device_id", "profiles",
              "optimization_profiles", "onnx_node_sources", "precision", "trt_flavor",
-             "trt_version", "compute_capabilities", "build_seconds", "engine", "weights_location", "weights",
-             "state", "equal_dims")
+             "trt_version", "compute_capabilities", "build_seconds", "activation_bytes", "engine",
+             "weights_location", "weights", "state", "equal_dims")
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,9 @@ class BuildFacts:
     trt_version: str | None = None
     compute_capabilities: str | tuple[str, ...] | None = None  # "all" or ("SM89", ...)
     build_seconds: float | None = None  # the engine's measured build time at export
+    # TensorRT's activation memory per optimization profile, as its builder
+    # reported it at export (engine order): what a context needs beside weights.
+    activation_bytes: tuple[int, ...] | None = None
 
     @classmethod
     def from_json(cls, meta: dict) -> "BuildFacts":
@@ -131,8 +134,15 @@ class BuildFacts:
                 seconds, (int, float)) or not 0 <= seconds < 1e7):
             raise BlobError("'build_seconds' must be a number of seconds (0 to 1e7), "
                             f"got {show(seconds)}")
+        activation = meta.get("activation_bytes")
+        if "activation_bytes" in meta and not (
+                isinstance(activation, (list, tuple)) and activation
+                and all(is_int(n) and 0 <= n <= I64_MAX for n in activation)):
+            raise BlobError("'activation_bytes' must be a non-empty array of byte counts (one "
+                            f"per optimization profile), got {show(activation)}")
         return cls(meta.get("precision"), meta.get("trt_flavor"), meta.get("trt_version"),
-                   cc if cc is None or cc == "all" else tuple(cc), seconds)
+                   cc if cc is None or cc == "all" else tuple(cc), seconds,
+                   None if activation is None else tuple(activation))
 
     @property
     def precision_or_default(self) -> str:
@@ -148,6 +158,8 @@ class BuildFacts:
             out["compute_capabilities"] = cc if cc == "all" else list(cc)
         if self.build_seconds is not None:
             out["build_seconds"] = self.build_seconds
+        if self.activation_bytes is not None:
+            out["activation_bytes"] = list(self.activation_bytes)
         return out
 
 

@@ -31,6 +31,9 @@ from ..aot.trace.moe_experts import traceable_experts
 from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
 from .hf_export import export_hf, hf_decode_step, hf_example_inputs, hf_static_cache_wrapper
+from ..program.memory_report import MemoryReport, format_memory_report, size_text
+from .memory_budget import parse_size, plan_memory
+from .memory_file import record_memory_report
 from .metadata import LLMMetadata
 from .reference import measure as measure_reference
 
@@ -45,6 +48,7 @@ class LLMExportResult:
     data_paths: list[Path]
     metadata: LLMMetadata
     export: ExportResult
+    memory: MemoryReport | None = None   # the written program's (docs/llm.md, "Memory")
 
 
 def causal_lm(model_or_config, seed: int = 0, dtype: torch.dtype | None = None,
@@ -161,7 +165,8 @@ def quantized(model: torch.nn.Module, quantize: str | None,
     return lower_packed(model) if has_packed_linears(model) else model
 
 
-def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float32",
+def export(model, *, max_seq_len: int, max_context_len: int | None = None,
+           dtype: str = "float32", memory_budget: int | str | None = None,
            quantize: str | None = None, group_size: int = 128, batch_size: int = 1,
            external_weights: bool | None = None,
            output: str | Path, bos_id: int | None = None, eos_ids=None,
@@ -185,25 +190,47 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
     .pte. `bos_id`/`eos_ids`: default from the model's config.
     `constant_methods`: more name -> value methods to write (e.g. optimum's
     `get_n_layers`); the runner's own (LLMMetadata) win where both name one.
-    Other options go to export_program.
+    `memory_budget` ("8GB", "7.5GiB", bytes): choose the largest
+    max_context_len (at most the one given, else the model's positions)
+    whose weights + KV cache + activation estimate fit, or raise
+    MemoryBudgetError before exporting (llm/memory_budget.py). The result's
+    `memory` is the written program's report (docs/llm.md, "Memory").
+    Other options go to export_program (`record_memory` defaults to True:
+    TensorRT's activation memory is recorded even where no engine ships).
     """
     if dtype not in DTYPES:  # before a model is made in it
         raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+    if max_context_len is None and memory_budget is None:
+        raise ValueError("give max_context_len (the KV cache's positions), or memory_budget "
+                         "to choose the largest that fits")
+    if memory_budget is not None:
+        parse_size(memory_budget)  # a bad size is refused before a model is made
     model = causal_lm(model, dtype=DTYPES[dtype])
     config = model.config.get_text_config()
-    _check_arguments(config, max_seq_len, max_context_len, dtype, quantize, batch_size)
+    _check_arguments(config, max_seq_len, max_context_len or max_seq_len, dtype, quantize,
+                     batch_size)
+    parameters = sum(p.numel() for p in model.parameters())
+    # The model (and so its KV cache, weights and logits) in `dtype`: the cache
+    # then takes dtype's bytes per element in the delegate, not float32's.
+    model = quantized(in_dtype(model, DTYPES[dtype]), quantize, group_size)
+    plan = None
+    if memory_budget is not None:  # weights counted as stored: quantized, in `dtype`
+        plan = plan_memory(model, config, memory_budget, max_seq_len=max_seq_len,
+                           max_context_len=max_context_len, batch_size=batch_size,
+                           dtype=DTYPES[dtype], quantize=quantize)
+        max_context_len = plan.max_context_len
+        if progress:
+            progress(plan.describe())
+        _check_arguments(config, max_seq_len, max_context_len, dtype, quantize, batch_size)
     meta = LLMMetadata(
         max_seq_len=max_seq_len, max_context_len=max_context_len,
         vocab_size=int(config.vocab_size),
         bos_id=bos_id if bos_id is not None else getattr(config, "bos_token_id", None),
         eos_ids=_ids(eos_ids if eos_ids is not None else getattr(config, "eos_token_id", None)))
     if progress:
-        progress(f"{type(model).__name__}: {sum(p.numel() for p in model.parameters()):,} "
-                 f"parameters, cache of {max_context_len} positions, up to {max_seq_len} "
-                 f"tokens per call, dtype {dtype}, quantize {quantize}")
-    # The model (and so its KV cache, weights and logits) in `dtype`: the cache
-    # then takes dtype's bytes per element in the delegate, not float32's.
-    model = quantized(in_dtype(model, DTYPES[dtype]), quantize, group_size)
+        progress(f"{type(model).__name__}: {parameters:,} parameters, cache of "
+                 f"{max_context_len} positions, up to {max_seq_len} tokens per call, dtype "
+                 f"{dtype}, quantize {quantize}")
     if progress:
         progress("torch.export of the decoder with its static cache...")
     try:
@@ -233,6 +260,7 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
         reference_model = exact.recorded
         if progress:
             progress(exact.describe())
+    options.setdefault("record_memory", True)
     result = export_program({"forward": program}, None, output, progress=progress,
                             quantization=quantization_lines(model, options),
                             reference_model=reference_model, reference_inputs=inputs,
@@ -242,7 +270,14 @@ def export(model, *, max_seq_len: int, max_context_len: int, dtype: str = "float
                             write_expected_file=False, **options)
     if progress and result.reports:
         progress("partition report:\n" + format_report(result.reports))
-    return LLMExportResult(result.path, result.data_paths, meta, result)
+    memory = record_memory_report(result.path)
+    if progress:
+        progress(format_memory_report(memory))
+    if plan is not None and memory.total_bytes > plan.budget:
+        progress and progress(f"note: the program's memory {size_text(memory.total_bytes)} is "
+                              f"over the budget {size_text(plan.budget)}: the activation "
+                              "estimate was low; export with a smaller memory_budget")
+    return LLMExportResult(result.path, result.data_paths, meta, result, memory)
 
 
 __all__ = ["export", "causal_lm", "in_dtype", "eager_decoder", "quantized", "LLMMetadata",

@@ -29,6 +29,9 @@ class DelegateInfo:
     engine_size: int | None = None
     onnx_size: int | None = None
     error: str | None = None
+    # dtype -> bytes of the constants inside a weightless ONNX section (small
+    # tensors the exporter keeps in the graph): device weights beside named data.
+    graph_constants: dict[str, int] = field(default_factory=dict)
 
     @property
     def metadata(self) -> dict | None:
@@ -102,11 +105,34 @@ def _methods(program) -> list[MethodInfo]:
                     b = read_blob(blob_bytes)
                     d.meta, d.engine_size = b.meta, len(b.engine)
                     d.onnx_size = len(b.onnx) if b.onnx is not None else None
+                    if b.onnx is not None and b.meta.weights is not None:
+                        d.graph_constants = _graph_constants(b.onnx)
                 except BlobError as e:
                     d.error = str(e)
             info.delegates.append(d)
         methods.append(info)
     return methods
+
+
+def _graph_constants(onnx_bytes: bytes) -> dict[str, int]:
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    from ..dtypes import by_onnx
+
+    graph = onnx.load_model_from_string(onnx_bytes).graph
+    tensors = [t for t in graph.initializer if not uses_external_data(t)]
+    tensors += [a.t for n in graph.node if n.op_type == "Constant"
+                for a in n.attribute if a.name == "value"]
+    out: dict[str, int] = {}
+    for t in tensors:
+        row = by_onnx(t.data_type)
+        count = 1
+        for d in t.dims:
+            count *= d
+        name = row.blob_name or row.torch if row is not None else f"onnx type {t.data_type}"
+        out[name] = out.get(name, 0) + count * (row.itemsize if row is not None else 1)
+    return out
 
 
 # Host<->device copies ExecuTorch inserts at CUDA delegate boundaries.

@@ -60,6 +60,9 @@ class BuiltEngine:
     build_seconds: float
     # Optimization profiles the builder config held (0: a static network needs none).
     optimization_profiles: int = 0
+    # TensorRT's activation (scratch) memory per optimization profile, as its
+    # builder reported it (engine order; empty where it reported none).
+    activation_bytes: tuple[int, ...] = ()
 
 
 _cache: dict[str, BuiltEngine] = {}
@@ -188,11 +191,13 @@ def build_engine(onnx_bytes: bytes, options: BuildOptions, *, label: str = "part
             f"{log}")
     if progress:
         progress(f"built {label} in {seconds:.2f} s ({_mb(serialized.nbytes)})")
+    activation = tuple(n for n in logger.activation_bytes if n >= 0)
     if not keep_engine:
         return BuiltEngine(b"", trt.flavor, trt.version, options.compute_capabilities, seconds,
-                           config.num_optimization_profiles)
+                           config.num_optimization_profiles, activation)
     built = BuiltEngine(bytes(serialized), trt.flavor, trt.version,
-                        options.compute_capabilities, seconds, config.num_optimization_profiles)
+                        options.compute_capabilities, seconds, config.num_optimization_profiles,
+                        activation)
     del serialized
     if cacheable:
         with _cache_lock:

@@ -53,6 +53,16 @@ def load_tensorrt(flavor: str | None = None) -> TensorRT:
     )
 
 
+#: How TensorRT's builder reports each profile's activation memory (INFO).
+ACTIVATION_MEMORY_LINE = "Total Activation Memory:"
+
+
+def _bytes_in(message: str) -> int:
+    """The byte count of "Total Activation Memory: 10289152 bytes"."""
+    words = message[len(ACTIVATION_MEMORY_LINE):].split()
+    return int(words[0]) if words and words[0].isdigit() else -1
+
+
 def collecting_logger(trt: TensorRT):
     """A logger that keeps TensorRT's messages instead of printing them: the
     partitioner asks about many subgraphs whose rejection is expected."""
@@ -65,9 +75,15 @@ def collecting_logger(trt: TensorRT):
             # Weight copies TensorRT reads during the parse and the build
             # (onnx_parser._distinct_addresses): they live as long as this.
             self.kept_buffers: list[bytearray] = []
+            # The builder's activation (scratch) memory per optimization
+            # profile, in profile order: a serialized plan does not carry it
+            # in a form readable without a GPU (deserializing needs CUDA).
+            self.activation_bytes: list[int] = []
 
         def log(self, severity, msg):
             if severity <= trt.module.ILogger.Severity.WARNING:
                 self.messages.append(str(msg))
+            elif str(msg).startswith(ACTIVATION_MEMORY_LINE):
+                self.activation_bytes.append(_bytes_in(str(msg)))
 
     return CollectingLogger()

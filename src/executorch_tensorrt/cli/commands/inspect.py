@@ -37,6 +37,11 @@ def run(args) -> int:
     caches = cache_report(methods)
     if caches.caches:
         print(format_cache_report(caches))
+    if any(d.backend == "TensorRTBackend" and d.meta is not None
+           for m in methods for d in m.delegates):
+        from ...program.memory_report import format_memory_report, memory_report
+
+        print(format_memory_report(memory_report(methods)))
     try:
         in_ptd = ndi.read_ptd_index(data) if data is not None else {}
     except ndi.DataFileError as e:

@@ -40,8 +40,13 @@ def register(sub) -> None:
                         "re-quantize them to int8 and report the worst weight error")
     p.add_argument("--max-seq-len", type=int, required=True,
                    help="most tokens per call (longer prompts go in chunks)")
-    p.add_argument("--max-context-len", type=int, required=True,
-                   help="the KV cache's positions: prompt plus generated tokens")
+    p.add_argument("--max-context-len", type=int,
+                   help="the KV cache's positions: prompt plus generated tokens (with "
+                        "--memory-budget: the most to choose)")
+    p.add_argument("--memory-budget", metavar="SIZE",
+                   help="GPU memory the program may take (8GB, 7.5GiB, 512MiB): the largest "
+                        "--max-context-len that fits is chosen, or the export is refused "
+                        "with each part's size (docs/llm.md, Memory)")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
     p.add_argument("--batch-size", type=int, default=1,
                    help="rows of the static KV cache (ExecuTorch's runner takes 1)")
@@ -119,6 +124,9 @@ def _export(args, model, out: Path):
                   dtype=args.dtype, quantize=args.quantize, group_size=args.group_size,
                   external_weights=args.external_weights, output=out)
     if args.task == "image-text-to-text":
+        if args.memory_budget is not None or args.max_context_len is None:
+            raise Fail(EXIT_USAGE, "--task image-text-to-text takes --max-context-len (no "
+                                    "--memory-budget)")
         if args.batch_size != 1:
             raise Fail(EXIT_USAGE, "--batch-size: MultimodalRunner runs batch 1 programs only")
         if args.image_size is not None and len(args.image_size) not in (1, 2):
@@ -132,18 +140,32 @@ def _export(args, model, out: Path):
         raise Fail(EXIT_USAGE, "--image-size is for --task image-text-to-text")
     from ...llm.exporter import export
 
-    return export(model, batch_size=args.batch_size, **common)
+    return export(model, batch_size=args.batch_size, memory_budget=args.memory_budget, **common)
 
 
 def run(args) -> int:
     out = Path(args.output)
     if out.suffix != ".pte":
         raise Fail(EXIT_USAGE, f"the output {out} should end in .pte")
+    if args.max_context_len is None and args.memory_budget is None:
+        raise Fail(EXIT_USAGE, "give --max-context-len, or --memory-budget to choose the "
+                                "largest context that fits")
+    from ...llm.memory_budget import MemoryBudgetError, parse_size
+
+    if args.memory_budget is not None:
+        try:
+            parse_size(args.memory_budget)
+        except ValueError as e:
+            raise Fail(EXIT_USAGE, f"--memory-budget: {e}") from None
     model = _model(args)
+    from ...program.memory_report import format_memory_report
+
     try:
         result = _export(args, model, out)
     except ValueError as e:
         raise Fail(EXIT_USAGE, str(e)) from None
+    except MemoryBudgetError as e:
+        raise Fail(EXIT_EXPORT, f"--memory-budget {args.memory_budget}: {e}") from None
     except Exception as e:  # noqa: BLE001 - torch.export and lowering raise many kinds
         if os.environ.get("EXECUTORCH_TENSORRT_DEBUG"):
             raise
@@ -154,4 +176,6 @@ def run(args) -> int:
     if image is not None:
         methods += "".join(f", {k}={v}" for k, v in image.constant_methods().items())
     print(f"runner metadata: {methods}", file=sys.stderr)
+    if getattr(result, "memory", None) is not None:
+        print(format_memory_report(result.memory))
     return EXIT_OK
