@@ -27,7 +27,7 @@ from ..aot.export import ExportResult, export_program
 from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
 from .audio_inputs import AudioSpec
-from .exporter import DTYPES, _check_arguments, _ids, in_dtype
+from .exporter import DTYPES, _check_arguments, in_dtype
 from .hf_export import (export_hf_embeds, export_token_embedding, hf_example_inputs,
                         hf_static_cache_wrapper)
 from .metadata import LLMMetadata
@@ -113,11 +113,7 @@ def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: s
             f"one audio input becomes {spec.tokens} tokens, which MultimodalRunner feeds to "
             f"text_decoder in one call, but max_seq_len={max_seq_len}; export with "
             f"max_seq_len >= {spec.tokens}")
-    meta = LLMMetadata(
-        max_seq_len=max_seq_len, max_context_len=max_context_len,
-        vocab_size=int(config.vocab_size),
-        bos_id=bos_id if bos_id is not None else getattr(config, "bos_token_id", None),
-        eos_ids=_ids(eos_ids if eos_ids is not None else getattr(config, "eos_token_id", None)))
+    meta = LLMMetadata.for_config(config, max_seq_len, max_context_len, bos_id, eos_ids)
     if progress:
         progress(f"{type(model).__name__}: audio [1, {spec.n_mels}, {spec.frames}] -> "
                  f"{spec.tokens} tokens, cache of {max_context_len} positions, up to "

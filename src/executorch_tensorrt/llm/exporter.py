@@ -106,12 +106,6 @@ def in_dtype(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     return model
 
 
-def _ids(value) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    return tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
-
-
 def _check_arguments(config, max_seq_len: int, max_context_len: int, dtype: str,
                      quantize: str | None, batch_size: int) -> None:
     if not isinstance(batch_size, int) or batch_size < 1:
@@ -222,11 +216,7 @@ def export(model, *, max_seq_len: int, max_context_len: int | None = None,
         if progress:
             progress(plan.describe())
         _check_arguments(config, max_seq_len, max_context_len, dtype, quantize, batch_size)
-    meta = LLMMetadata(
-        max_seq_len=max_seq_len, max_context_len=max_context_len,
-        vocab_size=int(config.vocab_size),
-        bos_id=bos_id if bos_id is not None else getattr(config, "bos_token_id", None),
-        eos_ids=_ids(eos_ids if eos_ids is not None else getattr(config, "eos_token_id", None)))
+    meta = LLMMetadata.for_config(config, max_seq_len, max_context_len, bos_id, eos_ids)
     if progress:
         progress(f"{type(model).__name__}: {parameters:,} parameters, cache of "
                  f"{max_context_len} positions, up to {max_seq_len} tokens per call, dtype "

@@ -20,6 +20,19 @@ class LLMMetadata:
     enable_dynamic_shape: bool = True
     use_kv_cache: bool = True
 
+    @classmethod
+    def for_config(cls, text_config, max_seq_len: int, max_context_len: int,
+                   bos_id: int | None = None, eos_ids=None) -> "LLMMetadata":
+        """The limits given, the vocabulary of a transformers text config, and
+        the BOS / EOS ids given or else the config's."""
+        eos = eos_ids if eos_ids is not None else getattr(text_config, "eos_token_id", None)
+        return cls(max_seq_len=max_seq_len, max_context_len=max_context_len,
+                   vocab_size=int(text_config.vocab_size),
+                   bos_id=bos_id if bos_id is not None else getattr(text_config, "bos_token_id",
+                                                                    None),
+                   eos_ids=tuple(int(v) for v in (eos if isinstance(eos, (list, tuple))
+                                                  else [] if eos is None else [eos])))
+
     def constant_methods(self) -> dict[str, Any]:
         methods: dict[str, Any] = {
             "get_max_seq_len": self.max_seq_len,

@@ -29,7 +29,7 @@ from ..aot.export import ExportResult, export_program
 from ..aot.partition.report import format_report
 from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
-from .exporter import DTYPES, PRECISIONS, _check_arguments, _ids, causal_lm, in_dtype
+from .exporter import DTYPES, PRECISIONS, _check_arguments, causal_lm, in_dtype
 from .hf_export import (TokenEmbedding, export_hf_embeds, export_token_embedding,
                         hf_static_cache_wrapper)
 from .metadata import LLMMetadata
@@ -130,12 +130,7 @@ def export_multimodal(model_or_config, *, output: str | Path, max_seq_len: int,
     spec = ImageSpec(3, height, width, int(embeds.shape[1]),
                      getattr(model.config, "image_token_id", None))
     _check_image_fits(spec, max_seq_len, max_context_len)
-    meta = LLMMetadata(
-        max_seq_len=max_seq_len, max_context_len=max_context_len,
-        vocab_size=int(text_config.vocab_size),
-        bos_id=bos_id if bos_id is not None else getattr(text_config, "bos_token_id", None),
-        eos_ids=_ids(eos_ids if eos_ids is not None
-                     else getattr(text_config, "eos_token_id", None)))
+    meta = LLMMetadata.for_config(text_config, max_seq_len, max_context_len, bos_id, eos_ids)
     if progress:
         progress(f"{type(model).__name__}: {sum(p.numel() for p in model.parameters()):,} "
                  f"parameters; image {height}x{width} -> {spec.tokens} embeddings of "

@@ -178,5 +178,5 @@ def export_whisper(model, *, max_cache_len: int, output: str | Path,
     return SpeechExportResult(result.path, result.data_paths, limits, result)
 
 
-__all__ = ["export_whisper", "whisper_programs", "whisper_limits", "SpeechLimits", "SpeechExportResult",
-           "WhisperDecoderStep"]
+__all__ = ["export_whisper", "whisper_programs", "whisper_limits", "SpeechLimits",
+           "SpeechExportResult", "WhisperDecoderStep"]
