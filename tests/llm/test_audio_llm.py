@@ -9,7 +9,7 @@ import pytest
 import torch
 import transformers
 
-from executorch_tensorrt.llm.audio_inputs import AudioSpec, check_audio_features, read_audio_spec
+from executorch_tensorrt.llm.multimodal_inputs import AudioSpec, check_audio_features, read_audio_spec
 from runner_helpers import BOS, CHARS, EOS, VOCAB, write_char_tokenizer
 
 N_MELS, FRAMES, AUDIO_TOKENS = 8, 32, 4  # 16 positions, 4 per token

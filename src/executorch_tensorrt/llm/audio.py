@@ -26,7 +26,7 @@ from torch import nn
 from ..aot.export import ExportResult, export_program
 from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
-from .audio_inputs import AudioSpec
+from .multimodal_inputs import AudioSpec
 from .exporter import DTYPES, _check_arguments, in_dtype
 from .hf_export import (export_hf_embeds, export_token_embedding, hf_example_inputs,
                         hf_static_cache_wrapper)

@@ -31,6 +31,7 @@ from torch import nn
 from ..aot.export import ExportResult, export_program
 from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
+from .multimodal_inputs import AudioSpec
 
 
 @functools.cache
@@ -99,17 +100,15 @@ class WhisperEncoder(nn.Module):
 
 @dataclass(frozen=True)
 class SpeechLimits:
-    """What the program takes: features [1, n_mels, frames], up to
+    """What the program takes: `audio` (features [1, n_mels, frames]; the
+    encoder-decoder takes no context positions for them), up to
     `max_cache_len` decoder positions."""
 
-    n_mels: int
-    frames: int
+    audio: AudioSpec
     max_cache_len: int
-    dtype: torch.dtype
 
     def constant_methods(self) -> dict:
-        return {"get_audio_n_mels": self.n_mels, "get_audio_frames": self.frames,
-                "get_max_context_len": self.max_cache_len}
+        return {**self.audio.constant_methods(), "get_max_context_len": self.max_cache_len}
 
 
 @dataclass
@@ -128,13 +127,13 @@ def whisper_limits(model, max_cache_len: int) -> SpeechLimits:
                          "positions (config max_target_positions); use at most "
                          f"{limit}")
     # Whisper's two convolutions (stride 1, then 2) map frames to positions.
-    return SpeechLimits(int(config.num_mel_bins), 2 * int(config.max_source_positions),
-                        max_cache_len, model.dtype)
+    return SpeechLimits(AudioSpec(int(config.num_mel_bins), 2 * int(config.max_source_positions),
+                                  model.dtype), max_cache_len)
 
 
 def whisper_programs(model, limits: SpeechLimits) -> dict[str, torch.export.ExportedProgram]:
     """The encoder and the one-token decoder step, traced with torch.export."""
-    features = torch.zeros(1, limits.n_mels, limits.frames, dtype=limits.dtype)
+    features = torch.zeros(1, limits.audio.n_mels, limits.audio.frames, dtype=limits.audio.dtype)
     with torch.no_grad():
         encoder = torch.export.export(WhisperEncoder(model).eval(), (features,), strict=True)
         hidden = encoder.module()(features)
@@ -163,7 +162,8 @@ def export_whisper(model, *, max_cache_len: int, output: str | Path,
     model.eval()
     limits = whisper_limits(model, max_cache_len)
     if progress:
-        progress(f"{type(model).__name__}: features [1, {limits.n_mels}, {limits.frames}], "
+        progress(f"{type(model).__name__}: features [1, {limits.audio.n_mels}, "
+                 f"{limits.audio.frames}], "
                  f"decoder cache of {max_cache_len} positions, dtype {model.dtype}")
         progress("torch.export of the encoder and the decoder step...")
     try:
