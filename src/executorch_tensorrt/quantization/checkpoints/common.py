@@ -2,7 +2,10 @@
 group index as an input order, and the one constructor of a checked PackedWeight."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
@@ -26,6 +29,16 @@ class Checkpoint:
     def stored_bytes(self) -> int:
         return (sum(p.stored_bytes for p in self.packed.values())
                 + sum(t.numel() * t.element_size() for t in self.tensors.values()))
+
+
+def open_checked(path: Path, kind: str) -> tuple[BinaryIO, int]:
+    """(the opened file, its size); CheckpointError naming `path` when it cannot be opened."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be opened ({e.strerror}); give the path of a "
+                              f"readable {kind} file") from e
+    return f, os.fstat(f.fileno()).st_size
 
 
 def require(ok: bool, where: str, field_name: str, got, want: str, remedy: str = "") -> None:

@@ -22,6 +22,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ...errors import CheckpointError
+from .common import open_checked
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -111,12 +112,7 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        try:
-            self._file = open(self.path, "rb")
-        except OSError as e:
-            raise CheckpointError(f"{self.path}: cannot be opened ({e.strerror}); give the "
-                                  "path of a readable .gguf file") from e
-        self.file_size = os.fstat(self._file.fileno()).st_size
+        self._file, self.file_size = open_checked(self.path, ".gguf")
         self.metadata: dict = {}
         self.tensors: dict[str, TensorInfo] = {}
         self._parse()

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from ...errors import CheckpointError
+from .common import open_checked
 
 # Larger headers are refused: real ones are kilobytes to a few megabytes.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -53,12 +54,7 @@ class SafetensorsFile:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        try:
-            self._file = open(self.path, "rb")
-        except OSError as e:
-            raise CheckpointError(f"{self.path}: cannot be opened ({e.strerror}); "
-                                  "give the path of a readable .safetensors file") from e
-        self.file_size = os.fstat(self._file.fileno()).st_size
+        self._file, self.file_size = open_checked(self.path, ".safetensors")
         self.metadata: dict[str, str] = {}
         self.entries: dict[str, TensorEntry] = self._read_header()
 
