@@ -35,8 +35,9 @@ import torch.nn.functional as F
 
 from ...errors import QuantizationError
 from ..packed_weight import PackedWeight
-from ..placeholders import (PARAMETER, PLACEHOLDER_OPSET, finish_placeholders, pack_int4,
-                            placeholder_nodes, placeholder_op, replace_placeholder)
+from ..placeholders import (PARAMETER, PLACEHOLDER_DOMAIN, PLACEHOLDER_OPSET,
+                            finish_placeholders, pack_int4, placeholder_nodes, placeholder_op,
+                            replace_placeholder)
 from ..registry import steps_of
 
 # The symmetric ops this format reuses, through the registry.
@@ -63,7 +64,7 @@ DEQUANTIZE_INT8_BLOCK = torch.ops.etrt_quant.dequantize_int8_block.default
 # Block DequantizeLinear is opset 21; our exports are opset 18: a placeholder.
 PLACEHOLDER_OP = "DequantizeInt8Block"
 _PLACEHOLDER_SCHEMA = onnx.defs.OpSchema(
-    PLACEHOLDER_OP, "pkg.executorch_tensorrt.quant", 1,
+    PLACEHOLDER_OP, PLACEHOLDER_DOMAIN, 1,
     inputs=[PARAMETER("q", "tensor(int8)"), PARAMETER("scale", "T")],
     outputs=[PARAMETER("y", "T")],
     type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")],
