@@ -72,3 +72,5 @@ CONFIGS = {
              "initializer_range": 0.5,  # GPT-2's 0.02 gives one repeated token here
              "use_cache": True},
 }
+# The tiny Llama program shared by the runner and generate tests (conftest's tiny_llama_pte).
+TINY_MAX_SEQ, TINY_MAX_CONTEXT = 4, 48

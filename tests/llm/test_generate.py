@@ -26,11 +26,12 @@ import torch
 from executorch_tensorrt import llm
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.runtime.executor import FALLBACK_ENV
-from runner_helpers import CHARS, CONFIGS, EOS, encode, write_char_tokenizer
+from runner_helpers import (CHARS, CONFIGS, EOS, TINY_MAX_CONTEXT, TINY_MAX_SEQ, encode,
+                            write_char_tokenizer)
 from tests.helpers import cli_main
 import toy_multimodal as toy
 
-MAX_SEQ, MAX_CONTEXT, NEW = 4, 48, 12
+MAX_SEQ, MAX_CONTEXT, NEW = TINY_MAX_SEQ, TINY_MAX_CONTEXT, 12
 PROMPT = "Hello,TensorRT!"
 STATS = re.compile(r"^stats: (prompt|generated) tokens: (\d+) \((?:([\d.]+) tokens/s|under 1 ms)\)$"
                    r"|^stats: (time to first token|model load): ([\d.]+) s$", re.M)
@@ -42,11 +43,8 @@ def tokenizer(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    out = tmp_path_factory.mktemp("llama") / "llama.pte"
-    llm.export(CONFIGS["llama"], max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT, output=out,
-               progress=None)
-    return out
+def llama(tiny_llama_pte):
+    return tiny_llama_pte
 
 
 @pytest.fixture(scope="module")

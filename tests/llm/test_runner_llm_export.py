@@ -17,11 +17,11 @@ from executorch_tensorrt import llm
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.quantization.formats.int4 import Int4Embedding
-from runner_helpers import (CONFIGS, EOS, VOCAB, encode, runner_tokens,
-                            write_char_tokenizer)
+from runner_helpers import (CONFIGS, EOS, TINY_MAX_CONTEXT, TINY_MAX_SEQ, VOCAB, encode,
+                            runner_tokens, write_char_tokenizer)
 from tests.helpers import cli_main, tensorrt_blobs
 
-MAX_SEQ, MAX_CONTEXT, NEW = 4, 48, 12
+MAX_SEQ, MAX_CONTEXT, NEW = TINY_MAX_SEQ, TINY_MAX_CONTEXT, 12
 PROMPT = "Hello,TensorRT!"      # 15 tokens: the runner prefills it in chunks of 4
 OTHER = "abc"
 
@@ -32,11 +32,8 @@ def tokenizer(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    out = tmp_path_factory.mktemp("llama") / "llama.pte"
-    result = llm.export(CONFIGS["llama"], max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT,
-                    output=out, progress=None)
-    return result.path, None, llm.causal_lm(CONFIGS["llama"])
+def llama(tiny_llama_pte):
+    return tiny_llama_pte, None, llm.causal_lm(CONFIGS["llama"])
 
 
 @pytest.fixture(scope="module")
