@@ -28,6 +28,24 @@ def placeholder_op(name: str, schema: onnx.defs.OpSchema) -> onnxscript.values.O
     return onnxscript.values.Op(PLACEHOLDER_OPSET, name, schema)
 
 
+def grouped_dequantize_translation(name: str, codes_type: str) -> onnxscript.TracedOnnxFunction:
+    """The ONNX translation of a `(codes, scale, int group_size) -> y` dequantize
+    op (one scale per `group_size` codes along a row) as placeholder `name`,
+    whose codes are `codes_type` (e.g. "tensor(uint8)")."""
+    op = placeholder_op(name, onnx.defs.OpSchema(
+        name, PLACEHOLDER_DOMAIN, 1,
+        inputs=[PARAMETER("codes", codes_type), PARAMETER("scale", "T")],
+        outputs=[PARAMETER("y", "T")],
+        type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")],
+        attributes=[onnx.defs.OpSchema.Attribute("group_size",
+                                                 onnx.defs.OpSchema.AttrType.INT, "")]))
+
+    def translate(codes, scale, group_size: int):
+        return op(codes, scale, group_size=group_size)
+
+    return onnxscript.TracedOnnxFunction(PLACEHOLDER_OPSET, translate)
+
+
 def placeholder_nodes(model: ir.Model, *op_types: str) -> list:
     return [n for n in model.graph if n.domain == PLACEHOLDER_DOMAIN and n.op_type in op_types]
 

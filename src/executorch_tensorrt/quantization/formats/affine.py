@@ -27,17 +27,14 @@ a few ulps of the output's magnitude (docs/quantization.md, "Asymmetric").
 """
 from __future__ import annotations
 
-import onnx
 import onnx_ir as ir
-import onnxscript
 import torch
 import torch.nn.functional as F
 
 from ...errors import QuantizationError
 from ..packed_weight import PackedWeight
-from ..placeholders import (PARAMETER, PLACEHOLDER_DOMAIN, PLACEHOLDER_OPSET,
-                            finish_placeholders, pack_int4, placeholder_nodes, placeholder_op,
-                            replace_placeholder)
+from ..placeholders import (finish_placeholders, grouped_dequantize_translation, pack_int4,
+                            placeholder_nodes, replace_placeholder)
 from ..registry import steps_of
 
 # The symmetric ops this format reuses, through the registry.
@@ -63,21 +60,8 @@ DEQUANTIZE_INT8_BLOCK = torch.ops.etrt_quant.dequantize_int8_block.default
 
 # Block DequantizeLinear is opset 21; our exports are opset 18: a placeholder.
 PLACEHOLDER_OP = "DequantizeInt8Block"
-_PLACEHOLDER_SCHEMA = onnx.defs.OpSchema(
-    PLACEHOLDER_OP, PLACEHOLDER_DOMAIN, 1,
-    inputs=[PARAMETER("q", "tensor(int8)"), PARAMETER("scale", "T")],
-    outputs=[PARAMETER("y", "T")],
-    type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")],
-    attributes=[onnx.defs.OpSchema.Attribute("group_size", onnx.defs.OpSchema.AttrType.INT, "")])
-_PLACEHOLDER_OP = placeholder_op(PLACEHOLDER_OP, _PLACEHOLDER_SCHEMA)
-
-
-def _onnx_dequantize_int8_block(q, scale, group_size: int):
-    return _PLACEHOLDER_OP(q, scale, group_size=group_size)
-
-
-TRANSLATIONS = {DEQUANTIZE_INT8_BLOCK: onnxscript.TracedOnnxFunction(
-    PLACEHOLDER_OPSET, _onnx_dequantize_int8_block)}
+TRANSLATIONS = {DEQUANTIZE_INT8_BLOCK: grouped_dequantize_translation(PLACEHOLDER_OP,
+                                                                     "tensor(int8)")}
 
 
 def lower_onnx(model: ir.Model) -> None:

@@ -15,16 +15,13 @@ bitcast, and torch no int4 tensors the exporter could carry).
 """
 from __future__ import annotations
 
-import onnx
 import onnx_ir as ir
-import onnxscript
 import torch
 import torch.nn.functional as F
 
 from ...errors import QuantizationError
-from ..placeholders import (PARAMETER, PLACEHOLDER_DOMAIN, PLACEHOLDER_OPSET,
-                            QuantizedEmbedding, declare_packed,
-                            finish_placeholders, pack_int4, placeholder_nodes, placeholder_op,
+from ..placeholders import (QuantizedEmbedding, declare_packed, finish_placeholders,
+                            grouped_dequantize_translation, pack_int4, placeholder_nodes,
                             replace_placeholder, unpack_int4)
 
 GROUP_SIZES = (32, 64, 128)
@@ -51,21 +48,7 @@ def _dequantize_int4_fake(packed: torch.Tensor, scale: torch.Tensor,
 DEQUANTIZE_INT4 = torch.ops.etrt_quant.dequantize_int4.default
 
 PLACEHOLDER_OP = "DequantizeInt4Packed"  # never left in an exported model (lower_onnx)
-_PLACEHOLDER_SCHEMA = onnx.defs.OpSchema(
-    PLACEHOLDER_OP, PLACEHOLDER_DOMAIN, 1,
-    inputs=[PARAMETER("packed", "tensor(uint8)"), PARAMETER("scale", "T")],
-    outputs=[PARAMETER("y", "T")],
-    type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")],
-    attributes=[onnx.defs.OpSchema.Attribute("group_size", onnx.defs.OpSchema.AttrType.INT, "")])
-_PLACEHOLDER_OP = placeholder_op(PLACEHOLDER_OP, _PLACEHOLDER_SCHEMA)
-
-
-def _onnx_dequantize_int4(packed, scale, group_size: int):
-    return _PLACEHOLDER_OP(packed, scale, group_size=group_size)
-
-
-TRANSLATIONS = {DEQUANTIZE_INT4: onnxscript.TracedOnnxFunction(PLACEHOLDER_OPSET,
-                                                               _onnx_dequantize_int4)}
+TRANSLATIONS = {DEQUANTIZE_INT4: grouped_dequantize_translation(PLACEHOLDER_OP, "tensor(uint8)")}
 
 
 def check_group_size(layer: str, in_features: int, group_size: int) -> None:
