@@ -2,25 +2,27 @@
 half of float16's KV bytes per token in the program's memory report, every
 node on TensorRT, the engine built for SM89 by TensorRT-RTX's builder (the
 activation figure it recorded), and ExecuTorch's TextLLMRunner generating
-the tokens of eager with each key and value rounded to fp8 as it is written;
-the onnxruntime fallback holds the cache in fp8 buffers. Targets below SM89
+the tokens of eager with each key and value rounded to fp8 as it is written
+(a float32 model: the program's logits are eager's with the rounded cache,
+not without it); the onnxruntime fallback holds the cache in fp8 buffers. Targets below SM89
 and other combinations that cannot work are refused before anything is
 exported."""
 from __future__ import annotations
 
+import gc
 import json
 
 import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-import torch
 
 from executorch_tensorrt import llm
 from executorch_tensorrt.aot.partition.report import read_report
 from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.errors import ExportError
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
+from executorch_tensorrt.llm.metadata import LLMMetadata
 from executorch_tensorrt.program.memory_report import memory_report_of
 from runner_helpers import CONFIGS, EOS, encode, runner_tokens, write_char_tokenizer
 from tests.helpers import cli_main, tensorrt_blobs
@@ -31,11 +33,12 @@ PROMPT = "Hello,TensorRT!"
 
 @pytest.fixture(scope="module")
 def fp8_llama(tmp_path_factory):
-    """Through the command line, float16 weights, the cache in fp8, for SM89."""
+    """Through the command line, float32 weights (the fallback computes as
+    eager does), the cache in fp8, for SM89."""
     out = tmp_path_factory.mktemp("fp8") / "llama-fp8.pte"
     code, stdout, stderr = cli_main(
         "llm-export", out, "--config", json.dumps(CONFIGS["llama"]), "--max-seq-len", MAX_SEQ,
-        "--max-context-len", MAX_CONTEXT, "--dtype", "float16", "--kv-cache-dtype", "fp8",
+        "--max-context-len", MAX_CONTEXT, "--kv-cache-dtype", "fp8",
         "--compute-capability", "SM89")
     assert code == 0, stderr[-3000:]
     assert "KV cache float8_e4m3fn (scale 1.0)" in stderr
@@ -80,14 +83,28 @@ def test_fp8_cache_is_half_of_float16s_bytes_per_token_all_on_tensorrt(fp8_llama
 def test_runner_tokens_equal_eager_with_the_cache_rounded_to_fp8(fp8_llama, tmp_path,
                                                                   allow_fallback):
     from executorch.extension.llm.runner import TextLLMRunner
+    from executorch.runtime import Runtime
     from executorch_tensorrt.runtime.state import live_states
 
-    model = llm.causal_lm(CONFIGS["llama"], dtype=torch.float16)
+    model = llm.causal_lm(CONFIGS["llama"])
+    limits = LLMMetadata.for_config(model.config, MAX_SEQ, MAX_CONTEXT, None, None)
+    rounded = greedy_decode(llm.eager_decoder(model, MAX_CONTEXT, kv_cache_dtype="fp8"),
+                            encode(PROMPT), NEW, limits=limits)
+    # The program's logits over the whole decode are eager's with the rounded
+    # cache (float32 both), and further from eager's float32 cache.
+    method = Runtime.get().load_program(str(fp8_llama)).load_method("forward")
+    program = greedy_decode(method, encode(PROMPT), NEW, limits=limits)
+    unrounded = greedy_decode(llm.eager_decoder(model, MAX_CONTEXT), encode(PROMPT), NEW,
+                              limits=limits)
+    assert program.tokens == rounded.tokens
+    assert _largest_difference(program, rounded) < 1e-5
+    assert _largest_difference(program, unrounded) > 1e-4
+    del method  # its state leaves live_states: the one left below is the runner's
+    gc.collect()
     runner = TextLLMRunner(str(fp8_llama), str(write_char_tokenizer(tmp_path)), None)
     got = runner_tokens(runner, PROMPT, NEW)
-    rounded = greedy_decode(llm.eager_decoder(model, MAX_CONTEXT, kv_cache_dtype="fp8"),
-                            encode(PROMPT), NEW).tokens
-    want = rounded[:rounded.index(EOS) + 1] if EOS in rounded else rounded
+    want = rounded.tokens[:rounded.tokens.index(EOS) + 1] if EOS in rounded.tokens \
+        else rounded.tokens
     assert got == want[:len(got)] and len(got) >= min(len(want), NEW - 1)
     assert len(set(got)) > 1
     # The fallback reads and writes the cache in fp8 buffers: the prompt and
@@ -98,6 +115,10 @@ def test_runner_tokens_equal_eager_with_the_cache_rounded_to_fp8(fp8_llama, tmp_
     written = len(PROMPT) + len(got) - 1  # the last token is sampled, never fed
     filled = np.abs(key.astype(np.float32)).sum(axis=(0, 1, 3)) > 0
     assert filled[:written].all() and not filled[written + 1:].any()
+
+
+def _largest_difference(a, b) -> float:
+    return max(float((x.float() - y.float()).abs().max()) for x, y in zip(a.logits, b.logits))
 
 
 def test_fp8_cache_refusals_name_the_cause(tmp_path):
