@@ -142,3 +142,19 @@ def test_fp8_cache_refusals_name_the_cause(tmp_path):
         MAX_SEQ, "--max-context-len", MAX_CONTEXT, "--kv-cache-dtype", "fp8",
         "--compute-capability", "SM86")
     assert code != 0 and "an fp8 KV cache needs compute capability SM89" in stderr
+
+
+def test_memory_budget_counts_one_byte_per_cached_element():
+    import torch
+
+    from executorch_tensorrt.llm.memory_budget import MemoryBudgetError, plan_memory
+
+    model = llm.causal_lm(CONFIGS["llama"])
+    common = dict(max_seq_len=MAX_SEQ, max_context_len=None, batch_size=1,
+                  dtype=torch.float32, quantize=None)
+    fp32 = plan_memory(model, model.config, "8.5MiB", **common)
+    fp8 = plan_memory(model, model.config, "8.5MiB", kv_cache_dtype="float8_e4m3fn", **common)
+    assert fp8.kv_per_position * 4 == fp32.kv_per_position
+    assert fp8.max_context_len >= fp32.max_context_len
+    with pytest.raises(MemoryBudgetError, match="kv_cache_dtype='float8_e4m3fn'"):
+        plan_memory(model, model.config, "64KiB", **common)
