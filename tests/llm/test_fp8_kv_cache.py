@@ -136,6 +136,10 @@ def test_fp8_cache_refusals_name_the_cause(tmp_path):
                    precision="fp16", **common)
     with pytest.raises(ValueError, match="kv_cache_dtype='int8' is not supported"):
         llm.export(config, kv_cache_dtype="int8", **common)
+    from executorch_tensorrt.llm.multimodal import export_multimodal
+
+    with pytest.raises(ValueError, match=r"llm.export \(text generation\) only"):
+        export_multimodal({}, kv_cache_dtype="fp8", **common)
     assert not list(tmp_path.iterdir())  # nothing written
     code, _, stderr = cli_main(
         "llm-export", tmp_path / "y.pte", "--config", json.dumps(config), "--max-seq-len",

@@ -164,6 +164,13 @@ def quantized(model: torch.nn.Module, quantize: str | None,
     return lower_packed(model) if has_packed_linears(model) else model
 
 
+def refuse_kv_cache_dtype(options: dict, exporter: str) -> None:
+    """An exporter whose reference does not round its cache refuses an fp8 one."""
+    if options.get("kv_cache_dtype") is not None:
+        raise ValueError(f"kv_cache_dtype is an option of llm.export (text generation) only; "
+                         f"{exporter} keeps its caches in the model's dtype")
+
+
 def _check_kv_cache_dtype(kv_cache_dtype: str | None, options: dict) -> str | None:
     """The canonical kv_cache_dtype, refused (ExportError) where the targets
     cannot run fp8; recorded in `options` for the TensorRT compile spec."""
