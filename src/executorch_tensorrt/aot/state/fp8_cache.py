@@ -68,11 +68,6 @@ def fp8_refusal(capabilities) -> str | None:
             "kv_cache_dtype")
 
 
-def _rename_inputs(g: onnx.GraphProto, old: str, new: str) -> None:
-    for node in g.node:
-        node.input[:] = [new if name == old else name for name in node.input]
-
-
 def quantize_caches(model: onnx.ModelProto, lifted: LiftedProgram, entries: list[dict],
                     edge_node_of: dict[int, str]) -> dict[int, str]:
     """Rewrites every state's cache write (its kv_cache_update marker) into the
