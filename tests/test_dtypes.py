@@ -12,11 +12,12 @@ from executorch_tensorrt.runtime.arguments import BLOB_DTYPE_TO_NUMPY, SCALAR_TY
 # c10 ScalarType names by code, as torch numbers them.
 _TORCH = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
           7: "float64", 11: "bool", 15: "bfloat16", 23: "float8_e5m2", 24: "float8_e4m3fn"}
-_ONNX = {"float8": "FLOAT8E4M3FN", "bool": "BOOL", "float16": "FLOAT16", "float64": "DOUBLE",
+_ONNX = {"float8": "FLOAT8E4M3FN", "float8_e4m3fn": "FLOAT8E4M3FN", "bool": "BOOL", "float16": "FLOAT16", "float64": "DOUBLE",
          "float32": "FLOAT", "float8_e5m2": "FLOAT8E5M2"}
 _SCHEMA = {"uint8": "BYTE", "int8": "CHAR", "int16": "SHORT", "int32": "INT", "int64": "LONG",
            "float16": "HALF", "float32": "FLOAT", "float64": "DOUBLE", "bool": "BOOL",
-           "bfloat16": "BFLOAT16", "float8": "FLOAT8E4M3FN", "float8_e5m2": "FLOAT8E5M2"}
+           "bfloat16": "BFLOAT16", "float8": "FLOAT8E4M3FN", "float8_e4m3fn": "FLOAT8E4M3FN",
+           "float8_e5m2": "FLOAT8E5M2"}
 
 
 def _key(row):
@@ -27,7 +28,7 @@ def _key(row):
 def test_row_matches_libraries(row):
     name = _key(row)
     if row.numpy:
-        np_dtype = np.dtype(ml_dtypes.bfloat16 if row.numpy == "bfloat16" else row.numpy)
+        np_dtype = np.dtype(getattr(ml_dtypes, row.numpy, None) or row.numpy)
         assert np_dtype.itemsize == row.itemsize
     onnx_name = _ONNX.get(name, name.upper())
     assert row.onnx == getattr(onnx.TensorProto, onnx_name)
@@ -50,7 +51,8 @@ def test_tensorrt_member(row):
 
 def test_views_are_the_table():
     assert SCALAR_TYPE_TO_NUMPY[15] == np.dtype(ml_dtypes.bfloat16)
-    assert set(BLOB_DTYPE_TO_NUMPY) == set(DTYPE_TO_SCALAR_TYPE) - {"float8"}
+    assert SCALAR_TYPE_TO_NUMPY[24] == np.dtype(ml_dtypes.float8_e4m3fn)  # fp8 KV caches
+    assert set(BLOB_DTYPE_TO_NUMPY) == set(DTYPE_TO_SCALAR_TYPE)
     for name, code in DTYPE_TO_SCALAR_TYPE.items():
         row = dtypes.by_blob_name(name)
         assert row.scalar_type == code and row.itemsize == DTYPE_ITEMSIZE[name]
@@ -69,8 +71,9 @@ def test_onnxruntime_c_api_reports_the_rows_element_type(row):
     x = helper.make_tensor_value_info("x", row.onnx, [2])
     y = helper.make_tensor_value_info("y", row.onnx, [2])
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "id", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    # Opset 21: Identity takes float8 from 19 on.
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
     session = OrtSession(model.SerializeToString())
     (_, element, _), = session.inputs
     assert element == row.onnxruntime
@@ -101,7 +104,7 @@ def test_every_dtype_table_is_a_view_of_the_rows():
     assert all(ONNX_DTYPES[name] == code for name, code in PACKED_WEIGHT_DTYPES.items())
     for d in dtypes.DTYPES:
         if d.numpy:
-            np_dtype = np.dtype(ml_dtypes.bfloat16) if d.numpy == "bfloat16" else np.dtype(d.numpy)
+            np_dtype = np.dtype(getattr(ml_dtypes, d.numpy, None) or d.numpy)
             assert ORT_ELEMENT_TYPES[np_dtype] == d.onnx
             assert scalar_type_name(d.scalar_type) == d.numpy
             name, storage = TENSOR_FILE_DTYPES[d.scalar_type]

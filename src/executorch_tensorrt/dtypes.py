@@ -23,7 +23,7 @@ __all__ = ["DType", "DTYPES", "E2M1_VALUES", "EXPORT_DTYPES", "by_blob_name", "b
 class DType:
     blob_name: str | None  # the io_bindings / weights / state "dtype" string; None: not in blobs
     scalar_type: int  # ExecuTorch (c10) ScalarType code
-    numpy: str | None  # numpy dtype name ("bfloat16" comes from ml_dtypes)
+    numpy: str | None  # numpy dtype name ("bfloat16", "float8_e4m3fn" come from ml_dtypes)
     onnx: int | None  # onnx.TensorProto.DataType code
     onnxruntime: int | None  # ONNXTensorElementDataType (the C API's enum)
     tensorrt: str | None  # tensorrt.DataType member name
@@ -43,12 +43,12 @@ DTYPES: tuple[DType, ...] = (
     DType("bool", 11, "bool", 9, 9, "BOOL", 1, "bool"),
     DType("bfloat16", 15, "bfloat16", 16, 16, "BF16", 2, "bfloat16"),
     DType(None, 23, None, 19, 19, None, 1, "float8_e5m2"),  # read from older blobs only
-    DType("float8", 24, None, 17, 17, "FP8", 1, "float8_e4m3fn"),  # TensorRT's FP8
+    DType("float8", 24, "float8_e4m3fn", 17, 17, "FP8", 1, "float8_e4m3fn"),  # TensorRT's FP8
 )
 
 #: What our export writes into blobs (a delegate's inputs and outputs, weights,
 #: state buffers): every blob dtype but "float8", which only blobs written by
-#: Torch-TensorRT carry.
+#: Torch-TensorRT and fp8 KV caches (aot/state/fp8_cache.py) carry.
 EXPORT_DTYPES: tuple[DType, ...] = tuple(
     d for d in DTYPES if d.blob_name and d.blob_name != "float8")
 

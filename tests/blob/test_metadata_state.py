@@ -88,3 +88,15 @@ def test_aliased_io_writes_tr02():
     data = blob.write_blob(b"E", meta, ONNX)
     assert data[:4] == b"TR02" and blob.read_blob(data).aliased_io == meta["aliased_io"]
     assert blob.write_blob(b"E", BINDINGS, ONNX)[:4] == b"TR01"
+
+
+def test_fp8_cache_entry_is_one_buffer_rewritten_in_place():
+    """An fp8 KV cache (aot/state/fp8_cache.py): dtype "float8", one byte per
+    element, one buffer bound at both ends with no aliasing layer."""
+    meta = with_state({**S, "dtype": "float8", "update": "rewrite_in_place"}, S | {
+        "fqn": "v", "onnx_input": "state_in.v", "onnx_output": "state_out.v"})
+    b = blob.read_blob(blob.write_blob(b"E", meta, ONNX))
+    assert b.state == meta["state"]
+    fp8, fp32 = b.meta.state
+    assert fp8.nbytes == 1 * 2 * 16 * 4 and fp8.in_place and fp8.rewritten
+    assert fp32.in_place and not fp32.rewritten

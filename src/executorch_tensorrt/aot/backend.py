@@ -58,10 +58,13 @@ _KEY_ORDER = ("io_bindings", "aliased_io", "profiles", "optimization_profiles", 
 
 
 def io_bindings(model: onnx.ModelProto) -> list[Binding]:
-    """The engine's inputs then outputs, in the order ExecuTorch passes them."""
+    """The engine's inputs then outputs, in the order ExecuTorch passes them
+    (without the delegate-owned state pairs, which ExecuTorch never passes)."""
     out = []
     for values, is_input in ((model.graph.input, True), (model.graph.output, False)):
         for v in values:
+            if v.name.startswith((STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX)):
+                continue
             t = v.type.tensor_type
             dtype = BLOB_NAME_OF_ONNX.get(t.elem_type)
             if dtype is None:
@@ -144,7 +147,9 @@ class TensorRTBackend(BackendDetails):
             progress(f"exporting a TensorRT partition ({nodes} nodes) to ONNX...")
         # In-place cache writes (TensorScatter), else functional ones. Not in fp16/bf16:
         # the cache would be cast at the boundary, so the update could not alias it.
-        for tensor_scatter in (True, False) if spec.precision == "fp32" else (False,):
+        # An fp8 cache has one form, from the cache write the marker finds (fp8_cache.py).
+        for tensor_scatter in ((True,) if spec.kv_cache_dtype else (True, False)
+                               if spec.precision == "fp32" else (False,)):
             lifted = lift_state(edge_program, tensor_scatter)  # state as graph I/O (state.py)
             scatters = bool(lifted.aliases or any(
                 s.kv_update is not None and s.kv_update.scatter for s in lifted.states))
@@ -160,7 +165,8 @@ class TensorRTBackend(BackendDetails):
                     exported.onnx_bytes, exported.edge_node_of, aliases = aliased_io(
                         lifted, exported.onnx_bytes, exported.edge_node_of)
                 if lifted.states:
-                    state = finish_onnx(lifted, exported.onnx_bytes, exported.edge_node_of)
+                    state = finish_onnx(lifted, exported.onnx_bytes, exported.edge_node_of,
+                                        spec.kv_cache_dtype)
                     exported.onnx_bytes = state.onnx_bytes
                     exported.edge_node_of = state.edge_node_of
                     profiles = [[p[i] for i in state.profile_order] for p in profiles]
@@ -199,9 +205,6 @@ class TensorRTBackend(BackendDetails):
                                       initializers=pointers, keep_engine=False
                                       ).activation_bytes
         bindings = io_bindings(model)
-        if state is not None:  # the state pairs are the last inputs/outputs
-            bindings = [b for b in bindings
-                        if not b.name.startswith((STATE_INPUT_PREFIX, STATE_OUTPUT_PREFIX))]
         # What eager would refuse (input_checks.py): checked per call at run time.
         input_bindings = [b for b in bindings if b.is_input]
         ranges = index_ranges(edge_program, input_bindings)

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, fields
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 from ..tensorrt.options import BuildOptions
+from .state.fp8_cache import check_kv_cache_dtype, fp8_refusal
 from .profiles.option import ProfileOption, normalize_profiles, profiles_json
 
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -45,6 +46,9 @@ class TensorRTCompileSpec:
         one anyway (weights as zero stand-ins, the plan dropped) to record
         TensorRT's activation memory per profile in the blob (the LLM memory
         report, docs/llm.md "Memory"); costs one more build per partition.
+    kv_cache_dtype: None (each delegate-owned KV cache in its own dtype) or
+        "float8_e4m3fn": stored in fp8 with scale 1.0 (aot/state/fp8_cache.py),
+        SM89+ targets only.
     """
 
     compute_capabilities: tuple[str, ...] | None = None
@@ -55,6 +59,7 @@ class TensorRTCompileSpec:
     weights_file: str | None = None
     profiles: int | ProfileOption | None = None
     record_memory: bool = False
+    kv_cache_dtype: str | None = None
 
     def __post_init__(self) -> None:
         ccs = self.compute_capabilities
@@ -89,6 +94,16 @@ class TensorRTCompileSpec:
                              "no .ptd to write; drop one of inline_weights and weights_file "
                              "(external_weights)")
         object.__setattr__(self, "profiles", normalize_profiles(self.profiles))
+        object.__setattr__(self, "kv_cache_dtype", check_kv_cache_dtype(self.kv_cache_dtype))
+        if self.kv_cache_dtype is not None:
+            if self.precision != "fp32":
+                raise ValueError(f"kv_cache_dtype={self.kv_cache_dtype!r} with precision="
+                                 f"{self.precision!r}: the fp8 cache is written in the model's "
+                                 "own dtype; export the model in float16/bfloat16 with "
+                                 "precision='fp32' instead (llm.export(dtype='float16'))")
+            why = fp8_refusal(self.compute_capabilities)
+            if why is not None:
+                raise ValueError(why)
         if self.precision not in PRECISIONS:
             raise ValueError(
                 f"precision {self.precision!r} is not supported; choose one of {PRECISIONS}")

@@ -5,7 +5,10 @@ KV caches. Each entry names the ONNX input that reads the state and the
 ONNX output that holds its new value, the state's dtype and static shape,
 its initial value ("zeros", or "section:<name>" for a blob section of
 exactly the state's bytes), how the executor updates it ("functional": the
-output is a new value; "in_place": the output aliases the input) and, for a
+output is a new value; "in_place": the output aliases the input;
+"rewrite_in_place": one buffer is both, the engine reading the whole state
+and writing the whole new value, with no aliasing layer: an fp8 KV cache,
+aot/state/fp8_cache.py) and, for a
 cache written at contiguous positions, which input holds them ("positions").
 The executors allocate these sizes, so every one is bounded here.
 
@@ -30,7 +33,7 @@ MAX_STATES = 1024
 MAX_STATE_BYTES = 1 << 36
 MAX_TOTAL_STATE_BYTES = 1 << 38
 MAX_STATE_RANK = 8
-STATE_UPDATES = ("functional", "in_place")
+STATE_UPDATES = ("functional", "in_place", "rewrite_in_place")
 ALIAS_KINDS = ("kv_cache_update", "user")
 SECTION_INIT_PREFIX = "section:"
 _REQUIRED = ("fqn", "onnx_input", "onnx_output", "dtype", "shape", "init")
@@ -98,7 +101,13 @@ class StateEntry:
 
     @property
     def in_place(self) -> bool:
-        return self.update == "in_place"
+        """One buffer is the state's input and output (aliased or rewritten)."""
+        return self.update in ("in_place", "rewrite_in_place")
+
+    @property
+    def rewritten(self) -> bool:
+        """In place without an aliasing layer in the engine (rewrite_in_place)."""
+        return self.update == "rewrite_in_place"
 
     @property
     def init_section(self) -> str | None:

@@ -27,7 +27,7 @@ from ..aot.export import ExportResult, export_program
 from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
 from .multimodal_inputs import AudioSpec
-from .exporter import DTYPES, _check_arguments, in_dtype
+from .exporter import DTYPES, _check_arguments, in_dtype, refuse_kv_cache_dtype
 from .hf_export import (export_hf_embeds, export_token_embedding, hf_example_inputs,
                         hf_static_cache_wrapper)
 from .metadata import LLMMetadata
@@ -99,6 +99,7 @@ def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: s
     for MultimodalRunner. `max_seq_len`: most embeddings per text_decoder call,
     at least the tokens one audio input becomes (the runner prefills them in
     one call); `max_context_len`: the KV cache's positions."""
+    refuse_kv_cache_dtype(options, "export_audio_llm")
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     if not hasattr(model, "get_audio_features") or not hasattr(model.config, "audio_config"):

@@ -28,6 +28,7 @@ from ..aot.export import ExportResult, export_program
 from ..aot.partition.report import format_report
 from ..aot.checks.run_check import tolerance_for
 from ..aot.trace.moe_experts import traceable_experts
+from ..aot.state.fp8_cache import check_kv_cache_dtype, fp8_refusal
 from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
 from .hf_export import export_hf, hf_decode_step, hf_example_inputs, hf_static_cache_wrapper
@@ -82,10 +83,14 @@ def causal_lm(model_or_config, seed: int = 0, dtype: torch.dtype | None = None,
     return getattr(transformers, auto_class).from_config(config, dtype=dtype).eval()
 
 
-def eager_decoder(model: torch.nn.Module, max_context_len: int, batch_size: int = 1):
+def eager_decoder(model: torch.nn.Module, max_context_len: int, batch_size: int = 1,
+                  kv_cache_dtype: str | None = None):
     """The eager `(tokens, positions) -> logits` step over the same static
-    cache the export uses (`batch_size` rows): the reference for greedy_decode."""
-    return hf_decode_step(causal_lm(model), max_context_len, batch_size)
+    cache the export uses (`batch_size` rows): the reference for greedy_decode.
+    `kv_cache_dtype` "float8_e4m3fn": keys and values rounded to fp8 as they
+    are written, as export(kv_cache_dtype=...)'s cache holds them."""
+    return hf_decode_step(causal_lm(model), max_context_len, batch_size,
+                          kv_cache_dtype=check_kv_cache_dtype(kv_cache_dtype))
 
 
 def in_dtype(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
@@ -159,10 +164,44 @@ def quantized(model: torch.nn.Module, quantize: str | None,
     return lower_packed(model) if has_packed_linears(model) else model
 
 
+def refuse_kv_cache_dtype(options: dict, exporter: str) -> None:
+    """An exporter whose reference does not round its cache refuses an fp8 one."""
+    if options.get("kv_cache_dtype") is not None:
+        raise ValueError(f"kv_cache_dtype is an option of llm.export (text generation) only; "
+                         f"{exporter} keeps its caches in the model's dtype")
+
+
+def _check_kv_cache_dtype(kv_cache_dtype: str | None, options: dict) -> str | None:
+    """The canonical kv_cache_dtype, refused (ExportError) where the targets
+    cannot run fp8; recorded in `options` for the TensorRT compile spec."""
+    from ..aot.export import target_flavor
+    from ..quantization.registry import RTX_DEFAULT_CAPABILITIES
+
+    kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype)
+    if kv_cache_dtype is None:
+        return None
+    if options.get("precision", "fp32") != "fp32":
+        raise ExportError(f"kv_cache_dtype={kv_cache_dtype!r} with precision="
+                          f"{options['precision']!r}: the fp8 cache is written in the model's "
+                          "own dtype; use dtype='float16' (or 'bfloat16') without precision")
+    targets = options.get("compute_capabilities")
+    if isinstance(targets, str):
+        targets = (targets,)
+    # TensorRT-RTX's default targets reach SM75; standard TensorRT builds for
+    # the GPU present, unknown here (its builder decides).
+    if targets is None and target_flavor() == "tensorrt_rtx":
+        targets = RTX_DEFAULT_CAPABILITIES
+    why = fp8_refusal(targets)
+    if why is not None:
+        raise ExportError(why + ". Nothing was exported")
+    options["kv_cache_dtype"] = kv_cache_dtype
+    return kv_cache_dtype
+
+
 def export(model, *, max_seq_len: int, max_context_len: int | None = None,
            dtype: str = "float32", memory_budget: int | str | None = None,
            quantize: str | None = None, group_size: int = 128, batch_size: int = 1,
-           external_weights: bool | None = None,
+           kv_cache_dtype: str | None = None, external_weights: bool | None = None,
            output: str | Path, bos_id: int | None = None, eos_ids=None,
            constant_methods: dict | None = None,
            progress: Progress | None = stderr_progress, **options) -> LLMExportResult:
@@ -177,6 +216,10 @@ def export(model, *, max_seq_len: int, max_context_len: int | None = None,
     "int4_weight_only" (symmetric, one scale per `group_size` input features):
     quantization.quantize() on the decoder's Linear layers (the head too) and
     the token embedding table (`quantized()`, the eager reference).
+    `kv_cache_dtype`: None (the cache in `dtype`) or "float8_e4m3fn" ("fp8"):
+    the cache stored in fp8 e4m3, scale 1.0, each key and value rounded as it
+    is written (half of float16's bytes; SM89+ targets only: pass
+    compute_capabilities; docs/llm.md "An fp8 KV cache").
     `batch_size`: rows of the static cache; the method then takes tokens
     [batch_size, S] (one position per step for all rows; ExecuTorch's runner
     feeds [1, S], so it runs batch 1 programs only).
@@ -199,6 +242,7 @@ def export(model, *, max_seq_len: int, max_context_len: int | None = None,
                          "to choose the largest that fits")
     if memory_budget is not None:
         parse_size(memory_budget)  # a bad size is refused before a model is made
+    kv_cache_dtype = _check_kv_cache_dtype(kv_cache_dtype, options)
     model = causal_lm(model, dtype=DTYPES[dtype])
     config = model.config.get_text_config()
     _check_arguments(config, max_seq_len, max_context_len or max_seq_len, dtype, quantize,
@@ -211,7 +255,8 @@ def export(model, *, max_seq_len: int, max_context_len: int | None = None,
     if memory_budget is not None:  # weights counted as stored: quantized, in `dtype`
         plan = plan_memory(model, config, memory_budget, max_seq_len=max_seq_len,
                            max_context_len=max_context_len, batch_size=batch_size,
-                           dtype=DTYPES[dtype], quantize=quantize)
+                           dtype=DTYPES[dtype], quantize=quantize,
+                           kv_cache_dtype=kv_cache_dtype)
         max_context_len = plan.max_context_len
         if progress:
             progress(plan.describe())
@@ -220,7 +265,8 @@ def export(model, *, max_seq_len: int, max_context_len: int | None = None,
     if progress:
         progress(f"{type(model).__name__}: {parameters:,} parameters, cache of "
                  f"{max_context_len} positions, up to {max_seq_len} tokens per call, dtype "
-                 f"{dtype}, quantize {quantize}")
+                 f"{dtype}, quantize {quantize}"
+                 + (f", KV cache {kv_cache_dtype} (scale 1.0)" if kv_cache_dtype else ""))
     if progress:
         progress("torch.export of the decoder with its static cache...")
     try:
@@ -239,12 +285,12 @@ def export(model, *, max_seq_len: int, max_context_len: int | None = None,
     # rounding in the dtype twice over (reference.py says why).
     inputs = hf_example_inputs(max_seq_len, batch_size)
     if dtype not in PRECISIONS:
-        reference_model = eager_decoder(model, max_context_len, batch_size)
+        reference_model = eager_decoder(model, max_context_len, batch_size, kv_cache_dtype)
         options.setdefault("run_check_tolerance", tolerance_for(None))
     else:
         if progress:
             progress(f"eager reference in {dtype} and computing in float32...")
-        exact = measure_reference(model, max_context_len, batch_size, inputs)
+        exact = measure_reference(model, max_context_len, batch_size, inputs, kv_cache_dtype)
         options.setdefault("run_check_tolerance",
                            exact.tolerance(tolerance_for(PRECISIONS[dtype])))
         reference_model = exact.recorded

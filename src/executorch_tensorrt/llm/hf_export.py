@@ -32,16 +32,37 @@ def hf_static_cache_wrapper(model, max_cache_len: int, batch_size: int = 1):
                                                  max_cache_len=max_cache_len)
 
 
-def hf_decode_step(model, max_cache_len: int, batch_size: int = 1, cache_dtype=None):
+def hf_decode_step(model, max_cache_len: int, batch_size: int = 1, cache_dtype=None,
+                   kv_cache_dtype: str | None = None):
     """`(tokens, positions) -> logits` of a causal LM over a fresh static
     cache (hf_static_cache_wrapper), in `cache_dtype` where given:
-    transformers makes it in the model's dtype."""
+    transformers makes it in the model's dtype. `kv_cache_dtype`
+    "float8_e4m3fn": every key and value is rounded to fp8 as it is written
+    (what an fp8 cache holds, aot/state/fp8_cache.py)."""
     wrapper = hf_static_cache_wrapper(model, max_cache_len, batch_size)
     if cache_dtype is not None:
         for buffer in wrapper.model.buffers(recurse=False):
             if buffer.is_floating_point():
                 buffer.data = buffer.data.to(cache_dtype)  # the cache layers hold these objects
+    if kv_cache_dtype is not None:
+        for layer in wrapper.model.static_cache.layers:
+            layer.update = _rounding_writes(layer.update)
     return lambda tokens, positions: wrapper.model(input_ids=tokens, cache_position=positions)
+
+
+#: e4m3's largest finite value: the fp8 cache's QuantizeLinear saturates there.
+FP8_E4M3_MAX = 448.0
+
+
+def round_to_fp8(x: torch.Tensor) -> torch.Tensor:
+    """`x` rounded to float8_e4m3fn (scale 1, nearest even, saturating), in its dtype."""
+    return x.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn).to(x.dtype)
+
+
+def _rounding_writes(update):
+    def write(key_states, value_states, *args, **kwargs):
+        return update(round_to_fp8(key_states), round_to_fp8(value_states), *args, **kwargs)
+    return write
 
 
 def hf_example_inputs(max_seq: int, batch_size: int = 1) -> tuple:

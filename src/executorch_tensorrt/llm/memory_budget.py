@@ -109,7 +109,7 @@ def _int(config, *names, default=None):
 
 def plan_memory(model: torch.nn.Module, config, budget, *, max_seq_len: int,
                 max_context_len: int | None, batch_size: int, dtype: torch.dtype,
-                quantize: str | None) -> MemoryPlan:
+                quantize: str | None, kv_cache_dtype: str | None = None) -> MemoryPlan:
     """The largest max_context_len (at most `max_context_len`, else the
     model's positions) whose weights + KV cache + activation estimate fit
     `budget`; MemoryBudgetError when not even max_seq_len positions fit."""
@@ -130,7 +130,8 @@ def plan_memory(model: torch.nn.Module, config, budget, *, max_seq_len: int,
     # hidden-sized values, and the attention scores (heads x tokens x positions).
     fixed = ACTIVATION_FIXED + ACTIVATION_FACTOR * tokens * 4 * (vocab + 2 * inter + 4 * hidden)
     per_position = ACTIVATION_FACTOR * tokens * heads * 4
-    kv = layers * 2 * kv_heads * head_dim * size * batch_size
+    kv_size = 1 if kv_cache_dtype is not None else size  # float8_e4m3fn: one byte
+    kv = layers * 2 * kv_heads * head_dim * kv_size * batch_size
     ceiling = max_context_len or _int(config, "max_position_embeddings", "n_positions")
     if ceiling is None:
         raise ValueError("memory_budget: the model's config names no max_position_embeddings; "
@@ -139,14 +140,15 @@ def plan_memory(model: torch.nn.Module, config, budget, *, max_seq_len: int,
     fits = (budget - weights - fixed) // (kv + per_position)
     if fits < max_seq_len:
         raise MemoryBudgetError(_refusal(MemoryPlan(budget, weights, kv, fixed, per_position,
-                                                    max_seq_len, max_seq_len), quantize))
+                                                    max_seq_len, max_seq_len), quantize,
+                                         kv_cache_dtype))
     chosen = min(ceiling, fits)
     if chosen < ceiling and chosen >= 2 * CONTEXT_STEP:
         chosen = max(chosen - chosen % CONTEXT_STEP, max_seq_len)
     return MemoryPlan(budget, weights, kv, fixed, per_position, max_seq_len, chosen)
 
 
-def _refusal(plan: MemoryPlan, quantize: str | None) -> str:
+def _refusal(plan: MemoryPlan, quantize: str | None, kv_cache_dtype: str | None = None) -> str:
     n = plan.max_seq_len
     over = plan.total(n) - plan.budget
     remedies = []
@@ -157,7 +159,10 @@ def _refusal(plan: MemoryPlan, quantize: str | None) -> str:
                     f"{size_text(plan.activation_bytes(n))} at {n})")
     remedies.append("a float16 or bfloat16 dtype if the model is float32 (halves weights and "
                     "KV cache)")
-    remedies.append("a smaller model; there is no fp8 KV cache yet")
+    if kv_cache_dtype is None:
+        remedies.append("kv_cache_dtype='float8_e4m3fn' (--kv-cache-dtype fp8; SM89+ targets): "
+                        "a KV cache of one byte per element")
+    remedies.append("a smaller model")
     return (f"the model does not fit the memory budget of {size_text(plan.budget)} "
             f"({plan.budget} bytes) even with the shortest context ({n} positions = "
             f"max_seq_len): weights {size_text(plan.weights)} + KV cache "

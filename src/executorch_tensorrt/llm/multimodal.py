@@ -29,7 +29,8 @@ from ..aot.export import ExportResult, export_program
 from ..aot.partition.report import format_report
 from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
-from .exporter import DTYPES, PRECISIONS, _check_arguments, causal_lm, in_dtype
+from .exporter import (DTYPES, PRECISIONS, _check_arguments, causal_lm, in_dtype,
+                       refuse_kv_cache_dtype)
 from .hf_export import (TokenEmbedding, export_hf_embeds, export_token_embedding,
                         hf_static_cache_wrapper)
 from .metadata import LLMMetadata
@@ -113,6 +114,7 @@ def export_multimodal(model_or_config, *, output: str | Path, max_seq_len: int,
     `bos_id`, `eos_ids`, `constant_methods`: as llm.export's. Other options go
     to export_program.
     """
+    refuse_kv_cache_dtype(options, "export_multimodal")
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     model = vision_language_model(model_or_config, seed, DTYPES[dtype])

@@ -57,21 +57,24 @@ class DecoderReference:
 
 
 def measure(model: torch.nn.Module, max_context_len: int, batch_size: int,
-            inputs: tuple) -> DecoderReference:
+            inputs: tuple, kv_cache_dtype: str | None = None) -> DecoderReference:
     """The reference for `model` (a causal LM in float16/bfloat16) on `inputs`."""
-    in_dtype, exact = eager_logits(model, max_context_len, batch_size, inputs)
+    in_dtype, exact = eager_logits(model, max_context_len, batch_size, inputs, kv_cache_dtype)
     rounding = float((in_dtype.float() - exact).abs().max())
     return DecoderReference((exact.to(in_dtype.dtype),), rounding, in_dtype.dtype)
 
 
 def eager_logits(model: torch.nn.Module, max_context_len: int, batch_size: int,
-                 inputs: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+                 inputs: tuple, kv_cache_dtype: str | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`model`'s logits on `inputs` (tokens, positions), each over a fresh
     static cache: computing in its dtype, and in fp32 (float32_compute, an
-    fp32 cache)."""
+    fp32 cache); with the cache's writes rounded to `kv_cache_dtype` if given."""
     with torch.no_grad():
-        in_dtype = hf_decode_step(model, max_context_len, batch_size)(*inputs)
-        step = hf_decode_step(model, max_context_len, batch_size, cache_dtype=torch.float32)
+        in_dtype = hf_decode_step(model, max_context_len, batch_size,
+                                  kv_cache_dtype=kv_cache_dtype)(*inputs)
+        step = hf_decode_step(model, max_context_len, batch_size, cache_dtype=torch.float32,
+                              kv_cache_dtype=kv_cache_dtype)
         with float32_compute(model):
             exact = step(*inputs)
     return in_dtype, exact

@@ -154,6 +154,9 @@ def export_whisper(model, *, max_cache_len: int, output: str | Path,
     `constant_methods`: more name -> value methods (optimum's metadata); the
     limits (`get_audio_n_mels`, `get_audio_frames`, `get_max_context_len`) win.
     """
+    from .exporter import refuse_kv_cache_dtype
+
+    refuse_kv_cache_dtype(options, "export_whisper")
     from transformers import WhisperForConditionalGeneration
 
     if not isinstance(model, WhisperForConditionalGeneration):

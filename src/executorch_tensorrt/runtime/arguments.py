@@ -28,9 +28,10 @@ from .input_checks import InputChecks
 __all__ = ["ArgumentError", "Binding", "CheckedCall", "SCALAR_TYPE_TO_NUMPY", "check_args", "checked_nbytes",
            "dtype_name", "host_array", "resize_output", "split_bindings"]
 
-# Views of the one dtype table (dtypes.py), as numpy dtypes; bfloat16 is ml_dtypes'.
+# Views of the one dtype table (dtypes.py), as numpy dtypes; bfloat16 and
+# float8_e4m3fn are ml_dtypes'.
 def _np(name: str) -> np.dtype:
-    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+    return np.dtype(getattr(ml_dtypes, name, None) or name)
 
 
 SCALAR_TYPE_TO_NUMPY: dict[int, np.dtype] = {d.scalar_type: _np(d.numpy) for d in DTYPES if d.numpy}

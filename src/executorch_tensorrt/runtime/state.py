@@ -4,7 +4,9 @@ ExecuTorch never passes a delegate-owned buffer (docs/llm.md): the executor
 allocates it at init from the blob's "state" entries, feeds it to the engine
 as an extra input and takes the new value from an extra output, without a
 copy. "in_place" states (the ONNX updates them with TensorScatter) bind one
-buffer as both the input and the output; "functional" ones alternate between
+buffer as both the input and the output, and so do "rewrite_in_place" ones
+(an fp8 cache, rewritten whole: aot/state/fp8_cache.py says why one buffer
+is safe); "functional" ones alternate between
 two buffers (ping-pong). Before each call the write positions of every cache
 with a "positions" entry are checked against the cache, so a bad
 cache_position is an error naming the value and the limit, never a write
@@ -44,6 +46,7 @@ class StateSpec:
     init: bytes | None                    # None: zeros
     positions_input: int | None = None    # index of the user input holding the positions
     positions_axis: int | None = None
+    rewritten: bool = False  # in place, but no engine layer aliases output and input
 
     @property
     def capacity(self) -> int:
@@ -66,7 +69,7 @@ def state_specs(blob: Blob, inputs: Sequence[Binding]) -> list[StateSpec]:
         specs.append(StateSpec(e.fqn, e.onnx_input, e.onnx_output, dtype, e.shape,
                                e.in_place, init,
                                names.index(pos.input) if pos else None,
-                               pos.axis if pos else None))
+                               pos.axis if pos else None, e.rewritten))
     return specs
 
 

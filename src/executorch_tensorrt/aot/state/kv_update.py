@@ -190,7 +190,7 @@ def rewrite_tensor_scatter(model: onnx.ModelProto, lifted: LiftedProgram, entrie
     if not any(is_marker(n) for n in model.graph.node):
         return edge_node_of
     count = len(model.graph.node)
-    _to_opset(model, TENSOR_SCATTER_OPSET)
+    raise_opset(model, TENSOR_SCATTER_OPSET)
     g = model.graph  # CopyFrom above replaced the graph message
     if len(g.node) != count:  # the converter rewrote nodes: the index map no longer holds
         edge_node_of = {}
@@ -249,7 +249,7 @@ def _rank_of(g: onnx.GraphProto, name: str) -> list:
     raise ValueError(f"no shape recorded for the cache value {name!r}")
 
 
-def _to_opset(model: onnx.ModelProto, version: int) -> None:
+def raise_opset(model: onnx.ModelProto, version: int) -> None:
     """Moves the model to `version` of the default domain; a model the converter
     cannot move raises EngineBuildError, so preprocess keeps the functional form."""
     from ...errors import EngineBuildError
@@ -260,6 +260,6 @@ def _to_opset(model: onnx.ModelProto, version: int) -> None:
                 converted = onnx.version_converter.convert_version(model, version)
             except Exception as e:  # noqa: BLE001 - the converter raises several kinds
                 raise EngineBuildError(f"the partition's ONNX model could not move to opset "
-                                       f"{version} for TensorScatter: {e}") from None
+                                       f"{version} (TensorScatter, fp8 caches): {e}") from None
             model.CopyFrom(converted)
             return

@@ -23,6 +23,7 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
+from .fp8_cache import quantize_caches
 from .kv_update import find_kv_updates, mark_kv_updates, rewrite_tensor_scatter
 from .lifted import LiftedProgram, LiftedState
 from ..torch_dtypes import BLOB_NAME_OF_ONNX, BLOB_NAME_OF_TORCH
@@ -197,10 +198,12 @@ class FinishedState:
     profile_order: list[int]        # lifted input index for each ONNX input, in order
 
 
-def finish_onnx(lifted: LiftedProgram, onnx_bytes: bytes,
-                edge_node_of: dict[int, str]) -> FinishedState:
+def finish_onnx(lifted: LiftedProgram, onnx_bytes: bytes, edge_node_of: dict[int, str],
+                kv_cache_dtype: str | None = None) -> FinishedState:
     """Moves the state inputs/outputs after the user ones, names them, rewrites
-    contiguous cache writes as TensorScatter, and describes each state."""
+    contiguous cache writes as TensorScatter (or, with kv_cache_dtype
+    "float8_e4m3fn", as the fp8 cache's write: fp8_cache.py), and describes
+    each state."""
     model = onnx.load_model_from_string(onnx_bytes)
     g = model.graph
     n_in, n_out = len(g.input), len(g.output)
@@ -241,6 +244,8 @@ def finish_onnx(lifted: LiftedProgram, onnx_bytes: bytes,
                 state.init.contiguous().view(torch.int16).numpy().tobytes()
             entry["init"] = "section:" + name
         entries.append(entry)
+    if kv_cache_dtype is not None:
+        edge_node_of = quantize_caches(model, lifted, entries, edge_node_of)
     edge_node_of = rewrite_tensor_scatter(model, lifted, entries, edge_node_of)
     return FinishedState(model.SerializeToString(), edge_node_of, entries, sections, in_order)
 

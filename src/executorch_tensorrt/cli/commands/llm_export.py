@@ -51,6 +51,11 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=int, default=1,
                    help="rows of the static KV cache (ExecuTorch's runner takes 1)")
     add_quantize_options(p)
+    p.add_argument("--kv-cache-dtype", choices=("fp8", "float8_e4m3fn"),
+                   help="store the KV cache in fp8 e4m3 (scale 1.0; half of float16's bytes); "
+                        "SM89+ targets only: give --compute-capability (docs/llm.md)")
+    p.add_argument("--compute-capability", action="append", default=[], metavar="SM",
+                   help="TensorRT-RTX target, e.g. SM89 (repeatable; default: all it supports)")
     p.add_argument("--external-weights", action="store_true",
                    help="store the weights in OUTPUT's .ptd beside it")
     p.add_argument("--seed", type=int, default=0, help="random weights' seed (--config)")
@@ -123,6 +128,8 @@ def _export(args, model, out: Path):
     common = dict(max_seq_len=args.max_seq_len, max_context_len=args.max_context_len,
                   dtype=args.dtype, quantize=args.quantize, group_size=args.group_size,
                   external_weights=args.external_weights, output=out)
+    if args.compute_capability:
+        common["compute_capabilities"] = tuple(args.compute_capability)
     if args.task == "image-text-to-text":
         if args.memory_budget is not None or args.max_context_len is None:
             raise Fail(EXIT_USAGE, "--task image-text-to-text takes --max-context-len (no "
@@ -131,6 +138,9 @@ def _export(args, model, out: Path):
             raise Fail(EXIT_USAGE, "--batch-size: MultimodalRunner runs batch 1 programs only")
         if args.image_size is not None and len(args.image_size) not in (1, 2):
             raise Fail(EXIT_USAGE, "--image-size: give H W, or one size for both")
+        if args.kv_cache_dtype is not None:
+            raise Fail(EXIT_USAGE, "--kv-cache-dtype is for --task text-generation (the "
+                                    "multimodal export keeps its cache in --dtype)")
         from ...llm.multimodal import export_multimodal
 
         size = tuple(args.image_size) if args.image_size else None
@@ -140,7 +150,8 @@ def _export(args, model, out: Path):
         raise Fail(EXIT_USAGE, "--image-size is for --task image-text-to-text")
     from ...llm.exporter import export
 
-    return export(model, batch_size=args.batch_size, memory_budget=args.memory_budget, **common)
+    return export(model, batch_size=args.batch_size, memory_budget=args.memory_budget,
+                  kv_cache_dtype=args.kv_cache_dtype, **common)
 
 
 def run(args) -> int:

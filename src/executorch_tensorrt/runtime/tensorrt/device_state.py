@@ -44,7 +44,7 @@ class DeviceState(ExecutorState):
                     raise InvalidProgramError(f"state {spec.fqn!r}: the engine has no tensor "
                                               f"{name!r}; the blob is inconsistent")
             aliased = getattr(engine, "get_aliased_input_tensor", None)
-            if spec.in_place and aliased is not None and \
+            if spec.in_place and not spec.rewritten and aliased is not None and \
                     aliased(spec.onnx_output) != spec.onnx_input:
                 raise InvalidProgramError(
                     f"state {spec.fqn!r} is updated in place, but the engine's output "
