@@ -175,9 +175,12 @@ def _awq_reference(tensors, name, group):
 
 
 def write_compressed_tensors(folder: Path, arch: str, *, bits=4, group=32, symmetric=True,
-                             strategy="group", scale_dtype=torch.float32, seed=0):
+                             strategy="group", scale_dtype=torch.float32, act_order=False,
+                             seed=0):
     """compressed-tensors pack-quantized, packed by its own compressor. Returns
-    (model, {module: the compressor's own decompression})."""
+    (model, {module: the compressor's own decompression}). `act_order`: actorder
+    'group' with weight_g_idx, as older compressed-tensors wrote it (see
+    _act_order_group)."""
     from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
     from compressed_tensors.quantization import (QuantizationArgs, QuantizationConfig,
                                                  QuantizationScheme)
@@ -198,17 +201,49 @@ def write_compressed_tensors(folder: Path, arch: str, *, bits=4, group=32, symme
         if not symmetric:
             state["weight_zero_point"] = torch.randint(-half // 2, half // 2, scale.shape,
                                                        generator=gen, dtype=torch.int8)
-        packed = PackedQuantizationCompressor.compress(state, scheme)
+        if act_order:
+            packed, refs[name] = _act_order_group(w, state, scheme, group, bits, gen)
+        else:
+            packed = PackedQuantizationCompressor.compress(state, scheme)
+            refs[name] = PackedQuantizationCompressor.decompress(dict(packed), scheme)["weight"]
         for k, v in packed.items():
             tensors[f"{name}.{k}"] = v
         if lin.bias is not None:
             tensors[f"{name}.bias"] = lin.bias.detach()
-        refs[name] = PackedQuantizationCompressor.decompress(dict(packed), scheme)["weight"]
     qc = QuantizationConfig(config_groups={"group_0": scheme}, format="pack-quantized",
                             ignore=["lm_head"]).model_dump(mode="json")
+    if act_order:  # the pinned release refuses the value in QuantizationArgs; files carry it
+        qc["config_groups"]["group_0"]["weights"]["actorder"] = "group"
     qc["quant_method"] = "compressed-tensors"
     _save(folder, arch, tensors, qc)
     return model, refs
+
+
+def _act_order_group(w, state, scheme, group, bits, gen):
+    """Act-order 'group' as compressed-tensors wrote and read it: the columns
+    sorted by g_idx form the groups. Quantized and dequantized by the pinned
+    compressor on the sorted columns, then put back in feature order (what its
+    earlier releases did with weight_g_idx). Returns (stored tensors, reference)."""
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.compressors.pack_quantized.helpers import (pack_to_int32,
+                                                                       unpack_from_int32)
+
+    inp = w.shape[1]
+    perm = torch.randperm(inp, generator=gen)  # sorted column j is feature perm[j]
+    back = torch.argsort(perm)
+    # act-order's scales are those of the groups of sorted columns
+    sorted_w = state["weight"][:, perm]
+    amax = sorted_w.float().reshape(w.shape[0], inp // group, -1).abs().amax(-1)
+    state = {**state, "weight": sorted_w,
+             "weight_scale": (amax / (2 ** (bits - 1) - 1)).clamp(min=1e-4).to(sorted_w.dtype)}
+    packed = PackedQuantizationCompressor.compress(state, scheme)
+    ref = PackedQuantizationCompressor.decompress(dict(packed), scheme)["weight"][:, back]
+    codes = unpack_from_int32(packed["weight_packed"], bits, packed["weight_shape"])
+    packed["weight_packed"] = pack_to_int32(codes[:, back].contiguous(), bits)
+    g_idx = torch.empty(inp, dtype=torch.int32)
+    g_idx[perm] = (torch.arange(inp) // group).to(torch.int32)
+    packed["weight_g_idx"] = g_idx
+    return packed, ref.contiguous()
 
 
 def llama_cpp_permute(w: np.ndarray, heads: int) -> np.ndarray:

@@ -93,6 +93,37 @@ def test_compressed_tensors_bit_exact(tmp_path, arch, bits, symmetric, strategy,
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_compressed_tensors_act_order_group(tmp_path, arch, symmetric):
+    """weight_g_idx: bit-exact to compressed-tensors' own group dequantization of
+    the sorted columns, read as an input order; the model computes the same logits."""
+    model, refs = write_compressed_tensors(tmp_path, arch, symmetric=symmetric, act_order=True)
+    ckpt = read_checkpoint(tmp_path)
+    assert_bit_exact(ckpt, refs)
+    assert all(p.input_order is not None for p in ckpt.packed.values())
+    assert_model_matches(tmp_path, model, refs)
+
+
+def test_compressed_tensors_g_idx_refusals(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    write_compressed_tensors(tmp_path, "llama-small", act_order=True)
+    st = tmp_path / "model.safetensors"
+    tensors = load_file(str(st))
+    name = "model.layers.0.mlp.up_proj.weight_g_idx"
+    good = tensors[name].clone()
+    for bad, pattern in [(torch.zeros(64, dtype=torch.int32), r"g_idx's group sizes is 0\.\.64"),
+                         (torch.cat([good[:1] * 0 - 1, good[1:]]), r"entries of -1 is 1"),
+                         (good.float(), r"weight_g_idx: dtype and shape is torch\.float32"),
+                         (good[:32], r"an integer \[64\]")]:
+        save_file({**tensors, name: bad}, str(st))
+        with pytest.raises(CheckpointError, match=pattern):
+            read_checkpoint(tmp_path)
+    save_file({**tensors, name: torch.full_like(good, -1)}, str(st))  # not calibrated
+    assert read_checkpoint(tmp_path).packed["model.layers.0.mlp.up_proj"].input_order is None
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_compressed_tensors_model(tmp_path, arch):
     model, refs = write_compressed_tensors(tmp_path, arch, symmetric=False)
     assert_model_matches(tmp_path, model, refs)
