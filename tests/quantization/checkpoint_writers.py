@@ -25,6 +25,19 @@ CONFIGS = {
               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
               "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
               "tie_word_embeddings": True},
+    # head_dim 128 is not hidden / heads: the GGUF reader must take attention.key_length
+    "qwen3": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": 96,
+              "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 128,
+              "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+              "tie_word_embeddings": True},
+    # fused qkv_proj and gate_up_proj, as llama.cpp stores them (attn_qkv, ffn_up)
+    "phi3": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "vocab_size": 96,
+             "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+             "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+             "tie_word_embeddings": False, "pad_token_id": None, "bos_token_id": 1,
+             "eos_token_id": 2},
     # the fuzzers' seed: small enough to read hundreds of mutated copies in seconds
     "llama-small": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
                     "vocab_size": 32, "hidden_size": 64, "intermediate_size": 64,
@@ -38,6 +51,17 @@ CONFIGS = {
                 "max_position_embeddings": 32, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
                 "tie_word_embeddings": True},
 }
+# second architectures of the export tests and fuzz seeds, as small as llama-small / llama-k
+CONFIGS["qwen3-small"] = {**CONFIGS["qwen3"], "vocab_size": 32, "hidden_size": 64,
+                          "intermediate_size": 64, "num_hidden_layers": 1,
+                          "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64,
+                          "max_position_embeddings": 32}
+CONFIGS["phi3-small"] = {**CONFIGS["phi3"], "vocab_size": 32, "hidden_size": 64,
+                         "intermediate_size": 64, "num_hidden_layers": 1,
+                         "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+                         "max_position_embeddings": 32}
+CONFIGS["phi3-k"] = {**CONFIGS["phi3"], "vocab_size": 32, "num_hidden_layers": 1,
+                     "max_position_embeddings": 32}
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)
 
@@ -265,16 +289,18 @@ def _random_k_blocks(rng, kind, rows: int, cols: int) -> np.ndarray:
     return raw.reshape(rows, -1)
 
 
-def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0):
+def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0, extra=None,
+               gguf_arch=None):
     """A GGUF file of the model; `kinds` maps a role ("attn_q", "ffn_down", ...,
-    "default") to a GGMLQuantizationType. Returns (model, {transformers module:
-    gguf's own dequantization, rows in transformers' order})."""
+    "default") to a GGMLQuantizationType; `extra` adds float tensors by GGUF name;
+    `gguf_arch` names another architecture in the metadata. Returns (model,
+    {transformers module: gguf's own dequantization, rows in transformers' order})."""
     import gguf
     from gguf import GGMLQuantizationType as K
 
     model, rng = float_model(arch, seed), np.random.default_rng(seed)
     c, model_type = model.config, CONFIGS[arch]["model_type"]
-    writer = gguf.GGUFWriter(str(path), model_type)
+    writer = gguf.GGUFWriter(str(path), gguf_arch or model_type)
     writer.add_block_count(c.num_hidden_layers)
     writer.add_context_length(c.max_position_embeddings)
     writer.add_embedding_length(c.hidden_size)
@@ -283,10 +309,17 @@ def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0):
     writer.add_head_count_kv(c.num_key_value_heads)
     writer.add_layer_norm_rms_eps(c.rms_norm_eps)
     writer.add_rope_freq_base(10000.0)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    if head_dim != c.hidden_size // c.num_attention_heads:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
     names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+             "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
     refs = {}
     for key, value in model.state_dict().items():
         if key == "lm_head.weight" and c.tie_word_embeddings:
@@ -322,6 +355,8 @@ def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0):
             ref = ref[torch.from_numpy(undo)]
         if role != "token_embd":  # a quantized embedding is read back as float
             refs[module] = ref.contiguous()
+    for name, value in (extra or {}).items():
+        writer.add_tensor(name, value)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType as K
@@ -19,6 +20,7 @@ from executorch_tensorrt.quantization.checkpoints import read_checkpoint
 from executorch_tensorrt.quantization.packed_linear import PackedLinear
 
 ARCHS = ["llama", "qwen2"]  # llama-small is the fuzzers' seed
+MORE_ARCHS = ARCHS + ["qwen3", "phi3"]  # q/k norms, head_dim from the metadata, fused Linears
 GGUF_IMPORTED = {"default": K.Q4_K, "attn_q": K.Q4_0, "attn_k": K.Q4_1, "ffn_down": K.Q8_0,
                  "output": K.Q8_0}
 
@@ -64,13 +66,13 @@ def test_gptq_bit_exact(tmp_path, arch, bits, act_order, v1, sym):
     assert (some.zero_points is None) == sym  # midpoint zeros are the symmetric form
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", MORE_ARCHS)
 def test_gptq_model(tmp_path, arch):
     model, ref32, _ = write_gptq(tmp_path, arch, act_order=True)
     assert_model_matches(tmp_path, model, ref32)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", MORE_ARCHS)
 def test_awq_bit_exact_and_model(tmp_path, arch):
     model, refs = write_awq(tmp_path, arch)
     ckpt = read_checkpoint(tmp_path)
@@ -123,16 +125,17 @@ def test_compressed_tensors_g_idx_refusals(tmp_path):
     assert read_checkpoint(tmp_path).packed["model.layers.0.mlp.up_proj"].input_order is None
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", MORE_ARCHS)
 def test_compressed_tensors_model(tmp_path, arch):
     model, refs = write_compressed_tensors(tmp_path, arch, symmetric=False)
     assert_model_matches(tmp_path, model, refs)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", MORE_ARCHS)
 def test_gguf_bit_exact_and_model(tmp_path, arch):
     path = tmp_path / f"{arch}.gguf"
-    model, refs = write_gguf(path, arch, GGUF_IMPORTED, embed_kind=K.Q8_0)
+    fused = {"attn_qkv": K.Q4_0, "ffn_up": K.Q4_1}  # phi3 has no attn_q / attn_k
+    model, refs = write_gguf(path, arch, {**GGUF_IMPORTED, **fused}, embed_kind=K.Q8_0)
     ckpt = read_checkpoint(path)
     assert ckpt.format == "gguf"
     assert_bit_exact(ckpt, refs)
@@ -280,19 +283,43 @@ def test_gguf_table_agrees_with_ggufs_own_reader(tmp_path):
         assert ours.metadata[key] == theirs.fields[key].contents(), key
 
 
-def test_gguf_heads_disagreeing_with_the_tensors_are_refused_before_any_index(tmp_path):
-    """The metadata's heads and head size give llama's Q/K row order: a damaged
-    embedding length (head_dim = hidden / heads) is refused against the tensor's
-    rows, not allocated (found by the fuzzer)."""
+def test_gguf_metadata_disagreeing_with_the_tensors_is_refused_before_any_index(tmp_path):
+    """The metadata's sizes give every tensor's shape (and llama's Q/K row order): a
+    damaged size is refused against the other fields or the tensors, never
+    allocated (found by the fuzzer)."""
     import struct
 
     path = tmp_path / "m.gguf"
-    write_gguf(path, "llama-small", {"default": K.Q4_0})
-    key = b"llama.embedding_length"
-    raw = bytearray(path.read_bytes())
-    at = raw.index(struct.pack("<Q", len(key)) + key + struct.pack("<I", 4)) + 8 + len(key) + 4
-    raw[at:at + 4] = struct.pack("<I", 2 ** 31)
-    path.write_bytes(raw)
-    with pytest.raises(CheckpointError, match=r"blk\.0\.attn_q\.weight: rows is 64; expected "
-                                              r"2147483648 \(2 heads x head_dim 1073741824"):
-        read_checkpoint(path)
+    for key, pattern in [
+            (b"llama.embedding_length", r"'llama\.rope\.dimension_count' is 32; expected "
+                                        r"1073741824 \(the head size"),
+            (b"llama.feed_forward_length", r"blk\.0\.ffn_\w+\.weight: shape is \[\d+, \d+\]; "
+                                           r"expected \[\d+, \d+\] for model\.layers\.0\.mlp")]:
+        write_gguf(path, "llama-small", {"default": K.Q4_0})
+        raw = bytearray(path.read_bytes())
+        at = raw.index(struct.pack("<Q", len(key)) + key + struct.pack("<I", 4)) + 8 + len(key) + 4
+        raw[at:at + 4] = struct.pack("<I", 2 ** 31)
+        path.write_bytes(raw)
+        with pytest.raises(CheckpointError, match=pattern):
+            read_checkpoint(path)
+
+
+def test_gguf_architecture_refusals_name_the_tensor_or_field(tmp_path):
+    """A tensor another architecture has, LongRoPE's factors, and an architecture
+    without a name map are refused by name with the remedy."""
+    path = tmp_path / "m.gguf"
+
+    def rewrite(arch=None, extra=None):
+        write_gguf(path, "phi3", {"default": K.Q4_0}, extra=extra, gguf_arch=arch)
+        return path
+
+    factors = np.ones(32, np.float32)
+    with pytest.raises(CheckpointError, match=r"rope_factors_long\.weight: present is True.*"
+                                              r"short-context variant"):
+        read_checkpoint(rewrite(extra={"rope_factors_long.weight": factors}))
+    with pytest.raises(CheckpointError, match=r"tensor name is 'blk\.0\.attn_q_norm\.weight'; "
+                                              r"expected a phi3 tensor"):
+        read_checkpoint(rewrite(extra={"blk.0.attn_q_norm.weight": factors[:16]}))
+    with pytest.raises(CheckpointError, match=r"general\.architecture is 'falcon'; expected one "
+                                              r"of \['llama', 'phi3', 'qwen2', 'qwen3'\]"):
+        read_checkpoint(rewrite(arch="falcon"))
