@@ -159,12 +159,15 @@ def _gptq_reference(tensors, name, bits, v1):
     return f16.contiguous(), f32.contiguous()
 
 
-def write_awq(folder: Path, arch: str, *, group=32, seed=0):
-    """AWQ gemm (AutoAWQ layout). Returns (model, {module: f32 reference})."""
+def write_awq(folder: Path, arch: str, *, group=32, version="gemm", seed=0):
+    """AWQ gemm or gemv (AutoAWQ layouts). Returns (model, {module: f32 reference})."""
     model, rng = float_model(arch, seed), np.random.default_rng(seed)
     linears = quantized_linears(model)
     tensors, refs = _floats(model, linears), {}
     for name, lin in linears.items():
+        if version == "gemv":
+            refs[name] = _awq_gemv(tensors, name, lin, group, rng)
+            continue
         out, inp = lin.out_features, lin.in_features
         codes = rng.integers(0, 16, (inp, out), dtype=np.uint32)
         zeros = rng.integers(0, 16, (inp // group, out), dtype=np.uint32)
@@ -178,8 +181,38 @@ def write_awq(folder: Path, arch: str, *, group=32, seed=0):
             tensors[f"{name}.bias"] = lin.bias.detach().to(torch.float16)
         refs[name] = _awq_reference(tensors, name, group)
     _save(folder, arch, tensors, {"quant_method": "awq", "bits": 4, "group_size": group,
-                                  "zero_point": True, "version": "gemm"})
+                                  "zero_point": True, "version": version})
     return model, refs
+
+
+def _awq_gemv(tensors, name, lin, group, rng):
+    """AutoAWQ's WQLinear_GEMV layout: qweight [out, in / 8] (8 consecutive inputs per
+    word, plain order), qzeros [out, width] and scales [out, width * 8] over the
+    groups, padded to `width` words (AutoAWQ's calculate_zeros_width). Returns the
+    f32 reference: shifts and masks, (w - z) * s."""
+    out, inp = lin.out_features, lin.in_features
+    groups = inp // group
+    multiple = 1 if group >= 128 else {64: 2, 32: 4}[group]
+    width = -(-(-(-groups // 8)) // multiple) * multiple
+    codes = rng.integers(0, 16, (out, inp), dtype=np.uint32)
+    zeros = np.zeros((out, width * 8), np.uint32)
+    zeros[:, :groups] = rng.integers(0, 16, (out, groups))
+    scales = torch.zeros(out, width * 8, dtype=torch.float16)
+    scales[:, :groups] = torch.from_numpy(rng.uniform(0.002, 0.02, (out, groups)))
+    tensors[f"{name}.qweight"] = torch.from_numpy(_pack_rows(codes, 4))
+    tensors[f"{name}.qzeros"] = torch.from_numpy(_pack_rows(zeros, 4))
+    tensors[f"{name}.scales"] = scales
+    if lin.bias is not None:
+        tensors[f"{name}.bias"] = lin.bias.detach().to(torch.float16)
+    shifts = torch.arange(0, 32, 4)
+
+    def unpack(q):
+        return torch.bitwise_and(q[:, :, None] >> shifts, 15).reshape(q.shape[0], -1)
+
+    w = unpack(tensors[f"{name}.qweight"])
+    z = unpack(tensors[f"{name}.qzeros"])[:, :groups].repeat_interleave(group, dim=1)
+    s = scales[:, :groups].float().repeat_interleave(group, dim=1)
+    return ((w - z).float() * s).contiguous()
 
 
 def _awq_reference(tensors, name, group):

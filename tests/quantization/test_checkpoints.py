@@ -178,12 +178,29 @@ def test_gptq_refusals_name_the_field(tmp_path):
             read_checkpoint(tmp_path)
 
 
-def test_awq_gemv_and_non_quantized_refused(tmp_path):
-    write_awq(tmp_path, "qwen2")
+@pytest.mark.parametrize("arch, group", [("llama", 32), ("qwen2", 64), ("phi3", 128)])
+def test_awq_gemv_bit_exact_and_model(tmp_path, arch, group):
+    """AutoAWQ's gemv layout: [out, in / 8] words, zero points and scales padded."""
+    model, refs = write_awq(tmp_path, arch, group=group, version="gemv")
+    assert_bit_exact(read_checkpoint(tmp_path), refs)
+    assert_model_matches(tmp_path, model, refs)
+
+
+def test_awq_other_layouts_and_non_quantized_refused(tmp_path):
+    write_awq(tmp_path, "qwen2", version="gemv")
     config = json.loads((tmp_path / "config.json").read_text())
-    config["quantization_config"]["version"] = "gemv"
+    config["quantization_config"]["group_size"] = 16
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="AWQ version is 'gemv'"):
+    with pytest.raises(CheckpointError, match=r"group_size for AWQ gemv is 16; expected 32, 64"):
+        read_checkpoint(tmp_path)
+    config["quantization_config"]["group_size"] = 64  # written with 32: 4 words of zeros
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"scales: dtype and shape is torch\.float16 "
+                                              r"\[\d+, 32\]; expected torch\.float16 \[\d+, 16\]"):
+        read_checkpoint(tmp_path)
+    config["quantization_config"]["version"] = "gemv_fast"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="AWQ version is 'gemv_fast'"):
         read_checkpoint(tmp_path)
     del config["quantization_config"]
     (tmp_path / "config.json").write_text(json.dumps(config))
