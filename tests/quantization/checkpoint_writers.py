@@ -38,6 +38,19 @@ CONFIGS = {
              "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
              "tie_word_embeddings": False, "pad_token_id": None, "bos_token_id": 1,
              "eos_token_id": 2},
+    # four norms a layer (stored plus one in GGUF), soft-caps, sliding windows
+    "gemma2": {"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "vocab_size": 96,
+               "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+               "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+               "tie_word_embeddings": True, "sliding_window": 16, "query_pre_attn_scalar": 64,
+               "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
+    "gemma3": {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"],
+               "vocab_size": 96, "hidden_size": 256, "intermediate_size": 256,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "head_dim": 128, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+               "rope_theta": 10000.0, "rope_local_base_freq": 10000.0,
+               "tie_word_embeddings": True, "sliding_window": 16, "query_pre_attn_scalar": 128},
     # the fuzzers' seed: small enough to read hundreds of mutated copies in seconds
     "llama-small": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
                     "vocab_size": 32, "hidden_size": 64, "intermediate_size": 64,
@@ -60,6 +73,10 @@ CONFIGS["phi3-small"] = {**CONFIGS["phi3"], "vocab_size": 32, "hidden_size": 64,
                          "intermediate_size": 64, "num_hidden_layers": 1,
                          "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
                          "max_position_embeddings": 32}
+CONFIGS["gemma3-small"] = {**CONFIGS["gemma3"], "vocab_size": 32, "hidden_size": 64,
+                           "intermediate_size": 64, "num_hidden_layers": 1,
+                           "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+                           "max_position_embeddings": 32, "query_pre_attn_scalar": 32}
 CONFIGS["phi3-k"] = {**CONFIGS["phi3"], "vocab_size": 32, "num_hidden_layers": 1,
                      "max_position_embeddings": 32}
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
@@ -333,7 +350,8 @@ def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0, e
 
     model, rng = float_model(arch, seed), np.random.default_rng(seed)
     c, model_type = model.config, CONFIGS[arch]["model_type"]
-    writer = gguf.GGUFWriter(str(path), gguf_arch or model_type)
+    gemma = model_type in ("gemma2", "gemma3_text")
+    writer = gguf.GGUFWriter(str(path), gguf_arch or model_type.replace("_text", ""))
     writer.add_block_count(c.num_hidden_layers)
     writer.add_context_length(c.max_position_embeddings)
     writer.add_embedding_length(c.hidden_size)
@@ -347,12 +365,21 @@ def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0, e
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
     writer.add_rope_dimension_count(head_dim)
+    if gemma:
+        writer.add_sliding_window(c.sliding_window)
+    if model_type == "gemma2":
+        writer.add_attn_logit_softcapping(c.attn_logit_softcapping)
+        writer.add_final_logit_softcapping(c.final_logit_softcapping)
     names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
              "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
              "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
+    if gemma:
+        names.update({"post_attention_layernorm": "post_attention_norm",
+                      "pre_feedforward_layernorm": "ffn_norm",
+                      "post_feedforward_layernorm": "post_ffw_norm"})
     refs = {}
     for key, value in model.state_dict().items():
         if key == "lm_head.weight" and c.tie_word_embeddings:
@@ -369,6 +396,8 @@ def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0, e
             role = names[rest]
             name = f"blk.{layer}.{role}"
         w = value.detach().float().numpy()
+        if gemma and role.endswith("norm"):
+            w = w + 1  # llama.cpp's converter stores Gemma's norms plus one
         heads = {"attn_q": c.num_attention_heads, "attn_k": c.num_key_value_heads}.get(role)
         if model_type == "llama" and heads:
             w = llama_cpp_permute(w, heads)

@@ -1,6 +1,6 @@
 """A fuzz slice per checkpoint format (tools/fuzz/checkpoint_fuzz.py): mutated
 GPTQ, AWQ (gemm, gemv), compressed-tensors (zero points, act-order groups) and
-GGUF files (llama 32-blocks and K-quants, qwen3, phi3) are read or refused with
+GGUF files (llama 32-blocks and K-quants, qwen3, phi3, gemma3) are read or refused with
 CheckpointError; no other exception, no hang. The longer run is documented in
 docs/checkpoints.md."""
 from __future__ import annotations

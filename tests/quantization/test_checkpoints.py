@@ -21,6 +21,7 @@ from executorch_tensorrt.quantization.packed_linear import PackedLinear
 
 ARCHS = ["llama", "qwen2"]  # llama-small is the fuzzers' seed
 MORE_ARCHS = ARCHS + ["qwen3", "phi3"]  # q/k norms, head_dim from the metadata, fused Linears
+GGUF_ARCHS = MORE_ARCHS + ["gemma2", "gemma3"]  # four norms stored plus one, soft-caps
 GGUF_IMPORTED = {"default": K.Q4_K, "attn_q": K.Q4_0, "attn_k": K.Q4_1, "ffn_down": K.Q8_0,
                  "output": K.Q8_0}
 
@@ -131,7 +132,7 @@ def test_compressed_tensors_model(tmp_path, arch):
     assert_model_matches(tmp_path, model, refs)
 
 
-@pytest.mark.parametrize("arch", MORE_ARCHS)
+@pytest.mark.parametrize("arch", GGUF_ARCHS)
 def test_gguf_bit_exact_and_model(tmp_path, arch):
     path = tmp_path / f"{arch}.gguf"
     fused = {"attn_qkv": K.Q4_0, "ffn_up": K.Q4_1}  # phi3 has no attn_q / attn_k
@@ -142,9 +143,15 @@ def test_gguf_bit_exact_and_model(tmp_path, arch):
     kinds = {(p.bits, p.zero_points is None, p.offsets is not None, p.group_size)
              for p in ckpt.packed.values()}
     assert kinds >= {(4, True, False, 32), (4, True, True, 32), (8, True, False, 32)}
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "intermediate_size", "vocab_size", "tie_word_embeddings"):
-        assert ckpt.config[key] == CONFIGS[arch][key], key
+    for key, value in CONFIGS[arch].items():
+        if key not in ("architectures", "rope_theta", "rope_local_base_freq", "pad_token_id",
+                       "bos_token_id", "eos_token_id"):  # no tokenizer in these files
+            want = pytest.approx(value, rel=1e-6) if isinstance(value, float) else value
+            assert ckpt.config.get(key) == want, key  # GGUF holds float32
+    state = model.state_dict()
+    for key, t in ckpt.tensors.items():  # norms as transformers applies them (Gemma: minus one)
+        if "norm" in key:
+            torch.testing.assert_close(t, state[key], rtol=0, atol=1e-6)
     assert_model_matches(path, model, refs)
 
 
@@ -338,5 +345,36 @@ def test_gguf_architecture_refusals_name_the_tensor_or_field(tmp_path):
                                               r"expected a phi3 tensor"):
         read_checkpoint(rewrite(extra={"blk.0.attn_q_norm.weight": factors[:16]}))
     with pytest.raises(CheckpointError, match=r"general\.architecture is 'falcon'; expected one "
-                                              r"of \['llama', 'phi3', 'qwen2', 'qwen3'\]"):
+                                              r"of \['gemma2', 'gemma3', 'llama', 'phi3', 'qwen2', 'qwen3'\]"):
         read_checkpoint(rewrite(arch="falcon"))
+
+
+@pytest.mark.parametrize("arch, layers, scalar", [("gemma2", 46, 144), ("gemma2", 42, 256),
+                                                  ("gemma3", 62, 168), ("gemma3", 34, 256)])
+def test_gguf_gemma_config_takes_what_the_metadata_lacks_as_llama_cpp_does(arch, layers, scalar):
+    """The 27B models' attention scale is hidden / heads, the others' the head size;
+    Gemma 3's linear rope scaling reaches the global layers; other scalings are refused."""
+    import transformers
+
+    from executorch_tensorrt.quantization.checkpoints.gguf_arch import (ARCHITECTURES,
+                                                                        transformers_config)
+
+    hidden, heads = {144: 4608, 168: 5376, 256: 2560}[scalar], 32
+    metadata = {"general.architecture": arch, f"{arch}.block_count": layers,
+                f"{arch}.context_length": 8192, f"{arch}.embedding_length": hidden,
+                f"{arch}.feed_forward_length": 4 * hidden, f"{arch}.attention.head_count": heads,
+                f"{arch}.attention.head_count_kv": 16, f"{arch}.attention.key_length": 256 if (
+                    scalar == 256) else 128, f"{arch}.attention.layer_norm_rms_epsilon": 1e-6,
+                f"{arch}.attention.sliding_window": 4096, f"{arch}.rope.scaling.type": "linear",
+                f"{arch}.rope.scaling.factor": 8.0}
+    if arch == "gemma2":
+        del metadata[f"{arch}.rope.scaling.type"]
+    config = transformers_config(metadata, ARCHITECTURES[arch], 256, True, "m.gguf")
+    assert config["query_pre_attn_scalar"] == scalar and config["sliding_window"] == 4096
+    built = transformers.AutoConfig.for_model(config.pop("model_type"), **config)
+    if arch == "gemma3":
+        assert built.rope_parameters["full_attention"]["factor"] == 8.0
+        assert built.rope_parameters["sliding_attention"]["rope_theta"] == 10000.0
+        metadata[f"{arch}.rope.scaling.type"] = "yarn"
+        with pytest.raises(CheckpointError, match=r"'gemma3\.rope\.scaling\.type' is 'yarn'"):
+            transformers_config(metadata, ARCHITECTURES[arch], 256, True, "m.gguf")

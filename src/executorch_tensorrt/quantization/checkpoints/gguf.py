@@ -75,6 +75,8 @@ def _read(f: GGUFFile, unsupported: str) -> Checkpoint:
             result.packed[mapped.module] = packed if rows is None else _rows(packed, rows)
             continue
         tensor = _float_tensor(f, name, info, result)
+        if arch.norm_shift and mapped.role.endswith("norm"):
+            tensor = tensor - arch.norm_shift  # transformers' Gemma norms add the one back
         if rows is not None:
             tensor = tensor[rows].contiguous()
         if name.endswith(".bias") and mapped.role in LINEARS:

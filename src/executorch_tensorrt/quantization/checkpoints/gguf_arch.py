@@ -23,6 +23,8 @@ class Architecture:
     permuted_qk: bool  # llama.cpp reorders Q/K rows for this architecture
     attention_bias: bool
     per_layer: dict  # GGUF role -> the transformers module under model.layers.N
+    norm_shift: float = 0.0  # llama.cpp stores Gemma's norms (applied as 1 + w) plus one
+    large_layers: int = 0  # block count of the 27B model, whose attention scale differs
 
 
 _ATTENTION = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
@@ -34,6 +36,10 @@ _QK_NORMS = {"attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm
 # another, as llama.cpp stores them.
 _PHI3 = {**_NORMS, "attn_qkv": "self_attn.qkv_proj", "attn_output": "self_attn.o_proj",
          "ffn_up": "mlp.gate_up_proj", "ffn_down": "mlp.down_proj"}
+# Gemma's four norms per layer: before and after attention, before and after the MLP.
+_GEMMA = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
+          "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
+          **_ATTENTION, **_MLP}
 ARCHITECTURES = {
     "llama": Architecture("llama", "LlamaForCausalLM", True, False, {**_NORMS, **_ATTENTION,
                                                                       **_MLP}),
@@ -42,6 +48,9 @@ ARCHITECTURES = {
     "qwen3": Architecture("qwen3", "Qwen3ForCausalLM", False, False,
                           {**_NORMS, **_ATTENTION, **_MLP, **_QK_NORMS}),
     "phi3": Architecture("phi3", "Phi3ForCausalLM", False, False, _PHI3),
+    "gemma2": Architecture("gemma2", "Gemma2ForCausalLM", False, False, _GEMMA, 1.0, 46),
+    "gemma3": Architecture("gemma3_text", "Gemma3ForCausalLM", False, False,
+                           {**_GEMMA, **_QK_NORMS}, 1.0, 62),
 }
 GLOBAL = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 LINEARS = {"output", "attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv", "ffn_gate",
@@ -120,7 +129,34 @@ def transformers_config(metadata: dict, arch: Architecture, vocab_size: int, tie
         config["attention_bias"] = False
         config["mlp_bias"] = False
     _rotary_and_extras(metadata, a, config, source)
+    if arch.norm_shift:
+        _gemma_fields(metadata, a, arch, config, source)
     return config
+
+
+def _gemma_fields(metadata: dict, a: str, arch: Architecture, config: dict, source: str) -> None:
+    """What llama.cpp reads for Gemma 2 / 3: logit soft-caps (Gemma 2), the sliding
+    window, Gemma 3's linear rope scaling; and what it fixes in code: the
+    attention scale (the head size, but hidden / heads for the 27B models) and
+    Gemma 3's local rope base 10000 and five sliding layers to one global."""
+    config["sliding_window"] = _get(metadata, f"{a}.attention.sliding_window", source)
+    heads = config["num_attention_heads"]
+    large = config["num_hidden_layers"] == arch.large_layers
+    config["query_pre_attn_scalar"] = (config["hidden_size"] // heads if large
+                                       else config["head_dim"])
+    if a == "gemma2":
+        for ours in ("attn_logit_softcapping", "final_logit_softcapping"):
+            key = f"{a}.{ours}"
+            config[ours] = _get(metadata, key, source, float) if key in metadata else None
+        return
+    config["rope_local_base_freq"] = 10000.0
+    config["sliding_window_pattern"] = 6
+    scaling = metadata.get(f"{a}.rope.scaling.type", "none")
+    require(scaling in ("none", "linear"), source, f"metadata '{a}.rope.scaling.type'",
+            repr(scaling)[:40], "'none' or 'linear' (what Gemma 3 uses)")
+    if scaling == "linear":
+        factor = _get(metadata, f"{a}.rope.scaling.factor", source, float)
+        config["rope_scaling"] = {"rope_type": "linear", "factor": factor}
 
 
 def _rotary_and_extras(metadata: dict, a: str, config: dict, source: str) -> None:
