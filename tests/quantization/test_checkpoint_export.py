@@ -3,7 +3,8 @@
 GGUF files (Q4_0, Q4_1, Q4_K, Q8_0), written here from tiny configs, go through
 llm.from_checkpoint and llm.export with every Linear on TensorRT and its codes
 stored packed (no float copy), and the program decodes the tokens of eager over
-the checkpoint's own dequantized weights. TensorRT partitions run through the onnxruntime fallback."""
+the checkpoint's own dequantized weights. TensorRT partitions run through the
+onnxruntime fallback."""
 from __future__ import annotations
 
 import pytest

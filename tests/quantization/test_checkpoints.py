@@ -345,7 +345,8 @@ def test_gguf_architecture_refusals_name_the_tensor_or_field(tmp_path):
                                               r"expected a phi3 tensor"):
         read_checkpoint(rewrite(extra={"blk.0.attn_q_norm.weight": factors[:16]}))
     with pytest.raises(CheckpointError, match=r"general\.architecture is 'falcon'; expected one "
-                                              r"of \['gemma2', 'gemma3', 'llama', 'phi3', 'qwen2', 'qwen3'\]"):
+                                              r"of \['gemma2', 'gemma3', 'llama', 'phi3', "
+                                              r"'qwen2', 'qwen3'\]"):
         read_checkpoint(rewrite(arch="falcon"))
 
 

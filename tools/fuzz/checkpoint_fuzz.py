@@ -6,10 +6,10 @@ checkpoint_writers.py): GPTQ with act-order, AWQ gemm and gemv, compressed-tenso
 pack-quantized with zero points and with act-order groups (safetensors +
 config.json), and GGUF (llama with Q4_0, Q4_1, Q8_0 Linears and a Q8_0 embedding;
 llama with Q4_K, Q5_K, Q6_K Linears, read with unsupported="refuse" or
-"requantize" at random; qwen3, phi3 and gemma3 with Q4_0, Q4_1, Q8_0). Each case mutates one region of one
-seed (the safetensors header, config.json, the GGUF header/metadata/tensor
-table, the tensor data, or the whole file: byte edits, interesting integers,
-truncation, insertion, deletion), reads it with `read_checkpoint`, and
+"requantize" at random; qwen3, phi3 and gemma3 with Q4_0, Q4_1, Q8_0). Each
+case mutates one region of one seed (the safetensors header, config.json, the
+GGUF header/metadata/tensor table, the tensor data, or the whole file: byte
+edits, interesting integers, truncation, insertion, deletion), reads it with `read_checkpoint`, and
 classifies what happened:
 
     accepted   it read (a mutation of data bytes often only changes values)

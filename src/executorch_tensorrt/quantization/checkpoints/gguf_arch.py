@@ -1,5 +1,9 @@
 """GGUF architectures as transformers models: the config from `{arch}.*` metadata
-and each GGUF tensor name's transformers state-dict key.
+(the keys transformers' own GGUF loading reads), each GGUF tensor name's
+transformers state-dict key, and each tensor's shape from that config, so that
+the metadata and the tensor table are checked against each other. llama (and
+Mistral, which llama.cpp writes as llama), qwen2, qwen3, phi3 (fused qkv and
+gate_up, as transformers has them), gemma2 and gemma3 (norms stored plus one).
 
 llama.cpp's converter permutes the rows of llama's Q and K projections (its
 rotary embedding pairs adjacent features, transformers' pairs the two halves
