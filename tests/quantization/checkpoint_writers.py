@@ -25,6 +25,32 @@ CONFIGS = {
               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
               "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
               "tie_word_embeddings": True},
+    # head_dim 128 is not hidden / heads: the GGUF reader must take attention.key_length
+    "qwen3": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": 96,
+              "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 128,
+              "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+              "tie_word_embeddings": True},
+    # fused qkv_proj and gate_up_proj, as llama.cpp stores them (attn_qkv, ffn_up)
+    "phi3": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "vocab_size": 96,
+             "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+             "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+             "tie_word_embeddings": False, "pad_token_id": None, "bos_token_id": 1,
+             "eos_token_id": 2},
+    # four norms a layer (stored plus one in GGUF), soft-caps, sliding windows
+    "gemma2": {"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "vocab_size": 96,
+               "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+               "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+               "tie_word_embeddings": True, "sliding_window": 16, "query_pre_attn_scalar": 64,
+               "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
+    "gemma3": {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"],
+               "vocab_size": 96, "hidden_size": 256, "intermediate_size": 256,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "head_dim": 128, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+               "rope_theta": 10000.0, "rope_local_base_freq": 10000.0,
+               "tie_word_embeddings": True, "sliding_window": 16, "query_pre_attn_scalar": 128},
     # the fuzzers' seed: small enough to read hundreds of mutated copies in seconds
     "llama-small": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
                     "vocab_size": 32, "hidden_size": 64, "intermediate_size": 64,
@@ -38,6 +64,21 @@ CONFIGS = {
                 "max_position_embeddings": 32, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
                 "tie_word_embeddings": True},
 }
+# second architectures of the export tests and fuzz seeds, as small as llama-small / llama-k
+CONFIGS["qwen3-small"] = {**CONFIGS["qwen3"], "vocab_size": 32, "hidden_size": 64,
+                          "intermediate_size": 64, "num_hidden_layers": 1,
+                          "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64,
+                          "max_position_embeddings": 32}
+CONFIGS["phi3-small"] = {**CONFIGS["phi3"], "vocab_size": 32, "hidden_size": 64,
+                         "intermediate_size": 64, "num_hidden_layers": 1,
+                         "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+                         "max_position_embeddings": 32}
+CONFIGS["gemma3-small"] = {**CONFIGS["gemma3"], "vocab_size": 32, "hidden_size": 64,
+                           "intermediate_size": 64, "num_hidden_layers": 1,
+                           "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+                           "max_position_embeddings": 32, "query_pre_attn_scalar": 32}
+CONFIGS["phi3-k"] = {**CONFIGS["phi3"], "vocab_size": 32, "num_hidden_layers": 1,
+                     "max_position_embeddings": 32}
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)
 
@@ -135,12 +176,15 @@ def _gptq_reference(tensors, name, bits, v1):
     return f16.contiguous(), f32.contiguous()
 
 
-def write_awq(folder: Path, arch: str, *, group=32, seed=0):
-    """AWQ gemm (AutoAWQ layout). Returns (model, {module: f32 reference})."""
+def write_awq(folder: Path, arch: str, *, group=32, version="gemm", seed=0):
+    """AWQ gemm or gemv (AutoAWQ layouts). Returns (model, {module: f32 reference})."""
     model, rng = float_model(arch, seed), np.random.default_rng(seed)
     linears = quantized_linears(model)
     tensors, refs = _floats(model, linears), {}
     for name, lin in linears.items():
+        if version == "gemv":
+            refs[name] = _awq_gemv(tensors, name, lin, group, rng)
+            continue
         out, inp = lin.out_features, lin.in_features
         codes = rng.integers(0, 16, (inp, out), dtype=np.uint32)
         zeros = rng.integers(0, 16, (inp // group, out), dtype=np.uint32)
@@ -154,8 +198,38 @@ def write_awq(folder: Path, arch: str, *, group=32, seed=0):
             tensors[f"{name}.bias"] = lin.bias.detach().to(torch.float16)
         refs[name] = _awq_reference(tensors, name, group)
     _save(folder, arch, tensors, {"quant_method": "awq", "bits": 4, "group_size": group,
-                                  "zero_point": True, "version": "gemm"})
+                                  "zero_point": True, "version": version})
     return model, refs
+
+
+def _awq_gemv(tensors, name, lin, group, rng):
+    """AutoAWQ's WQLinear_GEMV layout: qweight [out, in / 8] (8 consecutive inputs per
+    word, plain order), qzeros [out, width] and scales [out, width * 8] over the
+    groups, padded to `width` words (AutoAWQ's calculate_zeros_width). Returns the
+    f32 reference: shifts and masks, (w - z) * s."""
+    out, inp = lin.out_features, lin.in_features
+    groups = inp // group
+    multiple = 1 if group >= 128 else {64: 2, 32: 4}[group]
+    width = -(-(-(-groups // 8)) // multiple) * multiple
+    codes = rng.integers(0, 16, (out, inp), dtype=np.uint32)
+    zeros = np.zeros((out, width * 8), np.uint32)
+    zeros[:, :groups] = rng.integers(0, 16, (out, groups))
+    scales = torch.zeros(out, width * 8, dtype=torch.float16)
+    scales[:, :groups] = torch.from_numpy(rng.uniform(0.002, 0.02, (out, groups)))
+    tensors[f"{name}.qweight"] = torch.from_numpy(_pack_rows(codes, 4))
+    tensors[f"{name}.qzeros"] = torch.from_numpy(_pack_rows(zeros, 4))
+    tensors[f"{name}.scales"] = scales
+    if lin.bias is not None:
+        tensors[f"{name}.bias"] = lin.bias.detach().to(torch.float16)
+    shifts = torch.arange(0, 32, 4)
+
+    def unpack(q):
+        return torch.bitwise_and(q[:, :, None] >> shifts, 15).reshape(q.shape[0], -1)
+
+    w = unpack(tensors[f"{name}.qweight"])
+    z = unpack(tensors[f"{name}.qzeros"])[:, :groups].repeat_interleave(group, dim=1)
+    s = scales[:, :groups].float().repeat_interleave(group, dim=1)
+    return ((w - z).float() * s).contiguous()
 
 
 def _awq_reference(tensors, name, group):
@@ -175,9 +249,12 @@ def _awq_reference(tensors, name, group):
 
 
 def write_compressed_tensors(folder: Path, arch: str, *, bits=4, group=32, symmetric=True,
-                             strategy="group", scale_dtype=torch.float32, seed=0):
+                             strategy="group", scale_dtype=torch.float32, act_order=False,
+                             seed=0):
     """compressed-tensors pack-quantized, packed by its own compressor. Returns
-    (model, {module: the compressor's own decompression})."""
+    (model, {module: the compressor's own decompression}). `act_order`: actorder
+    'group' with weight_g_idx, as older compressed-tensors wrote it (see
+    _act_order_group)."""
     from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
     from compressed_tensors.quantization import (QuantizationArgs, QuantizationConfig,
                                                  QuantizationScheme)
@@ -198,17 +275,49 @@ def write_compressed_tensors(folder: Path, arch: str, *, bits=4, group=32, symme
         if not symmetric:
             state["weight_zero_point"] = torch.randint(-half // 2, half // 2, scale.shape,
                                                        generator=gen, dtype=torch.int8)
-        packed = PackedQuantizationCompressor.compress(state, scheme)
+        if act_order:
+            packed, refs[name] = _act_order_group(w, state, scheme, group, bits, gen)
+        else:
+            packed = PackedQuantizationCompressor.compress(state, scheme)
+            refs[name] = PackedQuantizationCompressor.decompress(dict(packed), scheme)["weight"]
         for k, v in packed.items():
             tensors[f"{name}.{k}"] = v
         if lin.bias is not None:
             tensors[f"{name}.bias"] = lin.bias.detach()
-        refs[name] = PackedQuantizationCompressor.decompress(dict(packed), scheme)["weight"]
     qc = QuantizationConfig(config_groups={"group_0": scheme}, format="pack-quantized",
                             ignore=["lm_head"]).model_dump(mode="json")
+    if act_order:  # the pinned release refuses the value in QuantizationArgs; files carry it
+        qc["config_groups"]["group_0"]["weights"]["actorder"] = "group"
     qc["quant_method"] = "compressed-tensors"
     _save(folder, arch, tensors, qc)
     return model, refs
+
+
+def _act_order_group(w, state, scheme, group, bits, gen):
+    """Act-order 'group' as compressed-tensors wrote and read it: the columns
+    sorted by g_idx form the groups. Quantized and dequantized by the pinned
+    compressor on the sorted columns, then put back in feature order (what its
+    earlier releases did with weight_g_idx). Returns (stored tensors, reference)."""
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.compressors.pack_quantized.helpers import (pack_to_int32,
+                                                                       unpack_from_int32)
+
+    inp = w.shape[1]
+    perm = torch.randperm(inp, generator=gen)  # sorted column j is feature perm[j]
+    back = torch.argsort(perm)
+    # act-order's scales are those of the groups of sorted columns
+    sorted_w = state["weight"][:, perm]
+    amax = sorted_w.float().reshape(w.shape[0], inp // group, -1).abs().amax(-1)
+    state = {**state, "weight": sorted_w,
+             "weight_scale": (amax / (2 ** (bits - 1) - 1)).clamp(min=1e-4).to(sorted_w.dtype)}
+    packed = PackedQuantizationCompressor.compress(state, scheme)
+    ref = PackedQuantizationCompressor.decompress(dict(packed), scheme)["weight"][:, back]
+    codes = unpack_from_int32(packed["weight_packed"], bits, packed["weight_shape"])
+    packed["weight_packed"] = pack_to_int32(codes[:, back].contiguous(), bits)
+    g_idx = torch.empty(inp, dtype=torch.int32)
+    g_idx[perm] = (torch.arange(inp) // group).to(torch.int32)
+    packed["weight_g_idx"] = g_idx
+    return packed, ref.contiguous()
 
 
 def llama_cpp_permute(w: np.ndarray, heads: int) -> np.ndarray:
@@ -230,16 +339,19 @@ def _random_k_blocks(rng, kind, rows: int, cols: int) -> np.ndarray:
     return raw.reshape(rows, -1)
 
 
-def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0):
+def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0, extra=None,
+               gguf_arch=None):
     """A GGUF file of the model; `kinds` maps a role ("attn_q", "ffn_down", ...,
-    "default") to a GGMLQuantizationType. Returns (model, {transformers module:
-    gguf's own dequantization, rows in transformers' order})."""
+    "default") to a GGMLQuantizationType; `extra` adds float tensors by GGUF name;
+    `gguf_arch` names another architecture in the metadata. Returns (model,
+    {transformers module: gguf's own dequantization, rows in transformers' order})."""
     import gguf
     from gguf import GGMLQuantizationType as K
 
     model, rng = float_model(arch, seed), np.random.default_rng(seed)
     c, model_type = model.config, CONFIGS[arch]["model_type"]
-    writer = gguf.GGUFWriter(str(path), model_type)
+    gemma = model_type in ("gemma2", "gemma3_text")
+    writer = gguf.GGUFWriter(str(path), gguf_arch or model_type.replace("_text", ""))
     writer.add_block_count(c.num_hidden_layers)
     writer.add_context_length(c.max_position_embeddings)
     writer.add_embedding_length(c.hidden_size)
@@ -248,10 +360,26 @@ def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0):
     writer.add_head_count_kv(c.num_key_value_heads)
     writer.add_layer_norm_rms_eps(c.rms_norm_eps)
     writer.add_rope_freq_base(10000.0)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    if head_dim != c.hidden_size // c.num_attention_heads:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    if gemma:
+        writer.add_sliding_window(c.sliding_window)
+    if model_type == "gemma2":
+        writer.add_attn_logit_softcapping(c.attn_logit_softcapping)
+        writer.add_final_logit_softcapping(c.final_logit_softcapping)
     names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+             "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
+    if gemma:
+        names.update({"post_attention_layernorm": "post_attention_norm",
+                      "pre_feedforward_layernorm": "ffn_norm",
+                      "post_feedforward_layernorm": "post_ffw_norm"})
     refs = {}
     for key, value in model.state_dict().items():
         if key == "lm_head.weight" and c.tie_word_embeddings:
@@ -268,6 +396,8 @@ def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0):
             role = names[rest]
             name = f"blk.{layer}.{role}"
         w = value.detach().float().numpy()
+        if gemma and role.endswith("norm"):
+            w = w + 1  # llama.cpp's converter stores Gemma's norms plus one
         heads = {"attn_q": c.num_attention_heads, "attn_k": c.num_key_value_heads}.get(role)
         if model_type == "llama" and heads:
             w = llama_cpp_permute(w, heads)
@@ -287,6 +417,8 @@ def write_gguf(path: Path, arch: str, kinds: dict, *, embed_kind=None, seed=0):
             ref = ref[torch.from_numpy(undo)]
         if role != "token_embd":  # a quantized embedding is read back as float
             refs[module] = ref.contiguous()
+    for name, value in (extra or {}).items():
+        writer.add_tensor(name, value)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

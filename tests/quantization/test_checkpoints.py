@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType as K
@@ -19,6 +20,8 @@ from executorch_tensorrt.quantization.checkpoints import read_checkpoint
 from executorch_tensorrt.quantization.packed_linear import PackedLinear
 
 ARCHS = ["llama", "qwen2"]  # llama-small is the fuzzers' seed
+MORE_ARCHS = ARCHS + ["qwen3", "phi3"]  # q/k norms, head_dim from the metadata, fused Linears
+GGUF_ARCHS = MORE_ARCHS + ["gemma2", "gemma3"]  # four norms stored plus one, soft-caps
 GGUF_IMPORTED = {"default": K.Q4_K, "attn_q": K.Q4_0, "attn_k": K.Q4_1, "ffn_down": K.Q8_0,
                  "output": K.Q8_0}
 
@@ -64,13 +67,13 @@ def test_gptq_bit_exact(tmp_path, arch, bits, act_order, v1, sym):
     assert (some.zero_points is None) == sym  # midpoint zeros are the symmetric form
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", MORE_ARCHS)
 def test_gptq_model(tmp_path, arch):
     model, ref32, _ = write_gptq(tmp_path, arch, act_order=True)
     assert_model_matches(tmp_path, model, ref32)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", MORE_ARCHS)
 def test_awq_bit_exact_and_model(tmp_path, arch):
     model, refs = write_awq(tmp_path, arch)
     ckpt = read_checkpoint(tmp_path)
@@ -93,24 +96,62 @@ def test_compressed_tensors_bit_exact(tmp_path, arch, bits, symmetric, strategy,
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_compressed_tensors_act_order_group(tmp_path, arch, symmetric):
+    """weight_g_idx: bit-exact to compressed-tensors' own group dequantization of
+    the sorted columns, read as an input order; the model computes the same logits."""
+    model, refs = write_compressed_tensors(tmp_path, arch, symmetric=symmetric, act_order=True)
+    ckpt = read_checkpoint(tmp_path)
+    assert_bit_exact(ckpt, refs)
+    assert all(p.input_order is not None for p in ckpt.packed.values())
+    assert_model_matches(tmp_path, model, refs)
+
+
+def test_compressed_tensors_g_idx_refusals(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    write_compressed_tensors(tmp_path, "llama-small", act_order=True)
+    st = tmp_path / "model.safetensors"
+    tensors = load_file(str(st))
+    name = "model.layers.0.mlp.up_proj.weight_g_idx"
+    good = tensors[name].clone()
+    for bad, pattern in [(torch.zeros(64, dtype=torch.int32), r"g_idx's group sizes is 0\.\.64"),
+                         (torch.cat([good[:1] * 0 - 1, good[1:]]), r"entries of -1 is 1"),
+                         (good.float(), r"weight_g_idx: dtype and shape is torch\.float32"),
+                         (good[:32], r"an integer \[64\]")]:
+        save_file({**tensors, name: bad}, str(st))
+        with pytest.raises(CheckpointError, match=pattern):
+            read_checkpoint(tmp_path)
+    save_file({**tensors, name: torch.full_like(good, -1)}, str(st))  # not calibrated
+    assert read_checkpoint(tmp_path).packed["model.layers.0.mlp.up_proj"].input_order is None
+
+
+@pytest.mark.parametrize("arch", MORE_ARCHS)
 def test_compressed_tensors_model(tmp_path, arch):
     model, refs = write_compressed_tensors(tmp_path, arch, symmetric=False)
     assert_model_matches(tmp_path, model, refs)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", GGUF_ARCHS)
 def test_gguf_bit_exact_and_model(tmp_path, arch):
     path = tmp_path / f"{arch}.gguf"
-    model, refs = write_gguf(path, arch, GGUF_IMPORTED, embed_kind=K.Q8_0)
+    fused = {"attn_qkv": K.Q4_0, "ffn_up": K.Q4_1}  # phi3 has no attn_q / attn_k
+    model, refs = write_gguf(path, arch, {**GGUF_IMPORTED, **fused}, embed_kind=K.Q8_0)
     ckpt = read_checkpoint(path)
     assert ckpt.format == "gguf"
     assert_bit_exact(ckpt, refs)
     kinds = {(p.bits, p.zero_points is None, p.offsets is not None, p.group_size)
              for p in ckpt.packed.values()}
     assert kinds >= {(4, True, False, 32), (4, True, True, 32), (8, True, False, 32)}
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "intermediate_size", "vocab_size", "tie_word_embeddings"):
-        assert ckpt.config[key] == CONFIGS[arch][key], key
+    for key, value in CONFIGS[arch].items():
+        if key not in ("architectures", "rope_theta", "rope_local_base_freq", "pad_token_id",
+                       "bos_token_id", "eos_token_id"):  # no tokenizer in these files
+            want = pytest.approx(value, rel=1e-6) if isinstance(value, float) else value
+            assert ckpt.config.get(key) == want, key  # GGUF holds float32
+    state = model.state_dict()
+    for key, t in ckpt.tensors.items():  # norms as transformers applies them (Gemma: minus one)
+        if "norm" in key:
+            torch.testing.assert_close(t, state[key], rtol=0, atol=1e-6)
     assert_model_matches(path, model, refs)
 
 
@@ -144,12 +185,29 @@ def test_gptq_refusals_name_the_field(tmp_path):
             read_checkpoint(tmp_path)
 
 
-def test_awq_gemv_and_non_quantized_refused(tmp_path):
-    write_awq(tmp_path, "qwen2")
+@pytest.mark.parametrize("arch, group", [("llama", 32), ("qwen2", 64), ("phi3", 128)])
+def test_awq_gemv_bit_exact_and_model(tmp_path, arch, group):
+    """AutoAWQ's gemv layout: [out, in / 8] words, zero points and scales padded."""
+    model, refs = write_awq(tmp_path, arch, group=group, version="gemv")
+    assert_bit_exact(read_checkpoint(tmp_path), refs)
+    assert_model_matches(tmp_path, model, refs)
+
+
+def test_awq_other_layouts_and_non_quantized_refused(tmp_path):
+    write_awq(tmp_path, "qwen2", version="gemv")
     config = json.loads((tmp_path / "config.json").read_text())
-    config["quantization_config"]["version"] = "gemv"
+    config["quantization_config"]["group_size"] = 16
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="AWQ version is 'gemv'"):
+    with pytest.raises(CheckpointError, match=r"group_size for AWQ gemv is 16; expected 32, 64"):
+        read_checkpoint(tmp_path)
+    config["quantization_config"]["group_size"] = 64  # written with 32: 4 words of zeros
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"scales: dtype and shape is torch\.float16 "
+                                              r"\[\d+, 32\]; expected torch\.float16 \[\d+, 16\]"):
+        read_checkpoint(tmp_path)
+    config["quantization_config"]["version"] = "gemv_fast"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="AWQ version is 'gemv_fast'"):
         read_checkpoint(tmp_path)
     del config["quantization_config"]
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -249,19 +307,75 @@ def test_gguf_table_agrees_with_ggufs_own_reader(tmp_path):
         assert ours.metadata[key] == theirs.fields[key].contents(), key
 
 
-def test_gguf_heads_disagreeing_with_the_tensors_are_refused_before_any_index(tmp_path):
-    """The metadata's heads and head size give llama's Q/K row order: a damaged
-    embedding length (head_dim = hidden / heads) is refused against the tensor's
-    rows, not allocated (found by the fuzzer)."""
+def test_gguf_metadata_disagreeing_with_the_tensors_is_refused_before_any_index(tmp_path):
+    """The metadata's sizes give every tensor's shape (and llama's Q/K row order): a
+    damaged size is refused against the other fields or the tensors, never
+    allocated (found by the fuzzer)."""
     import struct
 
     path = tmp_path / "m.gguf"
-    write_gguf(path, "llama-small", {"default": K.Q4_0})
-    key = b"llama.embedding_length"
-    raw = bytearray(path.read_bytes())
-    at = raw.index(struct.pack("<Q", len(key)) + key + struct.pack("<I", 4)) + 8 + len(key) + 4
-    raw[at:at + 4] = struct.pack("<I", 2 ** 31)
-    path.write_bytes(raw)
-    with pytest.raises(CheckpointError, match=r"blk\.0\.attn_q\.weight: rows is 64; expected "
-                                              r"2147483648 \(2 heads x head_dim 1073741824"):
-        read_checkpoint(path)
+    for key, pattern in [
+            (b"llama.embedding_length", r"'llama\.rope\.dimension_count' is 32; expected "
+                                        r"1073741824 \(the head size"),
+            (b"llama.feed_forward_length", r"blk\.0\.ffn_\w+\.weight: shape is \[\d+, \d+\]; "
+                                           r"expected \[\d+, \d+\] for model\.layers\.0\.mlp")]:
+        write_gguf(path, "llama-small", {"default": K.Q4_0})
+        raw = bytearray(path.read_bytes())
+        at = raw.index(struct.pack("<Q", len(key)) + key + struct.pack("<I", 4)) + 8 + len(key) + 4
+        raw[at:at + 4] = struct.pack("<I", 2 ** 31)
+        path.write_bytes(raw)
+        with pytest.raises(CheckpointError, match=pattern):
+            read_checkpoint(path)
+
+
+def test_gguf_architecture_refusals_name_the_tensor_or_field(tmp_path):
+    """A tensor another architecture has, LongRoPE's factors, and an architecture
+    without a name map are refused by name with the remedy."""
+    path = tmp_path / "m.gguf"
+
+    def rewrite(arch=None, extra=None):
+        write_gguf(path, "phi3", {"default": K.Q4_0}, extra=extra, gguf_arch=arch)
+        return path
+
+    factors = np.ones(32, np.float32)
+    with pytest.raises(CheckpointError, match=r"rope_factors_long\.weight: present is True.*"
+                                              r"short-context variant"):
+        read_checkpoint(rewrite(extra={"rope_factors_long.weight": factors}))
+    with pytest.raises(CheckpointError, match=r"tensor name is 'blk\.0\.attn_q_norm\.weight'; "
+                                              r"expected a phi3 tensor"):
+        read_checkpoint(rewrite(extra={"blk.0.attn_q_norm.weight": factors[:16]}))
+    with pytest.raises(CheckpointError, match=r"general\.architecture is 'falcon'; expected one "
+                                              r"of \['gemma2', 'gemma3', 'llama', 'phi3', "
+                                              r"'qwen2', 'qwen3'\]"):
+        read_checkpoint(rewrite(arch="falcon"))
+
+
+@pytest.mark.parametrize("arch, layers, scalar", [("gemma2", 46, 144), ("gemma2", 42, 256),
+                                                  ("gemma3", 62, 168), ("gemma3", 34, 256)])
+def test_gguf_gemma_config_takes_what_the_metadata_lacks_as_llama_cpp_does(arch, layers, scalar):
+    """The 27B models' attention scale is hidden / heads, the others' the head size;
+    Gemma 3's linear rope scaling reaches the global layers; other scalings are refused."""
+    import transformers
+
+    from executorch_tensorrt.quantization.checkpoints.gguf_arch import (ARCHITECTURES,
+                                                                        transformers_config)
+
+    hidden, heads = {144: 4608, 168: 5376, 256: 2560}[scalar], 32
+    metadata = {"general.architecture": arch, f"{arch}.block_count": layers,
+                f"{arch}.context_length": 8192, f"{arch}.embedding_length": hidden,
+                f"{arch}.feed_forward_length": 4 * hidden, f"{arch}.attention.head_count": heads,
+                f"{arch}.attention.head_count_kv": 16, f"{arch}.attention.key_length": 256 if (
+                    scalar == 256) else 128, f"{arch}.attention.layer_norm_rms_epsilon": 1e-6,
+                f"{arch}.attention.sliding_window": 4096, f"{arch}.rope.scaling.type": "linear",
+                f"{arch}.rope.scaling.factor": 8.0}
+    if arch == "gemma2":
+        del metadata[f"{arch}.rope.scaling.type"]
+    config = transformers_config(metadata, ARCHITECTURES[arch], 256, True, "m.gguf")
+    assert config["query_pre_attn_scalar"] == scalar and config["sliding_window"] == 4096
+    built = transformers.AutoConfig.for_model(config.pop("model_type"), **config)
+    if arch == "gemma3":
+        assert built.rope_parameters["full_attention"]["factor"] == 8.0
+        assert built.rope_parameters["sliding_attention"]["rope_theta"] == 10000.0
+        metadata[f"{arch}.rope.scaling.type"] = "yarn"
+        with pytest.raises(CheckpointError, match=r"'gemma3\.rope\.scaling\.type' is 'yarn'"):
+            transformers_config(metadata, ARCHITECTURES[arch], 256, True, "m.gguf")

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Fuzzes the quantized-checkpoint readers (quantization/checkpoints/) with mutated files.
 
-Seeds are written here from a tiny llama config (tests/quantization/
-checkpoint_writers.py): GPTQ with act-order, AWQ, compressed-tensors
-pack-quantized with zero points (safetensors + config.json), and GGUF (Q4_0,
-Q4_1, Q8_0 Linears, a Q8_0 embedding; and Q4_K, Q5_K, Q6_K Linears, read with
-unsupported="refuse" or "requantize" at random). Each case mutates one region of one
-seed (the safetensors header, config.json, the GGUF header/metadata/tensor
-table, the tensor data, or the whole file: byte edits, interesting integers,
-truncation, insertion, deletion), reads it with `read_checkpoint`, and
+Seeds are written here from tiny configs (tests/quantization/
+checkpoint_writers.py): GPTQ with act-order, AWQ gemm and gemv, compressed-tensors
+pack-quantized with zero points and with act-order groups (safetensors +
+config.json), and GGUF (llama with Q4_0, Q4_1, Q8_0 Linears and a Q8_0 embedding;
+llama with Q4_K, Q5_K, Q6_K Linears, read with unsupported="refuse" or
+"requantize" at random; qwen3, phi3 and gemma3 with Q4_0, Q4_1, Q8_0). Each
+case mutates one region of one seed (the safetensors header, config.json, the
+GGUF header/metadata/tensor table, the tensor data, or the whole file: byte
+edits, interesting integers, truncation, insertion, deletion), reads it with `read_checkpoint`, and
 classifies what happened:
 
     accepted   it read (a mutation of data bytes often only changes values)
@@ -43,7 +44,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "quantization"))
 
-FORMATS = ("gptq", "awq", "compressed-tensors", "gguf", "gguf-k")
+FORMATS = ("gptq", "awq", "awq-gemv", "compressed-tensors", "compressed-tensors-g", "gguf",
+           "gguf-k", "gguf-qwen3", "gguf-phi3", "gguf-gemma3")
 INTERESTING = [0, 1, 2, 3, 7, 8, 15, 16, 31, 32, 33, 255, 256, 0x7FFF, 0xFFFF, 2**31 - 1,
                2**31, 2**32 - 1, 2**32, 2**48, 2**63 - 1, 2**64 - 1]
 JSON_BYTES = b'{}[]",:-0123456789.eE \x00\xff'
@@ -59,12 +61,20 @@ def write_seeds(folder: Path) -> dict[str, Path]:
 
     from checkpoint_writers import write_awq, write_compressed_tensors, write_gguf, write_gptq
 
-    seeds = {"gptq": folder / "gptq", "awq": folder / "awq",
-             "compressed-tensors": folder / "ct", "gguf": folder / "small.gguf",
-             "gguf-k": folder / "k.gguf"}
+    seeds = {"gptq": folder / "gptq", "awq": folder / "awq", "awq-gemv": folder / "awq-gemv",
+             "compressed-tensors": folder / "ct", "compressed-tensors-g": folder / "ct-g",
+             "gguf": folder / "small.gguf", "gguf-k": folder / "k.gguf",
+             "gguf-qwen3": folder / "qwen3.gguf", "gguf-phi3": folder / "phi3.gguf",
+             "gguf-gemma3": folder / "gemma3.gguf"}
     write_gptq(seeds["gptq"], "llama-small", act_order=True)
     write_awq(seeds["awq"], "llama-small")
+    write_awq(seeds["awq-gemv"], "llama-small", version="gemv")
     write_compressed_tensors(seeds["compressed-tensors"], "llama-small", symmetric=False)
+    write_compressed_tensors(seeds["compressed-tensors-g"], "llama-small", act_order=True)
+    write_gguf(seeds["gguf-qwen3"], "qwen3-small", {"default": K.Q4_0, "attn_k": K.Q4_1,
+                                                   "ffn_down": K.Q8_0})
+    write_gguf(seeds["gguf-phi3"], "phi3-small", {"default": K.Q4_0, "ffn_up": K.Q4_1})
+    write_gguf(seeds["gguf-gemma3"], "gemma3-small", {"default": K.Q4_0, "attn_v": K.Q8_0})
     write_gguf(seeds["gguf"], "llama-small", {"default": K.Q4_0, "attn_k": K.Q4_1,
                                              "ffn_down": K.Q8_0}, embed_kind=K.Q8_0)
     write_gguf(seeds["gguf-k"], "llama-k", {"default": K.Q4_K, "attn_q": K.Q5_K,

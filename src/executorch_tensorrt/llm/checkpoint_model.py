@@ -99,6 +99,11 @@ def _remake_computed_buffers(model: torch.nn.Module, path) -> None:
         meta = [b for b, v in module.named_buffers(recurse=False) if v.is_meta]
         if not meta:
             continue
+        if meta == ["embed_scale"] and hasattr(module, "scalar_embed_scale"):
+            # transformers' scaled word embeddings (Gemma) keep the scale as a plain number too
+            module.embed_scale = torch.tensor(module.scalar_embed_scale,
+                                              dtype=module.weight.dtype)
+            continue
         try:
             fresh = type(module)(config=model.config)
         except TypeError:

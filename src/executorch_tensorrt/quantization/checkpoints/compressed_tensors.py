@@ -7,7 +7,10 @@ i at bit bits * i of its row (little-endian words); `weight_scale` [out, groups]
 schemes add `weight_zero_point` int32 packed the same way along outputs
 ([ceil(out * bits / 32), groups]). compressed-tensors dequantizes
 (q - zero) * scale: our unsigned codes are the stored bits themselves, and the
-zero point's stored bits are our zero point.
+zero point's stored bits are our zero point. Act-order 'group' checkpoints add
+`weight_g_idx` [in] (input feature -> its group; codes stay in feature order):
+compressed-tensors dequantized them by sorting the columns by g_idx, applying
+the groups in order and sorting back, which is PackedWeight's input_order.
 """
 from __future__ import annotations
 
@@ -16,12 +19,14 @@ import re
 
 import torch
 
-from .common import Checkpoint, make_packed, require, unpack_int32
+from .common import Checkpoint, input_order_from_g_idx, make_packed, require, unpack_int32
 from .safetensors_reader import SafetensorsFolder
 
 PARTS = ("weight_packed", "weight_scale", "weight_shape", "weight_zero_point", "weight_g_idx",
          "bias")
 STRATEGIES = ("group", "channel", "tensor")
+# 'group' / 'dynamic' / true store weight_g_idx; 'weight' / 'static' change calibration only
+ACTORDERS = (None, False, True, "weight", "static", "group", "dynamic")
 SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -45,6 +50,8 @@ def _schemes(qc: dict, where: str) -> list[tuple[list, dict]]:
                 "4 or 8", "TensorRT's weight-only GEMMs take int4 and int8 only")
         require(w.get("strategy") in STRATEGIES, at, "weights.strategy", repr(w.get("strategy")),
                 f"one of {list(STRATEGIES)}", "block and token strategies are not read")
+        require(w.get("actorder") in ACTORDERS, at, "weights.actorder", repr(w.get("actorder")),
+                f"one of {list(ACTORDERS)}")
         require(not w.get("dynamic"), at, "weights.dynamic", w.get("dynamic"), "false")
         require(w.get("strategy") != "tensor" or w.get("symmetric", True), at,
                 "weights.symmetric", False, "true for the tensor strategy")
@@ -91,9 +98,6 @@ def read_compressed_tensors(files: SafetensorsFolder, config: dict, source: str)
 
 def _layer(files: SafetensorsFolder, prefix: str, w: dict):
     bits, strategy, symmetric = w["num_bits"], w["strategy"], w.get("symmetric", True)
-    require(f"{prefix}.weight_g_idx" not in files.where, f"{prefix}.weight_g_idx", "present",
-            True, "absent", "actorder 'group' checkpoints (with weight_g_idx) are not read: "
-            "compressed-tensors itself does not decompress them; use actorder 'weight'")
     shape_entry = files.entry(f"{prefix}.weight_shape")
     require(shape_entry.shape == (2,) and shape_entry.dtype in (torch.int32, torch.int64),
             f"{prefix}.weight_shape", "dtype and shape",
@@ -122,6 +126,7 @@ def _layer(files: SafetensorsFolder, prefix: str, w: dict):
             f"a float {list(want[0])} for the {strategy} strategy")
     scales = files.read(f"{prefix}.weight_scale").reshape(-1, groups).expand(out_features, groups)
     codes = unpack_int32(files.read(f"{prefix}.weight_packed"), bits, dim=1)[:, :in_features]
+    order = _input_order(files, prefix, strategy, in_features, in_features // groups)
     zeros = None
     if not symmetric:
         zp_words = math.ceil(out_features * bits / 32)
@@ -138,4 +143,29 @@ def _layer(files: SafetensorsFolder, prefix: str, w: dict):
                 f"{prefix}.bias", "dtype and shape", f"{entry.dtype} {list(entry.shape)}",
                 f"a float [{out_features}]")
         bias = files.read(f"{prefix}.bias")
-    return make_packed(prefix, bits, codes, scales, zero_points=zeros, bias=bias)
+    return make_packed(prefix, bits, codes, scales, zero_points=zeros, input_order=order,
+                       bias=bias)
+
+
+def _input_order(files: SafetensorsFolder, prefix: str, strategy: str, in_features: int,
+                 group: int):
+    """actorder 'group' (weight_g_idx: input feature -> its group; codes stay in
+    feature order) as PackedWeight's input_order. compressed-tensors took a g_idx
+    holding -1 as not yet calibrated: column order."""
+    name = f"{prefix}.weight_g_idx"
+    if name not in files.where:
+        return None
+    entry = files.entry(name)
+    require(strategy == "group", name, "present for the strategy", repr(strategy),
+            "the group strategy (act-order permutes groups)", "the checkpoint does not match "
+            "its config")
+    require(entry.shape == (in_features,) and not entry.dtype.is_floating_point, name,
+            "dtype and shape", f"{entry.dtype} {list(entry.shape)}",
+            f"an integer [{in_features}] (one group per input feature)")
+    g_idx = files.read(name).to(torch.int64)
+    unset = g_idx == -1
+    if bool(unset.all()):
+        return None
+    require(not bool(unset.any()), name, "entries of -1", int(unset.sum()),
+            "none or all (all -1: not calibrated, column order)", "the checkpoint is damaged")
+    return input_order_from_g_idx(name, g_idx, in_features, group)

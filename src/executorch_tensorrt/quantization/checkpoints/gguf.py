@@ -24,7 +24,8 @@ from gguf import GGMLQuantizationType as Kind
 from gguf import quants
 
 from .common import Checkpoint, make_packed, require
-from .gguf_arch import DERIVED, architecture, map_name, transformers_config, unpermute_rows
+from .gguf_arch import (DERIVED, LINEARS, architecture, expected_shape, map_name,
+                        transformers_config, unpermute_rows)
 from .gguf_file import GGUFFile
 
 IMPORTED = (Kind.Q4_0, Kind.Q4_1, Kind.Q8_0, Kind.Q4_K)
@@ -61,7 +62,11 @@ def _read(f: GGUFFile, unsupported: str) -> Checkpoint:
         if name in DERIVED:
             result.notes.append(f"{name}: not loaded (transformers derives it from the config)")
             continue
-        mapped = map_name(name, config["num_hidden_layers"], source)
+        mapped = map_name(name, arch, config["num_hidden_layers"], source)
+        want = expected_shape(mapped, config)
+        require(info.shape == want, name, "shape", list(info.shape), f"{list(want)} for "
+                f"{mapped.key} (from the metadata's sizes)", "the metadata does not match the "
+                "tensors: the file is damaged or was converted wrongly")
         rows = unpermute_rows(mapped.role, config, info.shape[0], name) if (
             arch.permuted_qk) else None
         if mapped.is_linear_weight and info.kind not in FLOATS:
@@ -70,11 +75,11 @@ def _read(f: GGUFFile, unsupported: str) -> Checkpoint:
             result.packed[mapped.module] = packed if rows is None else _rows(packed, rows)
             continue
         tensor = _float_tensor(f, name, info, result)
+        if arch.norm_shift and mapped.role.endswith("norm"):
+            tensor = tensor - arch.norm_shift  # transformers' Gemma norms add the one back
         if rows is not None:
             tensor = tensor[rows].contiguous()
-        if name.endswith(".bias") and mapped.role in ("attn_q", "attn_k", "attn_v",
-                                                      "attn_output", "ffn_gate", "ffn_up",
-                                                      "ffn_down", "output"):
+        if name.endswith(".bias") and mapped.role in LINEARS:
             biases[mapped.module] = tensor
         result.tensors[mapped.key] = tensor
     for module, bias in biases.items():  # a packed Linear holds its own bias

@@ -12,6 +12,13 @@ AWQ (AutoAWQ "gemm" layout): `qweight` int32 [in, out / 8] packs 8 output
 features per word in the order [0, 2, 4, 6, 1, 3, 5, 7] (nibble t holds
 feature 8j + ORDER[t]); `qzeros` int32 [groups, out / 8] the same; `scales`
 [groups, out]. W = (code - zero) * scale.
+
+AWQ "gemv" layout (AutoAWQ's WQLinear_GEMV): `qweight` int32 [out, in / 8] packs 8
+consecutive input features per word in plain order (feature 8j + t at shift 4t);
+`qzeros` int32 [out, width] packs the groups the same way, and `scales` [out,
+width * 8] holds them in its first columns: width is ceil(groups / 8) rounded
+up to a multiple of 4, 2 or 1 for group sizes 32, 64 and 128 or more, the rest
+padding. W = (code - zero) * scale.
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ from .common import (Checkpoint, expect_tensor, input_order_from_g_idx, make_pac
 from .safetensors_reader import SafetensorsFolder
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+AWQ_VERSIONS = ("gemm", "gemv")
 GPTQ_FORMATS = ("gptq", "gptq_v2")
 PARTS = ("qweight", "qzeros", "scales", "g_idx", "bias")
 SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -43,11 +51,15 @@ def _settings(qc: dict, where: str) -> dict:
         return {"method": "gptq", "bits": bits, "group": group, "v1": fmt == "gptq",
                 "desc_act": bool(qc.get("desc_act", False))}
     version = str(qc.get("version", "gemm")).lower()
-    require(version == "gemm", where, "AWQ version", repr(version), "'gemm'",
-            "the gemv / exllama / marlin layouts are not read: save the model with version gemm")
+    require(version in AWQ_VERSIONS, where, "AWQ version", repr(version),
+            f"one of {list(AWQ_VERSIONS)}", "the gemv_fast (interleaved), exllama and marlin "
+            "layouts are not read: save the model with version gemm")
     require(qc.get("zero_point", True) is True, where, "AWQ zero_point", qc.get("zero_point"),
-            "true (the gemm layout always stores zero points)")
-    return {"method": "awq", "bits": bits, "group": group}
+            "true (the gemm and gemv layouts always store zero points)")
+    require(version != "gemv" or group in (32, 64) or group >= 128, where,
+            "group_size for AWQ gemv", group, "32, 64 or at least 128 (the sizes AutoAWQ's "
+            "gemv layout pads its zero points for)")
+    return {"method": "awq", "bits": bits, "group": group, "gemv": version == "gemv"}
 
 
 def read_gptq_awq(files: SafetensorsFolder, config: dict, source: str) -> Checkpoint:
@@ -58,7 +70,8 @@ def read_gptq_awq(files: SafetensorsFolder, config: dict, source: str) -> Checkp
             0, f"at least one in a {s['method']} checkpoint")
     result = Checkpoint(format=s["method"], config=config)
     for prefix in prefixes:
-        read = _gptq_layer if s["method"] == "gptq" else _awq_layer
+        read = (_gptq_layer if s["method"] == "gptq" else
+                _awq_gemv_layer if s["gemv"] else _awq_layer)
         result.packed[prefix] = read(files, prefix, s)
     owned = {f"{p}.{part}" for p in prefixes for part in PARTS}
     for name in files.names():
@@ -145,4 +158,34 @@ def _awq_layer(files: SafetensorsFolder, prefix: str, s: dict):
     codes = unpack_int32(files.read(f"{prefix}.qweight"), bits, dim=1, order=AWQ_ORDER)
     zeros = unpack_int32(qzeros, bits, dim=1, order=AWQ_ORDER)  # [groups, out]
     return make_packed(prefix, bits, codes.t(), scales.t(), zero_points=zeros.t(),
+                       bias=_bias(files, prefix, out_features))
+
+
+def gemv_zeros_width(groups: int, group: int) -> int:
+    """Words of zero points per output row in AutoAWQ's gemv layout."""
+    multiple = 1 if group >= 128 else {64: 2, 32: 4}[group]
+    words = -(-groups // 8)
+    return -(-words // multiple) * multiple
+
+
+def _awq_gemv_layer(files: SafetensorsFolder, prefix: str, s: dict):
+    entry = files.entry(f"{prefix}.qweight")
+    require(entry.dtype == torch.int32 and len(entry.shape) == 2 and min(entry.shape) > 0,
+            f"{prefix}.qweight", "dtype and shape", f"{entry.dtype} {list(entry.shape)}",
+            "torch.int32 [out, in / 8], non-empty (the gemv layout)")
+    out_features, in_features = entry.shape[0], entry.shape[1] * 8
+    group = s["group"]  # gemv has no per-channel form (checked in _settings)
+    require(in_features % group == 0, prefix, "in_features", in_features,
+            f"a multiple of group_size {group}")
+    groups = in_features // group
+    width = gemv_zeros_width(groups, group)
+    scales_entry = files.entry(f"{prefix}.scales")
+    require(scales_entry.dtype in SCALE_DTYPES, f"{prefix}.scales", "dtype", scales_entry.dtype,
+            f"one of {list(SCALE_DTYPES)}")
+    scales = _read_checked(files, f"{prefix}.scales", scales_entry.dtype,
+                           (out_features, width * 8))[:, :groups]
+    qzeros = _read_checked(files, f"{prefix}.qzeros", torch.int32, (out_features, width))
+    zeros = unpack_int32(qzeros, 4, dim=1)[:, :groups]
+    codes = unpack_int32(files.read(f"{prefix}.qweight"), 4, dim=1)
+    return make_packed(prefix, 4, codes, scales, zero_points=zeros,
                        bias=_bias(files, prefix, out_features))
