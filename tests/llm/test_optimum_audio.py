@@ -34,8 +34,15 @@ tokens = model.generate(ids, echo=True, max_seq_len=ids.shape[1] + %d,
                         multimodal_features=features)
 print()
 report = json.load(open(os.path.join(out, "model.report.json")))
+try:  # an option of the image export: refused before any export
+    main_export(model_dir, task="multimodal-text-to-text", recipe="tensorrt",
+                output_dir=out + "-q", local_files_only=True, max_length=48,
+                recipe_kwargs={"image_size": 16})
+    refusal = None
+except TypeError as e:
+    refusal = str(e)
 print(json.dumps({"files": sorted(os.listdir(out)), "tokens": tokens, "modality": model.modality,
-                  "report": report}))
+                  "report": report, "refusal": refusal}))
 """ % (N_MELS, FRAMES, NEW)
 
 
@@ -73,6 +80,8 @@ def test_optimum_runs_the_recipes_voxtral_program_as_transformers(tmp_path, allo
     got = result["tokens"]
     # optimum stops after its eos id; the tokens before it are eager's.
     assert got and got == want[:len(got)] and len(set(want)) > 2, (got, want)
+    assert "multimodal-text-to-text takes recipe_kwargs max_seq_len" in result["refusal"]
+    assert "image_size do not apply" in result["refusal"]
     methods = result["report"]["methods"]
     assert sorted(methods) == ["audio_encoder", "text_decoder", "token_embedding"]
     for method, entry in methods.items():  # every node on TensorRT, one engine each
