@@ -131,11 +131,16 @@ def _export(args, model, out: Path):
             raise Fail(EXIT_USAGE, "--batch-size: MultimodalRunner runs batch 1 programs only")
         if args.image_size is not None and len(args.image_size) not in (1, 2):
             raise Fail(EXIT_USAGE, "--image-size: give H W, or one size for both")
-        from ...llm.multimodal import export_multimodal
+        from ...llm.multimodal import export_multimodal, processor_normalization
 
         size = tuple(args.image_size) if args.image_size else None
+        # the processor's normalization, for generate to prepare a PNG/JPEG as it does
+        try:
+            recorded = processor_normalization(args.model) if args.model else {}
+        except ValueError as e:
+            raise Fail(EXIT_USAGE, f"--model {args.model}: {e}") from None
         return export_multimodal(model, image_size=size[0] if size and len(size) == 1
-                                 else size, **common)
+                                 else size, constant_methods=recorded, **common)
     if args.image_size is not None:
         raise Fail(EXIT_USAGE, "--image-size is for --task image-text-to-text")
     from ...llm.exporter import export
