@@ -67,6 +67,8 @@ def processor_normalization(folder: str | Path) -> dict[str, list[float]]:
         config = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise ValueError(f"{path} is not JSON ({e}): fix or remove it") from None
+    if config.get("do_normalize") is False:  # the processor only rescales to [0, 1]
+        return {"image_mean": [0.0], "image_std": [1.0]}
     found = {k: config.get(k) for k in ("image_mean", "image_std")}
     if any(v is None for v in found.values()):
         return {}
