@@ -21,17 +21,19 @@ RUN = """
 import json, os, sys, torch
 import executorch_tensorrt
 from optimum.exporters.executorch import main_export
-model_dir, out, tokenizer_file, prompt = sys.argv[1:5]
+model_dir, out, tokenizer_file, prompts = sys.argv[1:5]
 main_export(model_dir, task="multimodal-text-to-text", recipe="tensorrt", output_dir=out,
             local_files_only=True, max_length=48, recipe_kwargs={"progress": None})
 from optimum.executorch import ExecuTorchModelForMultiModalToText
 from transformers import PreTrainedTokenizerFast
 model = ExecuTorchModelForMultiModalToText.from_pretrained(out)
 model.tokenizer = PreTrainedTokenizerFast(tokenizer_file=tokenizer_file)  # it prints tokens
-ids = torch.tensor([json.loads(prompt)])
-features = torch.randn(1, %d, %d, generator=torch.Generator().manual_seed(1))
-tokens = model.generate(ids, echo=True, max_seq_len=ids.shape[1] + %d,
-                        multimodal_features=features)
+tokens = []
+for chunks, prompt in enumerate(json.loads(prompts), 1):  # one chunk of audio, then two
+    ids = torch.tensor([prompt])
+    features = torch.randn(chunks, %d, %d, generator=torch.Generator().manual_seed(chunks))
+    tokens.append(model.generate(ids, echo=True, max_seq_len=ids.shape[1] + %d,
+                                 multimodal_features=features))
 print()
 report = json.load(open(os.path.join(out, "model.report.json")))
 try:  # an option of the image export: refused before any export
@@ -46,10 +48,11 @@ print(json.dumps({"files": sorted(os.listdir(out)), "tokens": tokens, "modality"
 """ % (N_MELS, FRAMES, NEW)
 
 
-def _eager_tokens(model, ids: list[int]) -> list[int]:
+def _eager_tokens(model, ids: list[int], chunks: int) -> list[int]:
     """transformers' own greedy `generate` (audio placeholders in the prompt,
     input_features) on the features the child makes."""
-    features = torch.randn(1, N_MELS, FRAMES, generator=torch.Generator().manual_seed(1))
+    features = torch.randn(chunks, N_MELS, FRAMES,
+                           generator=torch.Generator().manual_seed(chunks))
     ids = torch.tensor([ids])
     model.generation_config.eos_token_id = None  # all NEW tokens
     with torch.no_grad():
@@ -69,17 +72,18 @@ def test_optimum_runs_the_recipes_voxtral_program_as_transformers(tmp_path, allo
         n_fft=100).save_pretrained(tmp_path / "model")
     tokenizer = write_char_tokenizer(tmp_path)
     audio = model.config.audio_token_id
-    prompt = [BOS, 5] + [audio] * AUDIO_TOKENS + [6, 7, 8]
+    # A processor's longer audio comes as several chunks, their tokens in one run.
+    prompts = [[BOS, 5] + [audio] * (AUDIO_TOKENS * chunks) + [6, 7, 8] for chunks in (1, 2)]
     done = _child(RUN, str(tmp_path / "model"), str(tmp_path / "out"), str(tokenizer),
-                  json.dumps(prompt))
+                  json.dumps(prompts))
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["files"] == ["model.pte", "model.report.json"]
     assert result["modality"] == "audio"
-    want = _eager_tokens(model, prompt)
-    got = result["tokens"]
-    # optimum stops after its eos id; the tokens before it are eager's.
-    assert got and got == want[:len(got)] and len(set(want)) > 2, (got, want)
+    for chunks, (prompt, got) in enumerate(zip(prompts, result["tokens"]), 1):
+        want = _eager_tokens(model, prompt, chunks)
+        # optimum stops after its eos id; the tokens before it are eager's.
+        assert got and got == want[:len(got)] and len(set(want)) > 2, (chunks, got, want)
     assert "multimodal-text-to-text takes recipe_kwargs max_seq_len" in result["refusal"]
     assert "image_size do not apply" in result["refusal"]
     methods = result["report"]["methods"]

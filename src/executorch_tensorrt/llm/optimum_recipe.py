@@ -17,8 +17,9 @@ through `llm.export_multimodal` (methods `vision_encoder`, `token_embedding`,
 `text_decoder`) with the same limits as text-generation, optimum's single
 `get_eos_id` kept (its `ExecuTorchModelForMultiModalToText` reads it);
 multimodal-text-to-text of Voxtral (the same module, audio modality) likewise
-through `llm.audio.export_audio_llm` (methods `audio_encoder`,
-`token_embedding`, `text_decoder`).
+through `llm.audio.export_audio_llm` (methods `audio_encoder`, taking as many
+chunks of features as one decoder call holds, `token_embedding`,
+`text_decoder`).
 
 For text-generation and image-text-to-text, optimum's `get_max_seq_len` is the cache length (its
 programs take up to that many tokens per call), so it becomes our
@@ -159,12 +160,16 @@ def _export_multimodal(module, output: Path, **kwargs):
 
 def _export_audio_llm(module, output: Path, **kwargs):
     """multimodal-text-to-text of Voxtral: llm/audio.py's `audio_encoder`
-    (one chunk of log-mel features, [1, n_mels, frames]), `token_embedding`
-    and `text_decoder`, with optimum's `modality` and `audio_token_id`."""
-    from .audio import export_audio_llm
+    (log-mel features [chunks, n_mels, frames], as many chunks as one
+    text_decoder call holds: optimum's class prefills the whole prompt at
+    once), `token_embedding` and `text_decoder`, with optimum's `modality`
+    and `audio_token_id`."""
+    from .audio import audio_spec, export_audio_llm
 
-    return export_audio_llm(module.model, **_multimodal_limits(module, output, kwargs),
-                            **kwargs)
+    common = _multimodal_limits(module, output, kwargs)
+    tokens = audio_spec(module.model).tokens
+    return export_audio_llm(module.model, **common,
+                            max_audio_chunks=max(1, common["max_seq_len"] // tokens), **kwargs)
 
 
 def _export_speech(module, output: Path, **kwargs):
