@@ -332,6 +332,8 @@ def test_a_picture_without_pillow_names_the_extra(toy_dir, tokenizer, tmp_path, 
     ("damaged_png", ["image.png cannot be read as a picture"]),
     ("text_image", ["reads pictures (.png, .jpg", ".npy arrays", "raw .raw/.bin"]),
     ("mean_without_std", ["give image_mean and image_std together"]),
+    ("mean_for_npy", ["normalize picture files", "image.npy is taken as the processor's "
+                      "output", "leave them out"]),
     ("two_means", ["image_mean has 2 values", "3 channels: give 1 or 3"]),
     ("short_raw_image", ["holds 700 bytes",
                          "takes float32 [1, 3, 8, 8], 768 bytes of raw float32"]),
@@ -372,8 +374,11 @@ def test_multimodal_bad_inputs(case, words, toy_dir, tokenizer, tmp_path):
         (tmp_path / "image.txt").write_text("a cat")
         args = ["--image", tmp_path / "image.txt"]
     elif case in ("mean_without_std", "two_means"):
-        args += ["--image-mean", "0.5", "0.5"] + (["--image-std", "1"] if case == "two_means"
-                                                  else [])
+        _picture(0, (8, 8)).save(tmp_path / "image.png")
+        args = ["--image", tmp_path / "image.png", "--image-mean", "0.5", "0.5"] + (
+            ["--image-std", "1"] if case == "two_means" else [])
+    elif case == "mean_for_npy":
+        args += ["--image-mean", "0.5", "--image-std", "0.5"]
     elif case in ("mono_wav", "wav_rate"):
         with wave.open(str(tmp_path / "mono.wav"), "wb") as w:
             w.setnchannels(1)

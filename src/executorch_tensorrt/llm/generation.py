@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .image_files import Normalization, PictureError
+from .image_files import PICTURE_SUFFIXES, Normalization, PictureError
 from .runner_inputs import (
     ENCODERS,
     GenerateInputError,
@@ -222,6 +222,11 @@ def generate_multimodal(program: str | Path, tokenizer: str | Path, prompt: str,
         if given[kind] is None:
             continue
         if kind == "image":
+            if image_mean is not None and Path(image).suffix.lower() not in PICTURE_SUFFIXES:
+                raise GenerateInputError(
+                    f"image_mean / image_std (--image-mean / --image-std) normalize picture "
+                    f"files; {image} is taken as the processor's output, as it is: leave "
+                    "them out, or pass the picture itself")
             picture = read_image(given[kind], info.encoders[kind],
                                  _normalization(info, image_mean, image_std))
             array, notes = picture.array, picture.notes
