@@ -116,3 +116,12 @@ def test_export_refuses_audio_that_does_not_fit_one_decoder_call(tmp_path):
     with pytest.raises(ValueError, match="becomes 4 tokens.*max_seq_len >= 4"):
         export_audio_llm(_voxtral(), max_seq_len=3, max_context_len=48,
                          output=tmp_path / "model.pte", progress=None)
+
+
+def test_export_refuses_more_chunks_than_one_decoder_call_holds(tmp_path):
+    from executorch_tensorrt.llm.audio import export_audio_llm
+
+    with pytest.raises(ValueError, match="3 chunks of audio become 12 tokens.*"
+                                         "max_seq_len=8; use max_audio_chunks <= 2"):
+        export_audio_llm(_voxtral(), max_seq_len=8, max_context_len=48, max_audio_chunks=3,
+                         output=tmp_path / "model.pte", progress=None)

@@ -26,7 +26,7 @@ import torch
 from executorch_tensorrt import llm
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.runtime.executor import FALLBACK_ENV
-from runner_helpers import (CHARS, CONFIGS, EOS, TINY_MAX_CONTEXT, TINY_MAX_SEQ, encode,
+from runner_helpers import (BOS, CHARS, CONFIGS, EOS, TINY_MAX_CONTEXT, TINY_MAX_SEQ, encode,
                             write_char_tokenizer)
 from tests.helpers import cli_main
 import toy_multimodal as toy
@@ -185,7 +185,7 @@ def _audio(seed: int) -> torch.Tensor:
 
 
 def _ids(pieces: list[str]) -> list[int]:
-    return [CHARS.index(p) if p in CHARS else EOS for p in pieces]
+    return [CHARS.index(p) if p in CHARS else BOS if p == "<s>" else EOS for p in pieces]
 
 
 def test_multimodal_tokens_are_the_eager_models_for_each_image_and_audio(toy_dir, tokenizer,
@@ -244,17 +244,101 @@ def test_raw_image_and_audio_files_in_the_encoders_layout(toy_dir, tokenizer, tm
     assert _ids(result.pieces) == toy.eager_tokens("Hi", 6, image=_image(5), audio=_audio(6))
 
 
+def _picture(seed: int, size: tuple[int, int], mode: str = "RGB"):
+    from PIL import Image
+
+    values = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], len(mode)),
+                                                  dtype=np.uint8)
+    return Image.fromarray(values[..., 0] if mode == "L" else values, mode)
+
+
+def _normalized(image, mean: float, std: float) -> torch.Tensor:
+    """What the model's processor gives for a picture already at the encoder's
+    size: RGB channels first, scaled to [0, 1], then (x - mean) / std."""
+    chw = torch.from_numpy(np.asarray(image.convert("RGB"), np.float32)).permute(2, 0, 1)
+    return (chw / 255 - mean) / std
+
+
+def test_png_and_jpeg_pictures_are_resized_and_normalized(toy_dir, tokenizer, tmp_path):
+    """A PNG of another size (resized with a note), a grey JPEG of the
+    encoder's size: the tokens are the eager module's on the processor's
+    pixels, and two pictures give different tokens."""
+    from PIL import Image
+
+    program = toy_dir / "toy_multimodal.pte"
+    _picture(1, (16, 12)).save(tmp_path / "photo.png")
+    code, out, err = cli_main("generate", program, "--tokenizer", tokenizer, "--prompt", "Hi",
+                              "--image", tmp_path / "photo.png", "--image-mean", "0.5",
+                              "0.4", "0.3", "--image-std", "0.25", "--max-new-tokens", 8)
+    assert code == 0, err
+    assert "photo.png (12x16, HxW) was resized to the vision_encoder's 8x8" in err
+    with Image.open(tmp_path / "photo.png") as png:
+        small = png.resize((8, 8), Image.Resampling.BICUBIC)
+    mean = torch.tensor([0.5, 0.4, 0.3])[:, None, None]
+    pixels = (_normalized(small, 0, 1) - mean) / 0.25
+    png_tokens = toy.eager_tokens("Hi", 8, image=pixels)
+    result = llm.generate(program, tokenizer, "Hi", image=tmp_path / "photo.png",
+                          image_mean=[0.5, 0.4, 0.3], image_std=[0.25], max_new_tokens=8)
+    assert _ids(result.pieces) == png_tokens and out.rstrip("\n") == result.text
+    assert len(result.notes) == 1 and "resized" in result.notes[0]
+
+    _picture(2, (8, 8), "L").save(tmp_path / "grey.jpg", quality=95)
+    result = llm.generate(program, tokenizer, "Hi", image=tmp_path / "grey.jpg",
+                          image_mean=[0.5], image_std=[0.5], max_new_tokens=8)
+    assert result.notes == ()
+    with Image.open(tmp_path / "grey.jpg") as jpg:  # lossy: the decoded values
+        want = toy.eager_tokens("Hi", 8, image=_normalized(jpg, 0.5, 0.5))
+    assert _ids(result.pieces) == want and want != png_tokens
+
+
+def test_a_program_recording_its_processor_normalization_needs_no_options(tokenizer,
+                                                                           tmp_path):
+    """optimum writes preprocessor_config.json's image_mean / image_std as
+    constant methods: a PNG is normalized with them."""
+    program = toy.write_program(tmp_path, name="recorded.pte",
+                                constants={"image_mean": [0.5, 0.5, 0.5],
+                                           "image_std": [0.2, 0.2, 0.2]})
+    _picture(3, (8, 8)).save(tmp_path / "photo.png")
+    result = llm.generate(program, tokenizer, "Hi", image=tmp_path / "photo.png",
+                          max_new_tokens=8)
+    from PIL import Image
+
+    with Image.open(tmp_path / "photo.png") as png:
+        want = toy.eager_tokens("Hi", 8, image=_normalized(png, 0.5, 0.2))
+    assert _ids(result.pieces) == want
+
+
+def test_a_picture_without_pillow_names_the_extra(toy_dir, tokenizer, tmp_path, monkeypatch):
+    _picture(4, (8, 8)).save(tmp_path / "photo.png")
+    monkeypatch.setitem(sys.modules, "PIL", None)  # what an environment without it raises
+    code, out, err = cli_main("generate", toy_dir / "toy_multimodal.pte", "--tokenizer",
+                              tokenizer, "--prompt", "Hi", "--image", tmp_path / "photo.png",
+                              "--image-mean", "0.5", "--image-std", "0.5")
+    assert code == 2 and out == ""
+    for w in ("needs Pillow", "pip install 'executorch-tensorrt[image]'", ".npy"):
+        assert w in err, (w, err)
+
+
 @pytest.mark.parametrize("case, words", [
     ("no_image", ["encodes an image (float32 [1, 3, 8, 8])", "--image"]),
     ("small_image", ["has shape [3, 4, 8]", "vision_encoder takes float32 [1, 3, 8, 8]",
                      "Resize it to 8x8 with 3 channels"]),
     ("four_channels", ["has shape [8, 8, 4]", "with 3 channels"]),
     ("uint8_image", ["is uint8", "vision_encoder takes float32", "Save the array as float32"]),
-    ("png_image", ["reads images as .npy arrays", "raw .raw/.bin", "numpy.save"]),
+    ("png_image", ["does not record that normalization", "--image-mean and --image-std",
+                   "preprocessor_config.json"]),
+    ("damaged_png", ["image.png cannot be read as a picture"]),
+    ("text_image", ["reads pictures (.png, .jpg", ".npy arrays", "raw .raw/.bin"]),
+    ("mean_without_std", ["give image_mean and image_std together"]),
+    ("mean_for_npy", ["normalize picture files", "image.npy is taken as the processor's "
+                      "output", "leave them out"]),
+    ("two_means", ["image_mean has 2 values", "3 channels: give 1 or 3"]),
     ("short_raw_image", ["holds 700 bytes",
                          "takes float32 [1, 3, 8, 8], 768 bytes of raw float32"]),
-    ("mono_wav", ["have shape [1, 1, 16]", "audio_encoder takes float32 [1, 8, 16]",
-                  "processor"]),
+    ("mono_wav", ["1 channel(s) of 16 samples (0.001 s at 16000 Hz)",
+                  "audio_encoder takes float32 [1, 8, 16]", "pad or trim it to 16 samples",
+                  "WhisperFeatureExtractor", "numpy.save"]),
+    ("wav_rate", ["sampled at 16000 Hz", "feature extractor takes 8000 Hz", "resample"]),
     ("audio_without_encoder", ["an audio was given", "no audio_encoder", "leave the audio out"]),
     ("no_token_embedding", ["no method 'token_embedding'", "MultimodalRunner needs"]),
     ("no_forward", ["no method 'forward'", "TextLLMRunner"]),
@@ -279,16 +363,30 @@ def test_multimodal_bad_inputs(case, words, toy_dir, tokenizer, tmp_path):
     elif case == "short_raw_image":
         (tmp_path / "image.raw").write_bytes(bytes(700))
         args = ["--image", tmp_path / "image.raw"]
-    elif case == "png_image":
+    elif case in ("png_image", "damaged_png"):
         (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n")
         args = ["--image", tmp_path / "image.png"]
-    elif case == "mono_wav":
+        if case == "damaged_png":
+            args += ["--image-mean", "0.5", "--image-std", "0.5"]
+    elif case == "text_image":
+        (tmp_path / "image.txt").write_text("a cat")
+        args = ["--image", tmp_path / "image.txt"]
+    elif case in ("mean_without_std", "two_means"):
+        _picture(0, (8, 8)).save(tmp_path / "image.png")
+        args = ["--image", tmp_path / "image.png", "--image-mean", "0.5", "0.5"] + (
+            ["--image-std", "1"] if case == "two_means" else [])
+    elif case == "mean_for_npy":
+        args += ["--image-mean", "0.5", "--image-std", "0.5"]
+    elif case in ("mono_wav", "wav_rate"):
         with wave.open(str(tmp_path / "mono.wav"), "wb") as w:
             w.setnchannels(1)
             w.setsampwidth(2)
             w.setframerate(16000)
             w.writeframes(bytes(32))
-        args = ["--audio", tmp_path / "mono.wav"]
+        args += ["--audio", tmp_path / "mono.wav"]
+        if case == "wav_rate":  # a program recording its feature extractor's rate
+            program = toy.write_program(tmp_path, audio=True, name="rate.pte",
+                                        constants={"sampling_rate": 8000})
     elif case == "audio_without_encoder":
         np.save(tmp_path / "audio.npy", _audio(0).numpy())
         program = toy.write_program(tmp_path, name="vision_only.pte")

@@ -2,7 +2,8 @@
 programs written by `executorch_tensorrt.llm.export_multimodal`: for tiny
 random LLaVA (CLIP + Llama), Idefics3 (SigLIP-style + pixel shuffle + Llama,
 weights in a .ptd, through the `llm-export --task image-text-to-text`
-command), InternVL (InternViT + Qwen2) and Aya Vision (SigLIP + Cohere2
+command from a saved model folder whose preprocessor_config.json
+normalization the program records, so `generate` takes a PNG), InternVL (InternViT + Qwen2) and Aya Vision (SigLIP + Cohere2
 with sliding-window layers), an image between two text parts gives the
 tokens transformers' own greedy `generate` gives on the same image and
 prompt. Every method is one TensorRT partition (run here through the
@@ -72,12 +73,17 @@ def _export_in_process(name, folder: Path):
     return result.path, None
 
 
+MEAN, STD = [0.5, 0.4, 0.3], [0.25, 0.25, 0.5]  # the folder's processor normalization
+
+
 def _export_by_command(name, folder: Path):
     out = folder / f"{name}.pte"
+    llm.vision_language_model(FAMILIES[name]).save_pretrained(folder / "model")
+    (folder / "model" / "preprocessor_config.json").write_text(
+        json.dumps({"image_mean": MEAN, "image_std": STD, "do_normalize": True}))
     code, stdout, stderr = cli_main(
-        "llm-export", out, "--task", "image-text-to-text", "--config",
-        json.dumps(FAMILIES[name]), "--max-seq-len", MAX_SEQ, "--max-context-len", MAX_CONTEXT,
-        "--external-weights")
+        "llm-export", out, "--task", "image-text-to-text", "--model", folder / "model",
+        "--max-seq-len", MAX_SEQ, "--max-context-len", MAX_CONTEXT, "--external-weights")
     assert code == 0, stderr[-3000:]
     assert "partition report" in stderr and "text_decoder" in stderr
     assert f"get_image_tokens={IMAGE_TOKENS[name]}" in stderr
@@ -240,3 +246,53 @@ def test_a_family_the_runner_cannot_run_is_refused_with_the_reason(tmp_path):
                               max_context_len=MAX_CONTEXT, progress=None)
     assert "3-D rotary positions (M-RoPE)" in str(e.value)
     assert "llava" in str(e.value)  # the families that do run
+
+
+def test_generate_normalizes_a_png_as_the_recorded_processor(program, tokenizer, tmp_path,
+                                                              allow_fallback):
+    """A program exported from a model folder records its processor's
+    image_mean / image_std; `generate` prepares a PNG with them and decodes
+    transformers' greedy tokens on the processor's pixels (image, then prompt)."""
+    name, pte, ptd = program
+    if name != "idefics3":
+        pytest.skip("only the program exported from a model folder records a processor")
+    import numpy as np
+    from PIL import Image
+
+    values = np.random.default_rng(5).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    Image.fromarray(values, "RGB").save(tmp_path / "photo.png")
+    result = llm.generate(pte, tokenizer, AFTER, image=tmp_path / "photo.png", data=ptd,
+                          max_new_tokens=NEW)
+    pixels = (torch.from_numpy(values).permute(2, 0, 1).float() / 255
+              - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None]
+    model = llm.vision_language_model(FAMILIES[name])
+    ids = torch.tensor([[IMAGE] * IMAGE_TOKENS[name] + encode(AFTER)])
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, pixel_values=pixels[None, None],
+                             attention_mask=torch.ones_like(ids), max_new_tokens=NEW,
+                             do_sample=False)
+    want = out[0, ids.shape[1]:].tolist()
+    got = [({c: i for i, c in enumerate(CHARS)} | {"<s>": BOS, "</s>": EOS, "": EOS}
+            | SPECIAL)[p] for p in result.pieces]
+    assert got and got == want[:len(got)] and len(set(want)) > 1, (got, want)
+
+
+@pytest.mark.parametrize("config, want", [
+    (None, {}),
+    ({"image_mean": [0.5, 0.4, 0.3], "image_std": 0.5},
+     {"image_mean": [0.5, 0.4, 0.3], "image_std": [0.5]}),
+    ({"do_normalize": False, "image_mean": [0.5], "image_std": [0.5]},
+     {"image_mean": [0.0], "image_std": [1.0]}),
+    ({"image_mean": "clip", "image_std": [1]}, "should be numbers, got 'clip'"),
+])
+def test_the_recorded_normalization_is_the_processors(config, want, tmp_path):
+    from executorch_tensorrt.llm.multimodal import processor_normalization
+
+    if config is not None:
+        (tmp_path / "preprocessor_config.json").write_text(json.dumps(config))
+    if isinstance(want, str):
+        with pytest.raises(ValueError, match=want):
+            processor_normalization(tmp_path)
+    else:
+        assert processor_normalization(tmp_path) == want

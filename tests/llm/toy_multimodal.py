@@ -76,9 +76,9 @@ class _Decoder(_Method):
 
 def write_program(folder: Path, audio: bool = False, vision: bool = True,
                   drop: tuple[str, ...] = (), rename: dict[str, str] | None = None,
-                  name: str = "toy_multimodal.pte") -> Path:
+                  name: str = "toy_multimodal.pte", constants: dict | None = None) -> Path:
     """The program with the methods asked for, less those in `drop`, some
-    under other names (`rename`)."""
+    under other names (`rename`), with more constant methods (`constants`)."""
     from executorch.exir import to_edge_transform_and_lower
 
     model = ToyMultimodal().eval()
@@ -97,7 +97,8 @@ def write_program(folder: Path, audio: bool = False, vision: bool = True,
     if audio:
         programs["audio_encoder"] = torch.export.export(
             _Method(model, "hear"), (torch.rand(AUDIO_SHAPE),))
-    constants = {"get_max_seq_len": MAX_SEQ, "get_max_context_len": MAX_CONTEXT,
+    constants = {**(constants or {}),
+                 "get_max_seq_len": MAX_SEQ, "get_max_context_len": MAX_CONTEXT,
                  "get_vocab_size": VOCAB, "use_kv_cache": True, "enable_dynamic_shape": True,
                  "get_bos_id": BOS, "get_eos_ids": [EOS]}
     programs = {(rename or {}).get(k, k): v for k, v in programs.items() if k not in drop}

@@ -34,8 +34,8 @@ PINS_FILE = "pins.toml"
 SITES: dict[str, int] = {
     # [build-system] requires: executorch (1); [project] dependencies:
     # executorch, torch, onnx, onnxscript, onnxruntime, ml_dtypes (6);
-    # [project.optional-dependencies] rtx: tensorrt-rtx-cu13 (1).
-    "pyproject.toml": 8,
+    # [project.optional-dependencies] rtx: tensorrt-rtx-cu13, image: pillow (2).
+    "pyproject.toml": 9,
     # the emulated aarch64 run's pip line: executorch, onnxruntime, onnx, ml_dtypes, onnxscript;
     # the aarch64 [rtx] resolution's pip line: tensorrt-rtx-cu13 (6).
     "docs/aarch64.md": 6,

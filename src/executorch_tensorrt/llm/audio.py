@@ -6,7 +6,8 @@ What the runner calls (ExecuTorch 1.5.1, extension/llm/runner):
 - `audio_encoder(features float[1, n_mels, frames]) -> embeddings[1, N, D]`
   for a `make_audio_input` (its dtype must be the method's, or float32 to a
   bfloat16 method); the N embeddings then go to `text_decoder` in ONE call, so
-  N <= max_seq_len;
+  N <= max_seq_len (with `max_audio_chunks`, [chunks, n_mels, frames] ->
+  [1, chunks * N, D], as optimum's class passes a processor's chunks);
 - `token_embedding(tokens int64[1, S]) -> embeddings[1, S, D]`;
 - `text_decoder(embeddings[1, S, D], positions int64[S]) -> logits[1, S, V]`;
 - the constant methods TextLLMRunner reads too (llm/metadata.py).
@@ -78,13 +79,19 @@ class AudioLLMExportResult:
     export: ExportResult
 
 
-def audio_llm_programs(model, spec: AudioSpec, max_seq_len: int,
-                       max_context_len: int) -> dict[str, torch.export.ExportedProgram]:
+def audio_llm_programs(model, spec: AudioSpec, max_seq_len: int, max_context_len: int,
+                       max_audio_chunks: int = 1) -> dict[str, torch.export.ExportedProgram]:
     lm = causal_lm_of(model)
     hidden = int(model.config.get_text_config().hidden_size)
-    features = torch.zeros(1, spec.n_mels, spec.frames, dtype=spec.dtype)
+    # Several chunks (a processor's [chunks, n_mels, frames] for audio longer
+    # than one window) become one run of chunks * tokens embeddings.
+    chunks = min(2, max_audio_chunks)
+    features = torch.zeros(chunks, spec.n_mels, spec.frames, dtype=spec.dtype)
+    dynamic = ({0: torch.export.Dim("audio_chunks", min=1, max=max_audio_chunks)},) \
+        if max_audio_chunks > 1 else None
     with torch.no_grad():
-        encoder = torch.export.export(AudioEncoder(model).eval(), (features,), strict=True)
+        encoder = torch.export.export(AudioEncoder(model).eval(), (features,),
+                                      dynamic_shapes=dynamic, strict=True)
         embedding = export_token_embedding(lm.get_input_embeddings(), max_seq_len)
         decoder = export_hf_embeds(hf_static_cache_wrapper(lm, max_context_len), max_seq_len,
                                    hidden, spec.dtype)
@@ -93,12 +100,17 @@ def audio_llm_programs(model, spec: AudioSpec, max_seq_len: int,
 
 def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: str | Path,
                      dtype: str = "float32", bos_id: int | None = None, eos_ids=None,
+                     constant_methods: dict | None = None, max_audio_chunks: int = 1,
                      progress: Progress | None = stderr_progress,
                      **options) -> AudioLLMExportResult:
     """Exports a transformers audio-language model (VoxtralForConditionalGeneration)
     for MultimodalRunner. `max_seq_len`: most embeddings per text_decoder call,
     at least the tokens one audio input becomes (the runner prefills them in
-    one call); `max_context_len`: the KV cache's positions."""
+    one call); `max_context_len`: the KV cache's positions. `constant_methods`:
+    more name -> value methods (optimum's metadata); the limits written here win.
+    `max_audio_chunks`: audio_encoder takes [1..max_audio_chunks, n_mels,
+    frames] (optimum's class passes a processor's chunks of longer audio at
+    once; ExecuTorch's MultimodalRunner passes one)."""
     refuse_kv_cache_dtype(options, "export_audio_llm")
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
@@ -109,11 +121,18 @@ def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: s
     config = model.config.get_text_config()
     _check_arguments(config, max_seq_len, max_context_len, dtype, None, 1)
     spec = audio_spec(model)
+    if max_audio_chunks < 1:
+        raise ValueError(f"max_audio_chunks={max_audio_chunks}: give 1 or more")
     if spec.tokens > max_seq_len:
         raise ValueError(
             f"one audio input becomes {spec.tokens} tokens, which MultimodalRunner feeds to "
             f"text_decoder in one call, but max_seq_len={max_seq_len}; export with "
             f"max_seq_len >= {spec.tokens}")
+    if spec.tokens * max_audio_chunks > max_seq_len:
+        raise ValueError(
+            f"{max_audio_chunks} chunks of audio become {spec.tokens * max_audio_chunks} "
+            f"tokens, fed to text_decoder in one call, but max_seq_len={max_seq_len}; use "
+            f"max_audio_chunks <= {max_seq_len // spec.tokens} or a larger max_seq_len")
     meta = LLMMetadata.for_config(config, max_seq_len, max_context_len, bos_id, eos_ids)
     if progress:
         progress(f"{type(model).__name__}: audio [1, {spec.n_mels}, {spec.frames}] -> "
@@ -121,7 +140,8 @@ def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: s
                  f"{max_seq_len} per call, dtype {dtype}")
         progress("torch.export of audio_encoder, token_embedding and text_decoder...")
     try:
-        programs = audio_llm_programs(model, spec, max_seq_len, max_context_len)
+        programs = audio_llm_programs(model, spec, max_seq_len, max_context_len,
+                                      max_audio_chunks)
     except Exception as e:  # noqa: BLE001 - any tracing failure, with its model named
         raise ExportError(f"torch.export of {type(model).__name__} failed: "
                           f"{type(e).__name__}: {e}") from e
@@ -135,7 +155,8 @@ def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: s
     decoder = (lambda e, p: step(inputs_embeds=e, cache_position=p), (embeds, positions))
     result = export_program(programs, None, output, progress=progress,
                             method_references={"text_decoder": decoder},
-                            constant_methods={**meta.constant_methods(),
+                            constant_methods={**(constant_methods or {}),
+                                              **meta.constant_methods(),
                                               **spec.constant_methods()},
                             write_expected_file=False, **options)
     return AudioLLMExportResult(result.path, result.data_paths, meta, spec, result)

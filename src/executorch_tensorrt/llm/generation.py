@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
+from .image_files import PICTURE_SUFFIXES, Normalization, PictureError
 from .runner_inputs import (
     ENCODERS,
     GenerateInputError,
@@ -80,6 +81,7 @@ class GeneratedText:
     stats: GenerationStats
     runner: str             # "TextLLMRunner" or "MultimodalRunner"
     max_new_tokens: int     # the bound the runner was given (the context's room, at most)
+    notes: tuple[str, ...] = ()  # what was done to the inputs (a picture resized, ...)
 
 
 def _check_options(max_new_tokens: int | None, temperature: float) -> None:
@@ -118,7 +120,7 @@ def _prepare(program, tokenizer, data, multimodal: bool) -> tuple[ProgramInfo, o
 
 
 def _run(runner_class: str, info: ProgramInfo, tokenizer, inputs, config,
-         on_token: TokenCallback | None) -> GeneratedText:
+         on_token: TokenCallback | None, notes: tuple[str, ...] = ()) -> GeneratedText:
     import executorch_tensorrt
     from executorch.extension.llm import runner as llm_runner
 
@@ -145,7 +147,7 @@ def _run(runner_class: str, info: ProgramInfo, tokenizer, inputs, config,
         raise GenerateRunError(f"{runner_class} returned without its stats: the generation "
                                "did not finish")
     return GeneratedText("".join(pieces), pieces, GenerationStats.from_runner(stats[0]),
-                         runner_class, config.max_new_tokens)
+                         runner_class, config.max_new_tokens, notes)
 
 
 def generate_text(program: str | Path, tokenizer: str | Path, prompt: str, *,
@@ -177,15 +179,21 @@ def generate_multimodal(program: str | Path, tokenizer: str | Path, prompt: str,
                         image: str | Path | None = None, audio: str | Path | None = None,
                         max_new_tokens: int | None = None, temperature: float = 0.0,
                         data: str | Path | None = None,
+                        image_mean: Sequence[float] | None = None,
+                        image_std: Sequence[float] | None = None,
                         on_token: TokenCallback | None = None) -> GeneratedText:
     """Generate from an image and/or audio followed by `prompt` with a
     multimodal program (methods `vision_encoder` and/or `audio_encoder`,
     `token_embedding`, `text_decoder` and the runner's constant methods),
     through ExecuTorch's MultimodalRunner.
 
-    image: a .npy array in the vision encoder's input shape ([H, W, C] or
-        [C, H, W]) and dtype, preprocessed as the model's processor does, or a
-        .raw/.bin file of its values in the encoder's layout.
+    image: a picture (PNG, JPEG, ...; needs Pillow) resized to the vision
+        encoder's input and, for a float32 encoder, scaled to [0, 1] and
+        normalized with `image_mean` / `image_std` (default: the ones the
+        program records, else required); or a .npy array in the encoder's
+        input shape ([H, W, C] or [C, H, W]) and dtype, preprocessed as the
+        model's processor does; or a .raw/.bin file of its values in the
+        encoder's layout.
     audio: a .npy (or .raw/.bin) of the audio encoder's features, or a .wav
         for an encoder that takes the waveform ([1, channels, samples]).
     The inputs go to the runner in the order image, audio, prompt; the
@@ -208,13 +216,22 @@ def generate_multimodal(program: str | Path, tokenizer: str | Path, prompt: str,
         wanted = " or ".join(f"an {k} ({info.encoders[k].describe()})" for k in info.encoders)
         raise GenerateInputError(f"program {info.path} encodes {wanted}: pass it "
                                  f"({' / '.join('--' + k for k in info.encoders)})")
-    inputs, positions = [], 0
+    inputs, positions, notes = [], 0, ()
     decoder_max = info.decoder_chunk
-    for kind, read, make in (("image", read_image, make_image_input),
-                             ("audio", read_audio, make_audio_input)):
+    for kind, make in (("image", make_image_input), ("audio", make_audio_input)):
         if given[kind] is None:
             continue
-        array = read(given[kind], info.encoders[kind])
+        if kind == "image":
+            if image_mean is not None and Path(image).suffix.lower() not in PICTURE_SUFFIXES:
+                raise GenerateInputError(
+                    f"image_mean / image_std (--image-mean / --image-std) normalize picture "
+                    f"files; {image} is taken as the processor's output, as it is: leave "
+                    "them out, or pass the picture itself")
+            picture = read_image(given[kind], info.encoders[kind],
+                                 _normalization(info, image_mean, image_std))
+            array, notes = picture.array, picture.notes
+        else:
+            array = read_audio(given[kind], info.encoders[kind], info.sampling_rate)
         inputs.append(make(torch.from_numpy(array)))
         positions += info.media_tokens[kind]
         if decoder_max is not None and info.media_tokens[kind] > decoder_max:
@@ -232,18 +249,33 @@ def generate_multimodal(program: str | Path, tokenizer: str | Path, prompt: str,
             "export with a larger max_context_len.")
     inputs.append(make_text_input(prompt))
     config = _config(max_new_tokens, temperature, positions + len(tokens), info)
-    return _run("MultimodalRunner", info, tokenizer, inputs, config, on_token)
+    return _run("MultimodalRunner", info, tokenizer, inputs, config, on_token, notes)
+
+
+def _normalization(info: ProgramInfo, mean, std) -> Normalization | None:
+    """The caller's image_mean / image_std, else the program's own."""
+    if (mean is None) != (std is None):
+        raise GenerateInputError("give image_mean and image_std together (--image-mean and "
+                                 "--image-std): the processor's normalization needs both")
+    if mean is None and info.image_normalization is None:
+        return None
+    mean, std = (mean, std) if mean is not None else info.image_normalization
+    try:
+        return Normalization.of(mean, std, info.encoders["image"].shape[-3])
+    except PictureError as e:
+        raise GenerateInputError(str(e)) from None
 
 
 def generate(program: str | Path, tokenizer: str | Path, prompt: str, *,
              image: str | Path | None = None, audio: str | Path | None = None,
-             **kwargs) -> GeneratedText:
+             image_mean: Sequence[float] | None = None,
+             image_std: Sequence[float] | None = None, **kwargs) -> GeneratedText:
     """`generate_multimodal` for a program with multimodal methods, else
     `generate_text` (which refuses an image or audio by name)."""
     info = read_program_info(program, kwargs.get("data"))
     if info.multimodal:
         return generate_multimodal(program, tokenizer, prompt, image=image, audio=audio,
-                                   **kwargs)
+                                   image_mean=image_mean, image_std=image_std, **kwargs)
     for kind, value in (("image", image), ("audio", audio)):
         if value is not None:
             raise GenerateInputError(

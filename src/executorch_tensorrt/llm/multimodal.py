@@ -55,6 +55,31 @@ def vision_language_model(model_or_config, seed: int = 0,
     return causal_lm(model_or_config, seed, dtype, auto_class="AutoModelForImageTextToText")
 
 
+def processor_normalization(folder: str | Path) -> dict[str, list[float]]:
+    """The `image_mean` and `image_std` of the model folder's
+    preprocessor_config.json (empty when it has none): recorded as constant
+    methods, they let `generate` normalize a PNG/JPEG as the processor does."""
+    import json
+
+    path = Path(folder) / "preprocessor_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not JSON ({e}): fix or remove it") from None
+    if config.get("do_normalize") is False:  # the processor only rescales to [0, 1]
+        return {"image_mean": [0.0], "image_std": [1.0]}
+    found = {k: config.get(k) for k in ("image_mean", "image_std")}
+    if any(v is None for v in found.values()):
+        return {}
+    values = {k: v if isinstance(v, list) else [v] for k, v in found.items()}
+    if not all(isinstance(x, (int, float)) for v in values.values() for x in v):
+        raise ValueError(f"{path}: image_mean / image_std should be numbers, got "
+                         f"{found['image_mean']!r} / {found['image_std']!r}")
+    return {k: [float(x) for x in v] for k, v in values.items()}
+
+
 def _check_image_fits(spec: ImageSpec, max_seq_len: int, max_context_len: int) -> None:
     if spec.tokens > max_seq_len:
         raise ValueError(
@@ -172,5 +197,5 @@ def export_multimodal(model_or_config, *, output: str | Path, max_seq_len: int,
     return MultimodalExportResult(result.path, result.data_paths, meta, spec, result)
 
 
-__all__ = ["export_multimodal", "vision_language_model", "ImageSpec", "IMAGE_METHODS",
+__all__ = ["export_multimodal", "vision_language_model", "processor_normalization", "ImageSpec", "IMAGE_METHODS",
            "MultimodalExportResult"]

@@ -15,7 +15,11 @@ being the decoder cache, capped at the model's `max_target_positions`;
 image-text-to-text (MultiModalTextToTextExportableModule, vision modality)
 through `llm.export_multimodal` (methods `vision_encoder`, `token_embedding`,
 `text_decoder`) with the same limits as text-generation, optimum's single
-`get_eos_id` kept (its `ExecuTorchModelForMultiModalToText` reads it).
+`get_eos_id` kept (its `ExecuTorchModelForMultiModalToText` reads it);
+multimodal-text-to-text of Voxtral (the same module, audio modality) likewise
+through `llm.audio.export_audio_llm` (methods `audio_encoder`, taking as many
+chunks of features as one decoder call holds, `token_embedding`,
+`text_decoder`).
 
 For text-generation and image-text-to-text, optimum's `get_max_seq_len` is the cache length (its
 programs take up to that many tokens per call), so it becomes our
@@ -47,6 +51,8 @@ OPTIONS = ("max_seq_len", "quantize", "group_size", "external_weights", "precisi
            "compute_capabilities", "progress")
 SPEECH_OPTIONS = ("precision", "compute_capabilities", "progress")
 MULTIMODAL_OPTIONS = (*OPTIONS, "image_size")
+AUDIO_LLM_OPTIONS = ("max_seq_len", "external_weights", "precision", "compute_capabilities",
+                     "progress")
 
 
 class WrittenProgram:
@@ -132,17 +138,38 @@ def _export_causal_lm(module, output: Path, **kwargs):
     return export(module.model, **_llm_limits(module, output, kwargs), **kwargs)
 
 
-def _export_multimodal(module, output: Path, **kwargs):
-    from .multimodal import export_multimodal
-
-    if module.modality != "vision":
-        raise ValueError(f"the {RECIPE!r} recipe exports image-text-to-text models of the "
-                         f"vision modality; optimum gave a {module.modality} model")
+def _multimodal_limits(module, output: Path, kwargs: dict) -> dict:
     common = _llm_limits(module, output, kwargs)
     if common["eos_ids"] is not None:  # ExecuTorchModelForMultiModalToText reads optimum's id
         common["constant_methods"] = {**common["constant_methods"],
                                       "get_eos_id": common["eos_ids"]}
-    return export_multimodal(module.model, **common, **kwargs)
+    return common
+
+
+def _export_multimodal(module, output: Path, **kwargs):
+    from .multimodal import export_multimodal
+
+    if module.modality != "vision":
+        raise ValueError(
+            f"the {RECIPE!r} recipe exports multimodal models of the vision modality and "
+            f"Voxtral (audio); optimum gave a {module.modality} model of type "
+            f"{module.model.config.model_type!r}. Use another recipe for it")
+    return export_multimodal(module.model, **_multimodal_limits(module, output, kwargs),
+                             **kwargs)
+
+
+def _export_audio_llm(module, output: Path, **kwargs):
+    """multimodal-text-to-text of Voxtral: llm/audio.py's `audio_encoder`
+    (log-mel features [chunks, n_mels, frames], as many chunks as one
+    text_decoder call holds: optimum's class prefills the whole prompt at
+    once), `token_embedding` and `text_decoder`, with optimum's `modality`
+    and `audio_token_id`."""
+    from .audio import audio_spec, export_audio_llm
+
+    common = _multimodal_limits(module, output, kwargs)
+    tokens = audio_spec(module.model).tokens
+    return export_audio_llm(module.model, **common,
+                            max_audio_chunks=max(1, common["max_seq_len"] // tokens), **kwargs)
 
 
 def _export_speech(module, output: Path, **kwargs):
@@ -178,6 +205,10 @@ TASKS = (
                  optimum_tasks.export_seq2seq_lm, optimum_tasks.SEQ2SEQ_OPTIONS, ("t5",)),
     TaskExporter("automatic-speech-recognition", "Seq2SeqLMExportableModule", _export_speech,
                  SPEECH_OPTIONS, ("whisper",)),
+    # optimum's multimodal-text-to-text and image-text-to-text load the same
+    # module; the audio model it holds picks the audio export.
+    TaskExporter("multimodal-text-to-text", "MultiModalTextToTextExportableModule",
+                 _export_audio_llm, AUDIO_LLM_OPTIONS, ("voxtral",)),
     TaskExporter("image-text-to-text", "MultiModalTextToTextExportableModule",
                  _export_multimodal, MULTIMODAL_OPTIONS),
 )

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..dtypes import by_scalar_type
 from ..errors import ExecuTorchTensorRTError
+from .image_files import PICTURE_SUFFIXES, Normalization, Picture, PictureError, read_picture
 from .metadata import LLMMetadata, read_metadata
 
 ENCODERS = {"image": "vision_encoder", "audio": "audio_encoder"}
@@ -59,6 +60,10 @@ class ProgramInfo:
     media_tokens: dict[str, int]           # "image"/"audio" -> positions its output fills
     text_chunk: int | None                 # prompt tokens the methods take at once
     decoder_chunk: int | None              # embeddings text_decoder takes at once
+    # the processor's image_mean / image_std, when the program records them
+    # (optimum writes preprocessor_config.json's keys as constant methods)
+    image_normalization: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    sampling_rate: int | None = None       # the feature extractor's, when recorded so
 
     @property
     def multimodal(self) -> bool:
@@ -132,7 +137,28 @@ def read_program_info(path: str | Path, data_path: str | Path | None = None) -> 
     decoder_chunk = decoder[1] if len(decoder) >= 2 else 1
     text_chunk = min(chunk[-1] if chunk else 1, decoder_chunk)
     return ProgramInfo(path, info.data_path, methods, limits, encoders, media_tokens,
-                       text_chunk, decoder_chunk)
+                       text_chunk, decoder_chunk, _recorded_normalization(program, methods),
+                       _recorded_int(program, methods, "sampling_rate"))
+
+
+def _recorded_int(program, methods, name: str) -> int | None:
+    if name not in methods:
+        return None
+    (value,) = program.load_method(name).execute([])
+    return int(value.item() if hasattr(value, "item") else value)
+
+
+def _recorded_normalization(program, methods) -> tuple | None:
+    if "image_mean" not in methods or "image_std" not in methods:
+        return None
+
+    def values(name: str) -> tuple[float, ...]:  # a list constant: one output per value
+        out = []
+        for value in program.load_method(name).execute([]):
+            out += value.flatten().tolist() if hasattr(value, "flatten") else [value]
+        return tuple(float(v) for v in out)
+
+    return values("image_mean"), values("image_std")
 
 
 # ---- the tokenizer -----------------------------------------------------------
@@ -220,22 +246,32 @@ def _read_raw(path: Path, meta: TensorMeta, kind: str) -> np.ndarray:
     return np.fromfile(path, dtype).reshape(meta.shape)
 
 
-def read_image(path: str | Path, meta: TensorMeta) -> np.ndarray:
-    """The image as the encoder's [C, H, W] (or [1, C, H, W]) array, from a
-    .npy of [H, W, C] or [C, H, W] (optionally with a batch of 1) in the
-    encoder's dtype, or a raw file of its values in the encoder's layout.
-    PNG/JPEG need Pillow, which is no dependency: convert them with the
-    model's own preprocessing."""
+def read_image(path: str | Path, meta: TensorMeta,
+               normalization: Normalization | None = None) -> Picture:
+    """The image as the encoder's [C, H, W] array, from a picture file
+    (image_files.py: resized to the encoder's size, normalized with
+    `normalization` for a float32 encoder), a .npy of [H, W, C] or [C, H, W]
+    (optionally with a batch of 1) in the encoder's dtype, or a raw file of
+    its values in the encoder's layout."""
     path = Path(path)
     if not path.is_file():
         raise GenerateInputError(f"image {path} does not exist")
     suffix = path.suffix.lower()
+    if suffix in PICTURE_SUFFIXES:
+        channels, height, width = meta.shape[-3:]
+        _check_dtype(np.zeros(0, "float32" if meta.dtype == "bfloat16" else meta.dtype),
+                     meta, path, "image")  # an encoder dtype the runner can feed
+        try:
+            return read_picture(path, channels, height, width,
+                                "float32" if meta.dtype == "bfloat16" else meta.dtype,
+                                normalization)
+        except PictureError as e:
+            raise GenerateInputError(str(e)) from None
     if suffix not in (".npy", *RAW_SUFFIXES):
         raise GenerateInputError(
-            f"image {path}: generate reads images as .npy arrays ([H, W, C] or [C, H, W], "
-            f"the encoder takes {meta.describe()}) or raw {'/'.join(RAW_SUFFIXES)} values in "
-            "the encoder's layout. Resize and normalize the image as the model's processor "
-            "does and save it with numpy.save.")
+            f"image {path}: generate reads pictures ({', '.join(PICTURE_SUFFIXES)}), .npy "
+            f"arrays ([H, W, C] or [C, H, W], the encoder takes {meta.describe()}) and raw "
+            f"{'/'.join(RAW_SUFFIXES)} values in the encoder's layout.")
     array = _read_raw(path, meta, "image") if suffix in RAW_SUFFIXES else \
         _read_npy(path, "image")
     want = meta.shape[-3:]
@@ -249,19 +285,35 @@ def read_image(path: str | Path, meta: TensorMeta) -> np.ndarray:
             f"{meta.describe()} ([C, H, W] = {list(want)}). Resize it to {want[1]}x{want[2]} "
             f"with {want[0]} channels.")
     _check_dtype(chw, meta, path, "image")
-    return np.ascontiguousarray(chw)
+    return Picture(np.ascontiguousarray(chw), ())
 
 
-def read_audio(path: str | Path, meta: TensorMeta) -> np.ndarray:
+def read_audio(path: str | Path, meta: TensorMeta,
+               sampling_rate: int | None = None) -> np.ndarray:
     """Audio as the encoder's [batch, bins, frames] float32 array: a .npy of
     features, raw float32 values in that layout, or a .wav whose samples
     (scaled to [-1, 1]) are [1, channels, samples], for an encoder that takes
-    the waveform itself."""
+    the waveform itself (at `sampling_rate`, when the program records one)."""
     path = Path(path)
     if not path.is_file():
         raise GenerateInputError(f"audio {path} does not exist")
     if path.suffix.lower() == ".wav":
-        array = _read_wav(path)
+        array, rate = _read_wav(path)
+        if sampling_rate is not None and rate != sampling_rate:
+            raise GenerateInputError(
+                f"audio {path} is sampled at {rate} Hz; the model's feature extractor takes "
+                f"{sampling_rate} Hz: resample it (e.g. sox in.wav -r {sampling_rate} "
+                "out.wav)")
+        if array.shape != meta.shape:
+            samples = array.shape[2]
+            raise GenerateInputError(
+                f"audio {path}: the .wav has {array.shape[1]} channel(s) of {samples} samples "
+                f"({samples / rate:.3f} s at {rate} Hz); program's audio_encoder takes "
+                f"{meta.describe()}. A .wav fits only an encoder that takes the waveform "
+                f"[1, channels, samples] (then pad or trim it to {meta.shape[-1]} samples); "
+                "for an encoder of log-mel features, compute them as the model's processor "
+                "does (e.g. transformers' WhisperFeatureExtractor) and save them with "
+                "numpy.save.")
         where = "the .wav's samples [1, channels, samples]"
     elif path.suffix.lower() == ".npy":
         array = _read_npy(path, "audio")
@@ -282,10 +334,11 @@ def read_audio(path: str | Path, meta: TensorMeta) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
-def _read_wav(path: Path) -> np.ndarray:
+def _read_wav(path: Path) -> tuple[np.ndarray, int]:
     try:
         with wave.open(str(path)) as w:
             channels, width, frames = w.getnchannels(), w.getsampwidth(), w.getnframes()
+            rate = w.getframerate()
             raw = w.readframes(frames)
     except (wave.Error, EOFError) as e:
         raise GenerateInputError(f"audio {path} is not a PCM .wav file: {e}") from None
@@ -297,7 +350,7 @@ def _read_wav(path: Path) -> np.ndarray:
     else:
         dtype = np.int16 if width == 2 else np.int32
         samples = np.frombuffer(raw, dtype).astype(np.float32) / float(2 ** (8 * width - 1))
-    return samples.reshape(frames, channels).T[None].copy()
+    return samples.reshape(frames, channels).T[None].copy(), rate
 
 
 def _check_dtype(array: np.ndarray, meta: TensorMeta, path: Path, kind: str) -> None:

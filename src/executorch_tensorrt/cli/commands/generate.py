@@ -26,9 +26,16 @@ def register(sub) -> None:
     p.add_argument("--prompt", metavar="TEXT", required=True,
                    help="the prompt, as the model takes it (write its chat template in)")
     p.add_argument("--image", metavar="FILE",
-                   help="an image for vision_encoder: .npy ([H, W, C] or [C, H, W]) in its "
-                        "input size and dtype, or .raw/.bin values in its layout (no PNG/JPEG: "
-                        "Pillow is no dependency)")
+                   help="an image for vision_encoder: a PNG/JPEG (needs Pillow: "
+                        "executorch-tensorrt[image]; resized to the encoder's size), a .npy "
+                        "([H, W, C] or [C, H, W]) in its input size and dtype, or .raw/.bin "
+                        "values in its layout")
+    p.add_argument("--image-mean", type=float, nargs="+", metavar="M",
+                   help="the processor's image_mean (per channel, or one) a PNG/JPEG is "
+                        "normalized with for a float32 vision_encoder (default: the program's "
+                        "recorded one)")
+    p.add_argument("--image-std", type=float, nargs="+", metavar="S",
+                   help="the processor's image_std, with --image-mean")
     p.add_argument("--audio", metavar="FILE",
                    help="audio for audio_encoder: .npy (or .raw/.bin) features, or a .wav for "
                         "an encoder that takes the waveform")
@@ -53,6 +60,7 @@ def run(args) -> int:
 
     try:
         result = generate(path, args.tokenizer, args.prompt, image=args.image, audio=args.audio,
+                          image_mean=args.image_mean, image_std=args.image_std,
                           max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                           data=data, on_token=stream)
     except GenerateInputError as e:
@@ -65,6 +73,8 @@ def run(args) -> int:
         print(f"note: --max-new-tokens {args.max_new_tokens} was cut to "
               f"{result.max_new_tokens}, the room the program's context leaves after the "
               "prompt", file=sys.stderr)
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
     print(f"note: {result.runner} ran {path}", file=sys.stderr)
     for line in result.stats.lines():
         print(f"stats: {line}", file=sys.stderr)

@@ -141,11 +141,16 @@ def _export(args, model, out: Path):
         if args.kv_cache_dtype is not None:
             raise Fail(EXIT_USAGE, "--kv-cache-dtype is for --task text-generation (the "
                                     "multimodal export keeps its cache in --dtype)")
-        from ...llm.multimodal import export_multimodal
+        from ...llm.multimodal import export_multimodal, processor_normalization
 
         size = tuple(args.image_size) if args.image_size else None
+        # the processor's normalization, for generate to prepare a PNG/JPEG as it does
+        try:
+            recorded = processor_normalization(args.model) if args.model else {}
+        except ValueError as e:
+            raise Fail(EXIT_USAGE, f"--model {args.model}: {e}") from None
         return export_multimodal(model, image_size=size[0] if size and len(size) == 1
-                                 else size, **common)
+                                 else size, constant_methods=recorded, **common)
     if args.image_size is not None:
         raise Fail(EXIT_USAGE, "--image-size is for --task image-text-to-text")
     from ...llm.exporter import export
