@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from optimum_tasks import ROOT, RECIPES, error_line, markdown_header, run_child  # noqa: E402
 
 EVIDENCE = ROOT / "docs" / "evidence" / "optimum-multimodal.md"
-VISION = ("llava", "smolvlm", "gemma3")
+VISION = ("llava", "idefics3", "smolvlm", "gemma3")
 CELLS = (*VISION, "whisper", "voxtral")
 CONTEXT = 64      # optimum's max_length / max_seq_len: the cache
 NEW = 24          # tokens generated per loop (fewer where EOS comes first)
@@ -51,9 +51,10 @@ ADJUSTMENTS = {
         "(pixels [1, 3, 32, 32], Idefics3/SmolVLM [1, 1, 3, 32, 32]; Voxtral log-mel "
         "[2, 8, 32] with optimum's own dynamic batch)"),
     "encoder-output": (
-        "VisionExportableModule.forward returns `get_image_features(...)`, which transformers "
-        "5 returns as an output object; the adjusted forward returns its `pooler_output` "
-        "(the projected features merged into the prompt), as [1, N, D]"),
+        "VisionExportableModule.forward / AudioExportableModule.forward return "
+        "`get_image_features(...)` / `get_audio_features(...)`, which transformers 5 returns "
+        "as an output object; the adjusted forwards return its `pooler_output` (the "
+        "projected features merged into the prompt), as [1, N, D]"),
     "hooks-run-once": (
         "transformers' output-capture hooks (`can_return_tuple` / `check_model_inputs`) do "
         "not trace under torch.export's strict mode until the module has run once: the "
@@ -62,7 +63,12 @@ ADJUSTMENTS = {
         "Seq2SeqLMDecoderExportableModuleWithStaticCache builds transformers' StaticCache "
         "with `max_batch_size=` and sizes it from `num_hidden_layers` (Whisper's encoder "
         "layer count); the adjusted wrapper builds the self-attention StaticCache as "
-        "transformers now takes it (`config, max_cache_len`) for the decoder's layers"),
+        "transformers now takes it (`config, max_cache_len`) for the decoder's layers, and "
+        "registers each layer's `cumulative_length` (which the cache's update mutates) as a "
+        "buffer beside its keys and values; transformers' StaticLayer now writes at that "
+        "running length, not at `cache_position`, so the adjusted forward sets it to "
+        "`cache_position` (self-attention) and 0 (cross-attention, whose keys and values "
+        "the traced graph recomputes from the encoder output on every call) first"),
 }
 
 
@@ -77,8 +83,6 @@ def _vision_config(name: str) -> tuple[dict, int]:
 
 
 def _whisper_config():
-    import transformers
-
     from tests.llm.test_optimum_whisper import _config
     return _config()
 
@@ -154,14 +158,12 @@ def _adjust_optimum(name: str) -> list[str]:
                                                             max=10)}}
             return features.to(self.model.dtype), dims
 
-        audio.prepare_export_inputs = audio_inputs
-        applied += ["example-inputs", "hooks-run-once"]
-        original = audio.forward
-
         def audio_forward(self, input_features):
-            out = original(self, input_features)
-            return getattr(out, "pooler_output", out)
-        audio.forward = audio_forward
+            features = self.model.get_audio_features(input_features)
+            return getattr(features, "pooler_output", features).unsqueeze(0)
+
+        audio.prepare_export_inputs, audio.forward = audio_inputs, audio_forward
+        applied += ["example-inputs", "encoder-output", "hooks-run-once"]
     elif name == "whisper":
         _adjust_whisper_decoder(integrations)
         applied.append("whisper-static-cache")
@@ -204,9 +206,23 @@ def _adjust_whisper_decoder(integrations) -> None:
                                      persistent=False)
                 self.register_buffer(f"{kind}_attention_value_cache_{i}", layer.values,
                                      persistent=False)
+                self.register_buffer(f"{kind}_attention_length_{i}", layer.cumulative_length,
+                                     persistent=False)
         self.cache = EncoderDecoderCache(self.self_attention_cache, self.cross_attention_cache)
 
-    wrapper.__init__ = init
+    forward = wrapper.forward
+
+    def positioned_forward(self, decoder_input_ids, encoder_hidden_states, cache_position):
+        # The cache writes at its own running length: start it at this call's position
+        # (self-attention) and at 0 (cross-attention, recomputed from the encoder output).
+        for layer in self.self_attention_cache.layers:
+            layer.cumulative_length.copy_(cache_position[0])
+        for layer in self.cross_attention_cache.layers:
+            layer.cumulative_length.zero_()
+        self.cache.is_updated = dict.fromkeys(self.cache.is_updated, False)
+        return forward(self, decoder_input_ids, encoder_hidden_states, cache_position)
+
+    wrapper.__init__, wrapper.forward = init, positioned_forward
 
 
 # --- one cell -----------------------------------------------------------------------------
@@ -367,7 +383,8 @@ def child(name: str, recipe: str, folder: str) -> dict:
 
 
 def _describe(name: str) -> str:
-    return {"llava": "LLaVA (CLIP + Llama) 2x32", "smolvlm": "SmolVLM (SigLIP + Llama) 2x32",
+    return {"llava": "LLaVA (CLIP + Llama) 2x32",
+            "idefics3": "Idefics3 (SigLIP-style + Llama) 2x32", "smolvlm": "SmolVLM (SigLIP + Llama) 2x32",
             "gemma3": "Gemma3 (SigLIP + Gemma3) 2x32", "whisper": "Whisper 2+2x32",
             "voxtral": "Voxtral (Whisper enc + Llama) 2+2x32"}[name]
 

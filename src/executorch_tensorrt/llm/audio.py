@@ -93,12 +93,14 @@ def audio_llm_programs(model, spec: AudioSpec, max_seq_len: int,
 
 def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: str | Path,
                      dtype: str = "float32", bos_id: int | None = None, eos_ids=None,
+                     constant_methods: dict | None = None,
                      progress: Progress | None = stderr_progress,
                      **options) -> AudioLLMExportResult:
     """Exports a transformers audio-language model (VoxtralForConditionalGeneration)
     for MultimodalRunner. `max_seq_len`: most embeddings per text_decoder call,
     at least the tokens one audio input becomes (the runner prefills them in
-    one call); `max_context_len`: the KV cache's positions."""
+    one call); `max_context_len`: the KV cache's positions. `constant_methods`:
+    more name -> value methods to write (ours win where both name one)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     if not hasattr(model, "get_audio_features") or not hasattr(model.config, "audio_config"):
@@ -134,7 +136,8 @@ def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: s
     decoder = (lambda e, p: step(inputs_embeds=e, cache_position=p), (embeds, positions))
     result = export_program(programs, None, output, progress=progress,
                             method_references={"text_decoder": decoder},
-                            constant_methods={**meta.constant_methods(),
+                            constant_methods={**(constant_methods or {}),
+                                              **meta.constant_methods(),
                                               **spec.constant_methods()},
                             write_expected_file=False, **options)
     return AudioLLMExportResult(result.path, result.data_paths, meta, spec, result)

@@ -14,7 +14,9 @@ text2text-generation through optimum_tasks.py; automatic-speech-recognition
 being the decoder cache, capped at the model's `max_target_positions`;
 image-text-to-text (MultiModalTextToTextExportableModule, vision modality)
 through `llm.export_multimodal` (methods `vision_encoder`, `token_embedding`,
-`text_decoder`) with the same limits as text-generation, optimum's single
+`text_decoder`) and multimodal-text-to-text of the audio modality (Voxtral)
+through `llm.audio.export_audio_llm` (`audio_encoder` in place of
+`vision_encoder`), with the same limits as text-generation, optimum's single
 `get_eos_id` kept (its `ExecuTorchModelForMultiModalToText` reads it).
 
 For text-generation and image-text-to-text, optimum's `get_max_seq_len` is the cache length (its
@@ -133,15 +135,21 @@ def _export_causal_lm(module, output: Path, **kwargs):
 
 
 def _export_multimodal(module, output: Path, **kwargs):
+    from .audio import export_audio_llm
     from .multimodal import export_multimodal
 
-    if module.modality != "vision":
-        raise ValueError(f"the {RECIPE!r} recipe exports image-text-to-text models of the "
-                         f"vision modality; optimum gave a {module.modality} model")
+    if module.modality not in ("vision", "audio"):
+        raise ValueError(f"the {RECIPE!r} recipe exports multimodal models of the vision and "
+                         f"audio modalities; optimum gave a {module.modality} model")
+    if module.modality == "audio" and "image_size" in kwargs:
+        raise TypeError(f"the {RECIPE!r} recipe's image_size applies to vision models; "
+                        f"this one is an audio model: leave it out")
     common = _llm_limits(module, output, kwargs)
     if common["eos_ids"] is not None:  # ExecuTorchModelForMultiModalToText reads optimum's id
         common["constant_methods"] = {**common["constant_methods"],
                                       "get_eos_id": common["eos_ids"]}
+    if module.modality == "audio":
+        return export_audio_llm(module.model, **common, **kwargs)
     return export_multimodal(module.model, **common, **kwargs)
 
 
