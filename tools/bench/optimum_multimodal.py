@@ -1,8 +1,8 @@
 """optimum-executorch's generative multimodal tasks: our `tensorrt` recipe vs
 optimum's `xnnpack` recipe on the same tiny random-weight models, in one run.
 
-Cells: vision-language families through `image-text-to-text` (LLaVA, SmolVLM,
-Gemma3: the configs of tests/llm/test_multimodal_vlm.py and
+Cells: vision-language families through `image-text-to-text` (LLaVA, Idefics3,
+SmolVLM, Gemma3: the configs of tests/llm/test_multimodal_vlm.py and
 tools/bench/vlm_families.py), Whisper through `automatic-speech-recognition`
 and Voxtral (audio-language) through `multimodal-text-to-text`. Each cell is
 one child process (as tools/bench/optimum_tasks.py): it saves the model,
@@ -10,17 +10,19 @@ times `main_export(..., recipe=...)`, loads the program with optimum's own
 `ExecuTorchModelFor*` class, generates greedily with it and compares the
 tokens with eager transformers' greedy tokens. Decode ms/token is the median
 of the one-token `forward` calls of that class's own generate loop (3 loops;
-the prefill / encoder call excluded). Our TensorRT partitions run through the
+the prefill / encoder call excluded), beside what one token executes (delegate
+and kernel calls of the decode methods, read from the program). Our TensorRT partitions run through the
 onnxruntime fallback (no GPU here).
 
 Our recipe takes optimum's modules as they are. optimum 1.1.0's xnnpack path
 needs adjustments to optimum's own modules to run these models against the
-transformers installed here; they are applied in the xnnpack child only, each
-named in ADJUSTMENTS and written into the evidence file.
+transformers installed here (optimum_adjustments.py); they are applied in the
+xnnpack child only, each named and explained in the evidence file.
 
     .venv/bin/python tools/bench/optimum_multimodal.py [--cells llava whisper] [--write]
 
---write replaces docs/evidence/optimum-multimodal.md.
+--write replaces docs/evidence/optimum-multimodal.md; --rows LOG renders the rows an
+earlier run printed.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from optimum_adjustments import ADJUSTMENTS, adjust_optimum  # noqa: E402
 from optimum_tasks import ROOT, RECIPES, error_line, markdown_header, run_child  # noqa: E402
 
 EVIDENCE = ROOT / "docs" / "evidence" / "optimum-multimodal.md"
@@ -43,32 +46,15 @@ NEW = 24          # tokens generated per loop (fewer where EOS comes first)
 LOOPS = 3         # generate loops timed
 N_MELS = 8
 
-ADJUSTMENTS = {
-    "example-inputs": (
-        "VisionExportableModule / AudioExportableModule.prepare_export_inputs build their "
-        "example input with the model's processor from an image / audio URL (a download); "
-        "the adjusted one returns a random input of the shape the processor gives "
-        "(pixels [1, 3, 32, 32], Idefics3/SmolVLM [1, 1, 3, 32, 32]; Voxtral log-mel "
-        "[2, 8, 32] with optimum's own dynamic batch)"),
-    "encoder-output": (
-        "VisionExportableModule.forward / AudioExportableModule.forward return "
-        "`get_image_features(...)` / `get_audio_features(...)`, which transformers 5 returns "
-        "as an output object; the adjusted forwards return its `pooler_output` (the "
-        "projected features merged into the prompt), as [1, N, D]"),
-    "hooks-run-once": (
-        "transformers' output-capture hooks (`can_return_tuple` / `check_model_inputs`) do "
-        "not trace under torch.export's strict mode until the module has run once: the "
-        "encoder wrapper runs once eagerly on the example input before export"),
-    "whisper-static-cache": (
-        "Seq2SeqLMDecoderExportableModuleWithStaticCache builds transformers' StaticCache "
-        "with `max_batch_size=` and sizes it from `num_hidden_layers` (Whisper's encoder "
-        "layer count); the adjusted wrapper builds the self-attention StaticCache as "
-        "transformers now takes it (`config, max_cache_len`) for the decoder's layers, and "
-        "registers each layer's `cumulative_length` (which the cache's update mutates) as a "
-        "buffer beside its keys and values; transformers' StaticLayer now writes at that "
-        "running length, not at `cache_position`, so the adjusted forward sets it to "
-        "`cache_position` (self-attention) and 0 (cross-attention, whose keys and values "
-        "the traced graph recomputes from the encoder output on every call) first"),
+#: Why a cell fails where the cause is known (written under the failures).
+FAILURE_CAUSES = {
+    "smolvlm": "optimum's image-text-to-text loader builds the model with "
+               "AutoModelForPreTraining, which has no SmolVLM class in this transformers: "
+               "neither recipe gets a module (Idefics3, the same architecture, stands in)",
+    "idefics3": "optimum's VisionExportableModule calls get_image_features, whose filter of "
+                "all-zero padding images has a data-dependent shape that torch.export "
+                "cannot trace; our recipe's ImageEncoder calls the vision model and "
+                "connector on the one image (vision_families.py)",
 }
 
 
@@ -119,110 +105,13 @@ def _save(name: str, folder: Path):
     return model, tokenizer_file
 
 
-# --- optimum's xnnpack path, adjusted (ADJUSTMENTS) -----------------------------------------
-
-def _adjust_optimum(name: str) -> list[str]:
-    import torch
-    from optimum.exporters.executorch import integrations
-
-    applied = []
+def _adjust(name: str) -> list[str]:
     if name in VISION:
-        nested = name in ("idefics3", "smolvlm")
-        vision = integrations.VisionExportableModule
-
-        def vision_inputs(self):
-            pixels = torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
-            pixels = (pixels[None] if nested else pixels).to(self.model.dtype)
-            with torch.no_grad():
-                self(pixels)  # hooks-run-once
-            return pixels, None
-
-        def vision_forward(self, input_features):
-            features = self.model.get_image_features(input_features)
-            features = getattr(features, "pooler_output", features)
-            if isinstance(features, (list, tuple)):
-                features = torch.cat(list(features), dim=0)
-            return features.reshape(1, -1, features.shape[-1])
-
-        vision.prepare_export_inputs, vision.forward = vision_inputs, vision_forward
-        applied += ["example-inputs", "encoder-output", "hooks-run-once"]
-    elif name == "voxtral":
-        audio = integrations.AudioExportableModule
-        frames = 2 * _voxtral_frames_half()
-
-        def audio_inputs(self):
-            features = torch.randn(2, N_MELS, frames, generator=torch.Generator().manual_seed(0))
-            with torch.no_grad():
-                self(features.to(self.model.dtype))  # hooks-run-once
-            dims = {"input_features": {0: torch.export.Dim("enc_batch_size_dim", min=1,
-                                                            max=10)}}
-            return features.to(self.model.dtype), dims
-
-        def audio_forward(self, input_features):
-            features = self.model.get_audio_features(input_features)
-            return getattr(features, "pooler_output", features).unsqueeze(0)
-
-        audio.prepare_export_inputs, audio.forward = audio_inputs, audio_forward
-        applied += ["example-inputs", "encoder-output", "hooks-run-once"]
-    elif name == "whisper":
-        _adjust_whisper_decoder(integrations)
-        applied.append("whisper-static-cache")
-    return applied
-
-
-def _voxtral_frames_half() -> int:
-    from tests.llm.test_audio_llm import FRAMES
-    return FRAMES // 2
-
-
-def _adjust_whisper_decoder(integrations) -> None:
-    import copy
-
-    from transformers import EncoderDecoderCache, StaticCache
-
-    wrapper = integrations.Seq2SeqLMDecoderExportableModuleWithStaticCache
-
-    def init(self, model, max_static_cache_length, batch_size):
-        import torch
-        torch.nn.Module.__init__(self)
-        self.decoder = model.get_decoder()
-        self.proj_out = model.proj_out
-        config = copy.deepcopy(model.config)
-        config.num_hidden_layers = config.decoder_layers
-        self.config = model.config
-        heads = config.decoder_attention_heads
-        self.self_attention_cache = StaticCache(config=config,
-                                                max_cache_len=max_static_cache_length)
-        self.self_attention_cache.early_initialization(
-            batch_size, heads, config.d_model // heads, model.dtype, model.device)
-        self.cross_attention_cache = StaticCache(config=config,
-                                                 max_cache_len=config.max_source_positions)
-        self.cross_attention_cache.early_initialization(
-            batch_size, heads, config.d_model // heads, model.dtype, model.device)
-        for kind, cache in (("self", self.self_attention_cache),
-                            ("cross", self.cross_attention_cache)):
-            for i, layer in enumerate(cache.layers):
-                self.register_buffer(f"{kind}_attention_key_cache_{i}", layer.keys,
-                                     persistent=False)
-                self.register_buffer(f"{kind}_attention_value_cache_{i}", layer.values,
-                                     persistent=False)
-                self.register_buffer(f"{kind}_attention_length_{i}", layer.cumulative_length,
-                                     persistent=False)
-        self.cache = EncoderDecoderCache(self.self_attention_cache, self.cross_attention_cache)
-
-    forward = wrapper.forward
-
-    def positioned_forward(self, decoder_input_ids, encoder_hidden_states, cache_position):
-        # The cache writes at its own running length: start it at this call's position
-        # (self-attention) and at 0 (cross-attention, recomputed from the encoder output).
-        for layer in self.self_attention_cache.layers:
-            layer.cumulative_length.copy_(cache_position[0])
-        for layer in self.cross_attention_cache.layers:
-            layer.cumulative_length.zero_()
-        self.cache.is_updated = dict.fromkeys(self.cache.is_updated, False)
-        return forward(self, decoder_input_ids, encoder_hidden_states, cache_position)
-
-    wrapper.__init__, wrapper.forward = init, positioned_forward
+        return adjust_optimum("vision", nested_images=name in ("idefics3", "smolvlm"))
+    if name == "voxtral":
+        from tests.llm.test_audio_llm import FRAMES
+        return adjust_optimum("audio", n_mels=N_MELS, frames=FRAMES)
+    return adjust_optimum("whisper")
 
 
 # --- one cell -----------------------------------------------------------------------------
@@ -330,6 +219,27 @@ def _generate_voxtral(model, out: str, tokenizer_file: Path):
     return runs, _eager_greedy(model, features, prompt, len(runs[0])), timer.seconds
 
 
+def _decode_step_calls(pte: str, methods: tuple[str, ...]) -> dict:
+    """What one decoded token executes in the program: delegate calls and
+    ExecuTorch kernel calls (portable ops outside any delegate) of `methods`."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    with open(pte, "rb") as f:
+        program = deserialize_pte_binary(f.read())
+    program = getattr(program, "program", program)
+    counts = {"delegate_calls": 0, "kernel_calls": 0}
+    for plan in program.execution_plan:
+        if plan.name in methods:
+            for chain in plan.chains:
+                for instruction in chain.instructions:
+                    kind = type(instruction.instr_args).__name__
+                    if kind == "DelegateCall":
+                        counts["delegate_calls"] += 1
+                    elif kind == "KernelCall":
+                        counts["kernel_calls"] += 1
+    return counts
+
+
 def _export_kwargs(name: str, recipe: str) -> dict:
     task = {"whisper": "automatic-speech-recognition",
             "voxtral": "multimodal-text-to-text"}.get(name, "image-text-to-text")
@@ -355,7 +265,7 @@ def child(name: str, recipe: str, folder: str) -> dict:
     model, tokenizer_file = _save(name, folder)
     row = {"cell": name, "recipe": recipe, "model": _describe(name)}
     if recipe == "xnnpack":
-        row["adjustments"] = _adjust_optimum(name)
+        row["adjustments"] = _adjust(name)
     out = str(folder / recipe)
     t0, cpu0 = time.perf_counter(), time.process_time()
     try:
@@ -364,6 +274,8 @@ def child(name: str, recipe: str, folder: str) -> dict:
         row["export_s"] = time.perf_counter() - t0
         row["export_cpu_s"] = time.process_time() - cpu0
         row["pte_kb"] = os.path.getsize(f"{out}/model.pte") / 1024
+        row.update(_decode_step_calls(f"{out}/model.pte", ("text_decoder",) if name == "whisper"
+                                      else ("token_embedding", "text_decoder")))
         with torch.no_grad():
             if name in VISION:
                 runs, want, seconds = _generate_vision(name, model, out, tokenizer_file, recipe)
@@ -392,6 +304,12 @@ def _describe(name: str) -> str:
 
 # --- the report ---------------------------------------------------------------------------
 
+def _calls(row: dict) -> str:
+    if "delegate_calls" not in row:
+        return "-"
+    return f"{row['delegate_calls']} + {row['kernel_calls']}"
+
+
 def _markdown(rows: list[dict]) -> str:
     lines = markdown_header(
         "# optimum-executorch multimodal tasks: the `tensorrt` recipe vs `xnnpack`",
@@ -405,21 +323,21 @@ def _markdown(rows: list[dict]) -> str:
         "tokens are eager "
         "transformers' greedy tokens (up to the class's stop at EOS) in every loop.")
     lines += [
-        "| model | recipe | export s (CPU s) | .pte KiB | decode ms/token | tokens equal | "
-        "adjustments to optimum |",
-        "| --- | --- | ---: | ---: | ---: | --- | --- |",
+        "| model | recipe | export s (CPU s) | .pte KiB | decode ms/token | calls per token "
+        "(delegate + kernel) | tokens equal | adjustments to optimum |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     errors = []
     for row in rows:
         adjusted = ", ".join(row.get("adjustments", [])) or "none"
         if "error" in row:
-            lines.append(f"| {row['model']} | {row['recipe']} | failed (below) | | | | "
+            lines.append(f"| {row['model']} | {row['recipe']} | failed (below) | | | | | "
                          f"{adjusted} |")
             errors.append(f"- {row['model']}, `{row['recipe']}`: `{row['error']}`")
             continue
         lines.append(f"| {row['model']} | {row['recipe']} | "
                      f"{row['export_s']:.1f} ({row['export_cpu_s']:.1f}) | "
-                     f"{row['pte_kb']:.0f} | {row['decode_ms']:.3f} | "
+                     f"{row['pte_kb']:.0f} | {row['decode_ms']:.3f} | {_calls(row)} | "
                      f"{row['tokens_equal']} ({row['tokens']} tokens) | {adjusted} |")
     lines += ["", "Ratios (tensorrt / xnnpack; goals: decode <= 1.0x, export <= 1.5x):", ""]
     by = {(r["cell"], r["recipe"]): r for r in rows}
@@ -431,6 +349,9 @@ def _markdown(rows: list[dict]) -> str:
                          f"{ours['export_cpu_s'] / theirs['export_cpu_s']:.2f}x CPU")
     if errors:
         lines += ["", "Cells that failed:", "", *errors]
+        failed = dict.fromkeys(r["cell"] for r in rows if "error" in r)
+        lines += [f"- why {cell}: {FAILURE_CAUSES[cell]}" for cell in failed
+                  if cell in FAILURE_CAUSES]
     used = dict.fromkeys(a for r in rows for a in r.get("adjustments", []))
     if used:
         lines += ["", "Adjustments applied to optimum's modules in the xnnpack child only "
@@ -444,6 +365,8 @@ def main() -> int:
     parser.add_argument("--cells", nargs="+", default=list(CELLS), choices=CELLS)
     parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=RECIPES)
     parser.add_argument("--write", action="store_true", help=f"replace {EVIDENCE.name}")
+    parser.add_argument("--rows", type=Path,
+                        help="render the rows an earlier run printed (its output) instead")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # cell, recipe, folder
     args = parser.parse_args()
     if args.child:
@@ -451,7 +374,10 @@ def main() -> int:
         print("\n" + json.dumps(child(*args.child)))
         return 0
     rows = []
-    for cell in args.cells:
+    if args.rows:
+        rows = [json.loads(line) for line in args.rows.read_text().splitlines()
+                if line.startswith('{"cell"')]
+    for cell in [] if args.rows else args.cells:
         for recipe in args.recipes:
             rows.append(run_child(Path(__file__), [cell, recipe], {"cell": cell, "recipe": recipe,
                                                                     "model": _describe(cell)}))
