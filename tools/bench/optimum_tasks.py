@@ -58,6 +58,14 @@ def _model(task: str):
     return transformers.T5ForConditionalGeneration(config).eval(), "T5 2+2x128"
 
 
+def error_line(e: Exception) -> str:
+    """An export error in one line for the evidence table."""
+    # torch's errors put the cause after their first line: keep the "got X(...)" part
+    cause = re.search(r"got (\w+\(.*?\))", str(e))
+    return (f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            + (f" ... {cause.group(1)[:300]}" if cause else ""))
+
+
 def _median_seconds(call, calls: int) -> float:
     call()  # the first call loads engines / sessions
     times = []
@@ -90,10 +98,7 @@ def child(task: str, recipe: str, folder: str, calls: int) -> dict:
         main_export(f"{folder}/model", task=task, recipe=recipe, output_dir=out,
                     local_files_only=True, **kwargs)
     except Exception as e:  # noqa: BLE001 - recorded as the recipe's result
-        # torch's errors put the cause after their first line: keep the "got X(...)" part
-        cause = re.search(r"got (\w+\(.*?\))", str(e))
-        row["error"] = (f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-                        + (f" ... {cause.group(1)[:300]}" if cause else ""))
+        row["error"] = error_line(e)
         return row
     row["export_s"] = time.perf_counter() - t0
     row["pte_kb"] = os.path.getsize(f"{out}/model.pte") / 1024
@@ -128,16 +133,35 @@ def child(task: str, recipe: str, folder: str, calls: int) -> dict:
     return row
 
 
-def _run_child(task: str, recipe: str, calls: int) -> dict:
+def run_child(script: Path, args: list[str], row: dict) -> dict:
+    """`script --child *args FOLDER` in a fresh interpreter (optimum on the path,
+    TensorRT partitions on the onnxruntime fallback, one thread) and the JSON
+    row it prints last; `row` plus the error when it prints none."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SITE), str(ROOT)]),
            "EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime", "EXECUTORCH_TENSORRT_ORT_THREADS": "1"}
     with tempfile.TemporaryDirectory(prefix="optimum-bench-") as folder:
-        done = subprocess.run([sys.executable, __file__, "--child", task, recipe, folder,
-                               "--calls", str(calls)], capture_output=True, text=True, env=env)
+        done = subprocess.run([sys.executable, str(script), "--child", *args[:2], folder,
+                               *args[2:]], capture_output=True, text=True, env=env)
     for line in reversed(done.stdout.splitlines()):
         if line.startswith("{"):
             return json.loads(line)
-    return {"task": task, "recipe": recipe, "error": f"child failed: {done.stderr[-400:]}"}
+    return {**row, "error": f"child failed: {done.stderr[-400:]}"}
+
+
+def markdown_header(title: str, script: str, how: str) -> list[str]:
+    """The evidence file's title and the paragraph on the machine and the setup."""
+    load = os.getloadavg()
+    return [
+        title,
+        "",
+        f"Made by `{script} --write` on {time.strftime('%Y-%m-%d')}, "
+        f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load[0]:.1f} at the end "
+        "(a shared machine, other jobs running: times are wall clock under that load). No "
+        "GPU: the TensorRT partitions run through the onnxruntime fallback. " + how
+        + " Threads: onnxruntime and eager PyTorch one each; XNNPACK ExecuTorch's default "
+        "threadpool.",
+        "",
+    ]
 
 
 def _cell(row: dict, key: str, fmt: str) -> str:
@@ -145,19 +169,14 @@ def _cell(row: dict, key: str, fmt: str) -> str:
 
 
 def _markdown(rows: list[dict], calls: int) -> str:
-    load = os.getloadavg()
-    lines = [
+    lines = markdown_header(
         "# optimum-executorch tasks: the `tensorrt` recipe vs `xnnpack`",
-        "",
-        f"Made by `tools/bench/optimum_tasks.py --write` on {time.strftime('%Y-%m-%d')}, "
-        f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load[0]:.1f} at the end "
-        "(a shared machine: export times are wall clock under that load). No GPU: the "
-        "TensorRT partitions run through the onnxruntime fallback. Each program is loaded "
-        "and run by optimum-executorch 1.1.0's own `ExecuTorchModelFor*` class; run time is "
-        f"the median of {calls} forward calls (T5: of whole `generate` calls of "
-        f"{NEW_TOKENS} new tokens), eager is transformers on the same inputs. Threads: "
-        "onnxruntime and eager PyTorch one each; XNNPACK ExecuTorch's default threadpool.",
-        "",
+        "tools/bench/optimum_tasks.py",
+        "Each program is loaded and run by optimum-executorch 1.1.0's own "
+        f"`ExecuTorchModelFor*` class; run time is the median of {calls} forward calls (T5: "
+        f"of whole `generate` calls of {NEW_TOKENS} new tokens), eager is transformers on the "
+        "same inputs.")
+    lines += [
         "| task | model | recipe | export s | .pte KiB | run ms | eager ms | vs eager |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
@@ -192,7 +211,8 @@ def main() -> int:
     rows = []
     for task in args.tasks:
         for recipe in RECIPES:
-            rows.append(_run_child(task, recipe, args.calls))
+            rows.append(run_child(Path(__file__), [task, recipe, "--calls", str(args.calls)],
+                                  {"task": task, "recipe": recipe}))
             print(json.dumps(rows[-1]), flush=True)
     text = _markdown(rows, args.calls)
     print(text)
