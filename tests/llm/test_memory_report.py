@@ -89,12 +89,12 @@ def test_memory_report_equals_the_config_by_hand(dtype, exported):
     assert code == 0
     assert f"KV cache: " in stdout and f"({kv} bytes;" in stdout
     assert f"({report.total_bytes} bytes)" in stdout
-    # The fallback's own line: weights once, the state in fp32 (the fp16
-    # program computes in fp32 there, with fp32 copies of its weights).
+    # The fallback's own line: weights once, the cache, and onnxruntime's
+    # packed copy of the MatMul weights (a partition this small is prepacked).
     assert f"on the onnxruntime fallback (CPU): " in stdout
     assert f"({report.fallback_bytes} bytes: weights once + KV cache" in stdout
-    assert report.fallback.state_growth == (kv if dtype == "float16" else 0)
-    assert (report.fallback.copies > 1.9 * weights) == (dtype == "float16")
+    assert report.fallback_bytes == report.weights_bytes + report.kv_bytes + report.fallback.total
+    assert report.fallback.packed > 0
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -198,7 +198,7 @@ def test_cpu_fallback_peak_against_the_report(exported, tmp_path):
     wide = llm.export(WIDE, max_seq_len=MAX_SEQ, max_context_len=MAX_CONTEXT, output=wide_pte,
                       progress=None, run_check=False, record_memory=False)
     predicted = wide.memory.fallback_bytes - tiny.memory.fallback_bytes
-    assert wide.memory.fallback.packed > 15e6 and predicted > 30e6
+    assert wide.memory.fallback.packed > 10e6 and predicted > 25e6
     measured = _peak(wide_pte) - _peak(tiny_pte)
     assert abs(measured / predicted - 1) <= 0.10, (measured, predicted)
 

@@ -27,7 +27,7 @@ from .info import MethodInfo
 # What loading the fallback's first session adds whatever the model
 # (onnxruntime's library, its environment and thread pools), measured by
 # tools/bench/ort_memory.py as the intercept over several model sizes.
-FALLBACK_FIXED = 32 << 20
+FALLBACK_FIXED = 37 << 20
 
 
 @dataclass(frozen=True)

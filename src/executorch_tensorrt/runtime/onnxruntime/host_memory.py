@@ -8,7 +8,12 @@ the layout-movable weights (norms, biases), our upcast (fp16/bf16 -> fp32)
 and FP4-decoded copies, and the packed copy of the MatMul/Gemm weights of a
 prepacked partition do. A partition that computes in fp32 holds its state
 (KV cache) in fp32; a weight cast where used makes its fp32 value on each
-call, so the largest one is counted once. Weights of 127 bytes or less,
+call, so the largest one is counted once. A partition that computes in
+fp16 (an fp16 model exported at fp32 precision) is not upcast by us, but
+onnxruntime's CPU provider has no fp16 kernels for most of its nodes: it
+inserts Casts to fp32 and folds those of constant weights, so it holds an
+fp32 copy of each fp16 weight (measured: tools/bench/ort_memory.py). Weights
+of 127 bytes or less,
 which onnxruntime copies into its model, are left out (a few KiB at most).
 """
 from __future__ import annotations
@@ -46,8 +51,8 @@ def _runtime_bytes(dtype: str, numel: int, nbytes: int, upcast: bool) -> int:
     """A weight's bytes as the fallback computes with it."""
     if dtype == FP4_DTYPE:
         return 2 * numel                     # decoded to float16
-    if upcast and dtype in REDUCED_WEIGHT_DTYPES:
-        return 4 * numel                     # upcast to float32
+    if dtype in REDUCED_WEIGHT_DTYPES:
+        return 4 * numel                     # upcast by us or by onnxruntime's Casts
     return nbytes
 
 
