@@ -112,12 +112,22 @@ def _methods(program) -> list[MethodInfo]:
                     if b.onnx is not None and b.meta.weights is not None:
                         d.graph_constants = _graph_constants(b.onnx)
                     if b.onnx is not None:
-                        d.fallback = fallback_copies(b.meta, b.onnx)
+                        d.fallback = _fallback_copies(b)
                 except BlobError as e:
                     d.error = str(e)
             info.delegates.append(d)
         methods.append(info)
     return methods
+
+
+def _fallback_copies(blob) -> FallbackCopies | None:
+    """None when the ONNX does not parse: loading the program says why."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        return fallback_copies(blob.meta, blob.onnx)
+    except DecodeError:
+        return None
 
 
 def _graph_constants(onnx_bytes: bytes) -> dict[str, int]:
