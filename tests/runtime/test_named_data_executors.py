@@ -180,8 +180,8 @@ def test_missing_named_data_names_weight_key_and_ptd():
 def test_named_data_of_another_size_is_refused_before_use():
     blob, _, backing, _ = fallback()
     short = InMemoryNamedData({blob.weights[0]["key"]: backing.tobytes()[:-4]})
-    with pytest.raises(NamedDataError, match=r"weight 'W' \(float32 \[4, 3\]\).* holds 44 "
-                                             r"bytes, but the blob records 48"):
+    with pytest.raises(NamedDataError, match=r"weight 'W' \(float32 \[4, 12\]\).* holds 188 "
+                                             r"bytes, but the blob records 192"):
         create_executor(blob, "onnxruntime", short)
 
 

@@ -72,7 +72,7 @@ def test_sentinel_weight_not_listed_is_refused(secret_cwd):
     ("secret.txt", {}),                                 # a real path
     ("./etrt-named-data", {}),                          # a path that resolves to a file here
     ("etrt-named-data", {"offset": "0"}),               # the sentinel plus an offset
-    ("etrt-named-data", {"length": "48"}),              # ... plus a length
+    ("etrt-named-data", {"length": "192"}),              # ... plus a length
     ("etrt-named-data", {"checksum": "x"}),             # ... plus any other key
 ])
 def test_listed_weight_with_anything_but_the_bare_sentinel_is_refused(secret_cwd, location,
@@ -84,11 +84,11 @@ def test_listed_weight_with_anything_but_the_bare_sentinel_is_refused(secret_cwd
 
 def test_listed_weight_that_disagrees_with_its_entry_is_refused(secret_cwd):
     # TensorRT would read as many bytes as the model's dims say: they must match the entry.
-    bigger = nd.sentinel_initializer("W", "float32", (40, 3))
-    refused_everywhere(blob_with(bigger), r"initializer 'W' is FLOAT \[40, 3\] .* says float32 "
-                                          r"\[4, 3\]")
+    bigger = nd.sentinel_initializer("W", "float32", (40, 12))
+    refused_everywhere(blob_with(bigger), r"initializer 'W' is FLOAT \[40, 12\] .* says float32 "
+                                          r"\[4, 12\]")
     fp16 = nd.sentinel_initializer("W", "float16", W.shape)
-    refused_everywhere(blob_with(fp16), r"FLOAT16 \[4, 3\] .* says float32")
+    refused_everywhere(blob_with(fp16), r"FLOAT16 \[4, 12\] .* says float32")
 
 
 def test_listed_weight_with_inline_bytes_too_is_refused(secret_cwd):

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..blob import BlobError, read_blob
+from ..runtime.onnxruntime.host_memory import FallbackCopies, fallback_copies
 from ..blob.metadata import BlobMetadata
 from ..dtypes import by_scalar_type
 
@@ -32,6 +33,9 @@ class DelegateInfo:
     # dtype -> bytes of the constants inside a weightless ONNX section (small
     # tensors the exporter keeps in the graph): device weights beside named data.
     graph_constants: dict[str, int] = field(default_factory=dict)
+    # What the onnxruntime fallback would hold beyond the stored weights and
+    # state (runtime/onnxruntime/host_memory.py); None without an ONNX model.
+    fallback: FallbackCopies | None = None
 
     @property
     def metadata(self) -> dict | None:
@@ -107,11 +111,23 @@ def _methods(program) -> list[MethodInfo]:
                     d.onnx_size = len(b.onnx) if b.onnx is not None else None
                     if b.onnx is not None and b.meta.weights is not None:
                         d.graph_constants = _graph_constants(b.onnx)
+                    if b.onnx is not None:
+                        d.fallback = _fallback_copies(b)
                 except BlobError as e:
                     d.error = str(e)
             info.delegates.append(d)
         methods.append(info)
     return methods
+
+
+def _fallback_copies(blob) -> FallbackCopies | None:
+    """None when the ONNX does not parse: loading the program says why."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        return fallback_copies(blob.meta, blob.onnx)
+    except DecodeError:
+        return None
 
 
 def _graph_constants(onnx_bytes: bytes) -> dict[str, int]:

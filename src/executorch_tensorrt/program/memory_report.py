@@ -8,13 +8,26 @@ Nothing is recomputed from a model config: every figure is the program's.
 The activation term is the largest over every partition and profile,
 because the runtime gives all contexts on a GPU one shared scratch area
 sized for the largest (runtime/tensorrt/context.py SharedScratch).
+
+The onnxruntime fallback (CPU) holds other things: the weights once, read in
+place from the loaded program, the state (in fp32 when the partition computes
+in fp32), onnxruntime's and our copies of some weights, and no TensorRT
+scratch (runtime/onnxruntime/host_memory.py). Its line predicts the peak
+resident growth of a process that loads and runs the program, above the
+libraries' own FALLBACK_FIXED (tools/bench/ort_memory.py measures both).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
+from ..runtime.onnxruntime.host_memory import FallbackCopies
 from .cache_report import CacheReport, cache_report
 from .info import MethodInfo
+
+# What loading the fallback's first session adds whatever the model
+# (onnxruntime's library, its environment and thread pools), measured by
+# tools/bench/ort_memory.py as the intercept over several model sizes.
+FALLBACK_FIXED = 37 << 20
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,7 @@ class MemoryReport:
     # without record_memory and without a GPU, or by an older version).
     unmeasured: list[str] = field(default_factory=list)
     inline_weights: list[str] = field(default_factory=list)  # not counted (inside the plan)
+    fallback: FallbackCopies = FallbackCopies()  # the onnxruntime fallback's extra, all partitions
 
     @property
     def weights_bytes(self) -> int:
@@ -50,6 +64,11 @@ class MemoryReport:
     def total_bytes(self) -> int:
         return self.weights_bytes + self.kv_bytes + self.activation_bytes
 
+    @property
+    def fallback_bytes(self) -> int:
+        """The onnxruntime fallback's host memory: weights once, state, its copies."""
+        return self.weights_bytes + self.kv_bytes + self.fallback.total
+
     def to_json(self) -> dict:
         return {
             "weights_bytes": self.weights_bytes, "weights_by_dtype": dict(self.weights_by_dtype),
@@ -62,6 +81,11 @@ class MemoryReport:
                                         "bytes": list(a.per_profile)} for a in self.activation],
             "activation_unmeasured": list(self.unmeasured),
             "total_bytes": self.total_bytes,
+            "fallback_bytes": self.fallback_bytes,
+            "fallback_extra": {"packed": self.fallback.packed, "copies": self.fallback.copies,
+                               "cast_scratch": self.fallback.cast_scratch,
+                               "state_growth": self.fallback.state_growth},
+            "fallback_fixed_bytes": FALLBACK_FIXED,
         }
 
 
@@ -69,6 +93,7 @@ def memory_report(methods: list[MethodInfo]) -> MemoryReport:
     weights: dict[str, tuple[str, int]] = {}   # named-data key -> (dtype, bytes): stored once
     by_dtype: dict[str, int] = {}
     activation, unmeasured, inline = [], [], []
+    fallback = FallbackCopies()
     for m in methods:
         for i, d in enumerate(m.delegates):
             if d.backend != "TensorRTBackend" or d.meta is None or d.error:
@@ -78,6 +103,9 @@ def memory_report(methods: list[MethodInfo]) -> MemoryReport:
                 inline.append(where)
             for w in d.meta.weights or ():
                 weights[w.key] = (w.dtype, w.nbytes)
+            if d.fallback is not None:
+                fallback = FallbackCopies(*(a + b for a, b in zip(
+                    astuple(fallback), astuple(d.fallback))))
             for dtype, nbytes in d.graph_constants.items():  # each partition its own
                 by_dtype[dtype] = by_dtype.get(dtype, 0) + nbytes
             if d.meta.build.activation_bytes:
@@ -87,7 +115,7 @@ def memory_report(methods: list[MethodInfo]) -> MemoryReport:
     for dtype, nbytes in weights.values():
         by_dtype[dtype] = by_dtype.get(dtype, 0) + nbytes
     return MemoryReport(dict(sorted(by_dtype.items())), cache_report(methods), activation,
-                        unmeasured, inline)
+                        unmeasured, inline, fallback)
 
 
 def size_text(nbytes: int) -> str:
@@ -122,6 +150,14 @@ def format_memory_report(report: MemoryReport) -> str:
                      "record_memory=True (llm.export does) or on a machine with a GPU")
     lines.append(f"  total: {size_text(report.total_bytes)} ({report.total_bytes} bytes); "
                  "plus the CUDA context and TensorRT's runtime (not in the program)")
+    f = report.fallback
+    parts = [f"{what} {size_text(n)}" for what, n in (
+        ("packed MatMul weights", f.packed), ("weight copies", f.copies),
+        ("cast scratch", f.cast_scratch), ("state in fp32", f.state_growth)) if n]
+    lines.append(f"  on the onnxruntime fallback (CPU): {size_text(report.fallback_bytes)} "
+                 f"({report.fallback_bytes} bytes: weights once + KV cache"
+                 + (" + " + " + ".join(parts) if parts else "") + f"); plus about "
+                 f"{size_text(FALLBACK_FIXED)} for onnxruntime itself")
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ process does not carry two onnxruntime copies that both start thread pools.
 
 `OrtApi` is a struct of function pointers that onnxruntime only ever appends
 to; the indices below were counted in the public `onnxruntime_c_api.h` (the
-functions used exist since API version 1, except the three weight feeders,
+functions used exist since API version 1, except the weight feeders,
 marked, all within API_VERSION) and are checked at load time by a round trip
 through CreateStatus / GetErrorCode / GetErrorMessage; the weight feeders'
 indices are checked by the zero-copy tests (a wrong slot fails them).
@@ -32,7 +32,7 @@ from .threads import OrtThreads
 
 from ...dtypes import DTYPES
 
-API_VERSION = 13  # any version the library supports that has every slot below
+API_VERSION = 18  # any version the library supports that has every slot below
 
 _Status = c_void_p  # OrtStatus*: NULL means success
 # name -> (index in OrtApi, result type, argument types)
@@ -79,11 +79,12 @@ _SLOTS: dict[str, tuple[int, object, tuple]] = {
     "ReleaseSessionOptions": (100, None, (c_void_p,)),
     "SessionEndProfiling": (110, _Status, (c_void_p, c_void_p, POINTER(c_void_p))),  # profiling
     # Weights from named data (named_weights.py). AddSessionConfigEntry
-    # since API 2, AddInitializer since 3, AddExternalInitializers since 12.
+    # since API 2, AddExternalInitializers since 12, ...FromFilesInMemory since 18.
     "AddSessionConfigEntry": (130, _Status, (c_void_p, c_char_p, c_char_p)),
-    "AddInitializer": (150, _Status, (c_void_p, c_char_p, c_void_p)),
     "AddExternalInitializers": (210, _Status, (c_void_p, POINTER(c_char_p), POINTER(c_void_p),
                                                c_size_t)),
+    "AddExternalInitializersFromFilesInMemory": (279, _Status, (
+        c_void_p, POINTER(c_char_p), POINTER(c_void_p), POINTER(c_size_t), c_size_t)),
 }
 
 # ONNXTensorElementDataType code -> numpy dtype name (dtypes.py's rows that numpy has).
@@ -137,7 +138,7 @@ class OrtApi:
         table = ctypes.PYFUNCTYPE(c_void_p, c_uint32)(get_api_ptr)(API_VERSION)
         if not table:
             raise OrtError(f"onnxruntime {self.version} ({path}) does not offer C API version "
-                           f"{API_VERSION}; install an onnxruntime that does (1.13 or newer)")
+                           f"{API_VERSION}; install an onnxruntime that does (1.18 or newer)")
         slots = (c_void_p * (max(i for i, _, _ in _SLOTS.values()) + 1)).from_address(table)
         for name, (index, result, args) in _SLOTS.items():
             if not slots[index]:
@@ -230,6 +231,8 @@ class OrtSession:
         self.api = api = OrtApi.get()
         self.session = None
         fed = list(weights.fed) if weights is not None else []
+        if weights is not None:  # its weights' locations (named_weights.py)
+            model = weights.located(model)
         options = api._out(api.CreateSessionOptions, "CreateSessionOptions")
         try:
             if weights is not None:

@@ -1,35 +1,36 @@
 """Feeds a partition's named-data weights to onnxruntime without copying them.
 
 The weightless ONNX declares each weight as an EXTERNAL initializer at the
-sentinel location (onnx_safety.py checked that). One OrtValue per weight is
-made over the named data's own memory (mapped from the .pte/.ptd by
-ExecuTorch), then handed to the session options with both AddInitializer and
-AddExternalInitializers, with "session.disable_prepacking" set: measured in
-docs/design-weights-and-state.md (A3), that is the one combination under
-which onnxruntime neither copies the weights nor resolves the location
-(AddExternalInitializers alone copies; AddInitializer alone refuses an
-EXTERNAL initializer).
+sentinel location (onnx_safety.py checked that). Each weight that stays where
+it lies (the named data's own memory, mapped from the .pte/.ptd by
+ExecuTorch, or our upcast/decoded copy) is handed over as one logical "file
+in memory" (AddExternalInitializersFromFilesInMemory) under a location of its
+own, which `located` writes into the session's copy of the model, with
+"session.use_external_initializer_file_buffers_directly" set: onnxruntime
+then builds its initializer over that buffer and copies nothing, not even
+while the session is built. The earlier way, AddInitializer together with
+AddExternalInitializers, also ran over the caller's buffer afterwards, but
+AddExternalInitializers first made a full copy of every weight for the
+length of session creation, so the peak resident memory of a load was twice
+the weights (docs/llm.md, "Memory"; tools/bench/ort_memory.py measures it).
 
-Trade-off: without prepacking, MatMul/Gemm kernels pack the weights on every
-call (slower); prepacking keeps one packed copy of those weights per session
-instead, which costs their size in memory but runs faster. So a partition
-whose MatMul/Gemm weights total at most PREPACK_LIMIT is packed, a bigger one
-is not; EXECUTORCH_TENSORRT_ORT_PREPACK=1 or 0 decides for every partition.
+Trade-off: prepacking ("session.disable_prepacking" unset) makes MatMul/Gemm
+kernels keep one packed copy of their weights per session, which costs their
+size in memory but runs faster than packing them on every call. So a
+partition whose MatMul/Gemm weights total at most PREPACK_LIMIT is packed, a
+bigger one is not; EXECUTORCH_TENSORRT_ORT_PREPACK=1 or 0 decides for every
+partition.
 
 Exception: onnxruntime's transpose optimizer (the level-1
 "TransposeOptimizer" and the per-EP "TransposeOptimizer_CPUExecutionProvider")
 pushes a Transpose through an elementwise node by transposing or reshaping
 that node's constant input, and replaces the initializer under the SAME name
-(ApiGraph::TransposeInitializer / ReshapeInitializer). A weight given with
-AddInitializer is looked up by that name when the session saves its
-initializers, so the caller's untouched buffer (old layout, old shape) wins
-over the rewritten one: the run fails to broadcast or, when the dims happen
-to agree, computes with the wrong layout. So a weight that any node other than
-Conv/ConvTranspose/MatMul/Gemm/Gather reads (where that optimizer never moves
-a constant) is given with AddExternalInitializers only: onnxruntime takes its
-own copy, which it may re-lay out. Those are biases, norms, scales and
-position embeddings: small next to the matrices (docs/named-data.md measures
-it).
+(ApiGraph::TransposeInitializer / ReshapeInitializer). So a weight that any
+node other than Conv/ConvTranspose/MatMul/Gemm/Gather reads (where that
+optimizer never moves a constant) is given with AddExternalInitializers
+only: onnxruntime takes its own copy, which it may re-lay out. Those are
+biases, norms, scales and position embeddings: small next to the matrices
+(docs/named-data.md measures it).
 
 FP4 weights are decoded into float16 arrays owned here (fp4.py: onnxruntime
 has no FLOAT4E2M1 kernels). Such copies of weights handed with
@@ -40,8 +41,7 @@ fp16/bf16 weights of a partition that the fallback upcasts (upcast.py;
 onnxruntime's CPU kernels lack fp16) are converted into float32 arrays owned
 here, unless they are cast where used (where_used.py): those are
 model inputs with no initializer, fed as they are on every run (`fed`,
-OrtSession.run): onnxruntime's layout rewrites never touch an input, and an
-input is not copied at session creation as AddExternalInitializers' are.
+OrtSession.run): onnxruntime's layout rewrites never touch an input.
 """
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ import numpy as np
 import onnx
 
 from ...errors import ArgumentError
+from ...blob.format import NAMED_DATA_LOCATION
 from ..named_data import WeightBuffer
 from ..onnx_safety import ONNX_DTYPES
 from .fp4 import FP4_DTYPE, decode_e2m1
@@ -152,6 +153,7 @@ class OrtNamedWeights:
         self._sealed = False  # release_onnxruntime_copies ran: no further session
         self._weights = weights  # keeps the views' exporters alive
         self.values: list[ctypes.c_void_p] = []
+        self._buffers: list[tuple[int, int]] = []  # (address, nbytes) each value is over
         try:
             for w in weights:
                 self.values.append(self._value(w, upcast))
@@ -159,16 +161,39 @@ class OrtNamedWeights:
             self.release()
             raise
         self._names = (ctypes.c_char_p * len(weights))(*(w.name.encode() for w in weights))
-        # Initializers of the session options (AddExternalInitializers copies
-        # each for the length of session creation, so weights cast where used,
-        # the ones too big for a second copy, are fed as inputs instead: `fed`).
-        given = [(n, v.value) for n, v in zip(self._names, self.values)
-                 if n.decode() not in where_used]
-        self._given_names = (ctypes.c_char_p * len(given))(*(n for n, _ in given))
-        self._given = (ctypes.c_void_p * len(given))(*(v for _, v in given))
+        # Handed over in place, each as a file in memory of its own (`located`):
+        # every weight but those onnxruntime must own (`movable`) and those fed
+        # as inputs (`where_used`); an empty one has no buffer to lend.
+        direct = [i for i, w in enumerate(weights) if w.name not in movable
+                  and w.name not in where_used and self._buffers[i][1]]
+        self.locations = {weights[i].name: f"{NAMED_DATA_LOCATION}.{k}"
+                          for k, i in enumerate(direct)}
+        self._files = (ctypes.c_char_p * len(direct))(
+            *(self.locations[weights[i].name].encode() for i in direct))
+        self._file_buffers = (ctypes.c_void_p * len(direct))(*(self._buffers[i][0] for i in direct))
+        self._file_lengths = (ctypes.c_size_t * len(direct))(*(self._buffers[i][1] for i in direct))
+        # onnxruntime's own copies (AddExternalInitializers): the movable ones
+        # and empty ones.
+        copied = [(n, v.value) for n, v in zip(self._names, self.values)
+                  if n.decode() not in self.locations and n.decode() not in where_used]
+        self._copied_names = (ctypes.c_char_p * len(copied))(*(n for n, _ in copied))
+        self._copied = (ctypes.c_void_p * len(copied))(*(v for _, v in copied))
         #: (name, OrtValue) of the weights cast where used: the model's last
         #: inputs (upcast.upcast_to_fp32), which OrtSession feeds on every run.
         self.fed = [(n, v) for n, v in zip(self._names, self.values) if n.decode() in where_used]
+
+    def located(self, model: bytes) -> bytes:
+        """The model with each weight handed over in place pointing at its own
+        file in memory (`locations`); what OrtSession creates its session from."""
+        if not self.locations:
+            return model
+        proto = onnx.load_model_from_string(model)
+        for tensor in proto.graph.initializer:
+            location = self.locations.get(tensor.name)
+            if location is not None:
+                del tensor.external_data[:]
+                tensor.external_data.add(key="location", value=location)
+        return proto.SerializeToString()
 
     def _value(self, w: WeightBuffer, upcast: bool) -> ctypes.c_void_p:
         if w.dtype == FP4_DTYPE:  # its values as float16 (fp4.py rewrites after any upcast)
@@ -179,6 +204,7 @@ class OrtNamedWeights:
             element = _FLOAT
         else:
             address, nbytes, element = w.address, w.nbytes, ONNX_DTYPES[w.dtype]
+        self._buffers.append((address, nbytes))
         return self.api.tensor(address or ctypes.addressof(_EMPTY), nbytes, w.shape, element)
 
     def _own(self, w: WeightBuffer, array: np.ndarray) -> tuple[int, int]:
@@ -215,13 +241,16 @@ class OrtNamedWeights:
             # and memory patterns would keep the largest of each call shape.
             api.check(api.DisableCpuMemArena(options), "DisableCpuMemArena")
             api.check(api.DisableMemPattern(options), "DisableMemPattern")
-        for name, value in zip(self._names, self.values):
-            if name.decode() in self.movable or name.decode() in self.where_used:
-                continue  # AddExternalInitializers alone: onnxruntime's own copy; or fed
-            api.check(api.AddInitializer(options, name, value), f"AddInitializer({name!r})")
-        if len(self._given):
-            api.check(api.AddExternalInitializers(options, self._given_names, self._given,
-                                                  len(self._given)), "AddExternalInitializers")
+        if len(self._files):
+            api.check(api.AddSessionConfigEntry(
+                options, b"session.use_external_initializer_file_buffers_directly", b"1"),
+                "AddSessionConfigEntry(session.use_external_initializer_file_buffers_directly)")
+            api.check(api.AddExternalInitializersFromFilesInMemory(
+                options, self._files, self._file_buffers, self._file_lengths, len(self._files)),
+                "AddExternalInitializersFromFilesInMemory")
+        if len(self._copied):
+            api.check(api.AddExternalInitializers(options, self._copied_names, self._copied,
+                                                  len(self._copied)), "AddExternalInitializers")
 
     def release(self) -> None:
         """After every session made with these values is released."""
