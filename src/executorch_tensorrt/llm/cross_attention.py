@@ -51,9 +51,11 @@ def cross_attention_cache(module: nn.Module, cache_position: torch.Tensor):
 def _keep(buffer: torch.Tensor, fresh: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
     """The first `fresh.shape[2]` positions of `buffer`: `fresh` (stored) on the
     first step, the stored values otherwise."""
-    stored = buffer[:, :, :fresh.shape[2]]
-    kept = torch.where(first, fresh, stored)
-    stored.copy_(kept)
+    length = fresh.shape[2]
+    kept = torch.where(first, fresh, buffer[:, :, :length])
+    # slice_scatter, not a copy into the slice: a view of a dynamic length
+    # makes torch.export guard against the buffer's full length
+    buffer.copy_(buffer.slice_scatter(kept, dim=2, start=0, end=length))
     return kept
 
 

@@ -16,10 +16,11 @@ optimum 1.1.0's own T5 decoder export keeps the cross-attention keys and
 values in a static cache of the self-attention's length, which transformers
 5.x masks at the encoder's length: torch.export fails on the broadcast. The
 decoder here is transformers' own `Seq2SeqLMDecoderExportableModuleWithStaticCache`
-with the same inputs: a static self-attention cache (owned by the TensorRT
-partition, aot/state/) and the cross-attention keys and values computed from
-`encoder_hidden_states` in every call, because the class passes the encoder's
-output to every decoder call and nothing else says when it changes.
+with the same inputs: a static self-attention cache and the cross-attention
+keys and values, projected from `encoder_hidden_states` at position 0 and kept
+for the later steps (llm/cross_attention.py), both owned by the TensorRT
+partition (aot/state/). The kept keys and values hold `max_hidden_seq_len`
+encoder positions; a call reads the first `encoder_hidden_states.shape[1]`.
 """
 from __future__ import annotations
 
@@ -27,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache, EncoderDecoderCache
+from transformers import EncoderDecoderCache
 
 from ..aot.checks.run_check import tolerance_for
 from ..aot.export import ExportResult, export_program
 from ..errors import ExportError
+from .cross_attention import add_cross_attention_state, cross_attention_cache
 from .exporter import DTYPES, PRECISIONS, QUANTIZE, in_dtype, quantization_lines, quantized
 
 # recipe_kwargs fill-mask and image-classification take.
@@ -136,15 +138,32 @@ def export_image_classifier(module, output: Path, *, dtype: str | None = None,
                    reference=(lambda p: model(pixel_values=p).logits, (pixels,)), **options)
 
 
-class CrossAttentionNotKept(DynamicCache):
-    """The cross-attention cache of a decoder called with the encoder's output
-    every step: each call's keys and values, kept nowhere. transformers' own
-    DynamicCache would concatenate them to empty tensors that torch.export
-    makes program constants; ExecuTorch 1.5.1 then fails to load the method
-    (0x23) for those zero-byte constants left outside the delegate."""
+def _kept_cross_attention_decoder():
+    """transformers' static-cache seq2seq decoder whose cross-attention keys
+    and values are kept between calls (llm/cross_attention.py). Defined on
+    first use: transformers' executorch module imports lazily."""
+    from transformers.integrations.executorch import (
+        Seq2SeqLMDecoderExportableModuleWithStaticCache as StaticCacheDecoder,
+    )
 
-    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        return key_states, value_states
+    class KeptCrossAttentionDecoder(StaticCacheDecoder):
+        def __init__(self, model, max_seq_len: int, max_hidden_seq_len: int):
+            super().__init__(model, max_static_cache_length=max_seq_len, batch_size=1)
+            config = model.config
+            add_cross_attention_state(self, config.num_decoder_layers, config.num_heads,
+                                      max_hidden_seq_len, config.d_kv, torch.float32)
+
+        def forward(self, decoder_input_ids, encoder_hidden_states, cache_position):
+            for layer in self.static_cache.layers:  # writes start at this call's position
+                layer.cumulative_length.copy_(cache_position[0])
+            cache = EncoderDecoderCache(self.static_cache,
+                                        cross_attention_cache(self, cache_position))
+            out = self.decoder(input_ids=decoder_input_ids,
+                               encoder_hidden_states=encoder_hidden_states,
+                               past_key_values=cache, use_cache=True)
+            return self.lm_head(out[0])
+
+    return KeptCrossAttentionDecoder
 
 
 def _seq2seq_programs(model, max_seq_len: int, max_hidden_seq_len: int) -> dict:
@@ -153,9 +172,6 @@ def _seq2seq_programs(model, max_seq_len: int, max_hidden_seq_len: int) -> dict:
         ArgmaxExportableModule,
         Seq2SeqLMEncoderExportableModule,
     )
-    from transformers.integrations.executorch import (
-        Seq2SeqLMDecoderExportableModuleWithStaticCache as StaticCacheDecoder,
-    )
 
     dtype = next(model.parameters()).dtype
     hidden = torch.export.Dim("encoder_hidden_seq_length", max=max_hidden_seq_len)
@@ -163,9 +179,7 @@ def _seq2seq_programs(model, max_seq_len: int, max_hidden_seq_len: int) -> dict:
     example_ids = torch.ones((1, 10), dtype=torch.long)
     programs = {"encoder": _traced("encoder", model, lambda: torch.export.export(
         encoder, (example_ids,), dynamic_shapes={"input_ids": {1: hidden}}, strict=True))}
-    decoder = StaticCacheDecoder(model, max_static_cache_length=max_seq_len,
-                                 batch_size=1).eval()
-    decoder.cache = EncoderDecoderCache(decoder.static_cache, CrossAttentionNotKept())
+    decoder = _kept_cross_attention_decoder()(model, max_seq_len, max_hidden_seq_len).eval()
     for buffer in decoder.buffers(recurse=False):  # transformers makes the cache float32
         if buffer.is_floating_point():
             buffer.data = buffer.data.to(dtype)
