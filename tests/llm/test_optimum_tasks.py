@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from encoder_decoder_checks import assert_projected_once, cross_states, decoder_blob
 from test_optimum_recipe import _child
 
 COMMON = """
@@ -94,6 +95,14 @@ for prompt in ([5, 6, 7, 8, 9, 10, 11], [40, 41, 2, 93, 17]):
         want = model.generate(ids, max_new_tokens=11, do_sample=False, num_beams=1)
     runs.append([got, want[0].tolist()])
 report["runs"] = runs
+# Position 1 reads the keys/values kept at position 0, whatever encoder output comes again.
+hidden = et.model.run_method("encoder", (torch.tensor([[5, 6, 7]]),))[0]
+def second_step(again):
+    for position, states in ((0, hidden), (1, again)):
+        logits = et.model.run_method("text_decoder", (
+            torch.tensor([[0]]), states, torch.tensor([position])))[0]
+    return logits
+report["ignored"] = float((second_step(hidden) - second_step(hidden * 0 + 1)).abs().max())
 report["refused"] = refused(lambda: main_export(
     folder + "/model", task="text2text-generation", recipe="tensorrt",
     output_dir=folder + "/out2", local_files_only=True,
@@ -139,12 +148,18 @@ def test_image_classification_in_float16_runs_in_optimums_class_as_eager(tmp_pat
 
 
 def test_t5_generates_eagers_greedy_tokens_in_optimums_seq2seq_class(tmp_path, allow_fallback):
-    """encoder, text_decoder (self-attention cache owned by TensorRT) and
-    sampler: ExecuTorchModelForSeq2SeqLM.generate decodes transformers'
-    greedy tokens for two prompts in a row (the cache starts over)."""
+    """encoder, text_decoder (self-attention cache and cross-attention
+    keys/values owned by TensorRT) and sampler: ExecuTorchModelForSeq2SeqLM.generate
+    decodes transformers' greedy tokens for two prompts of different lengths
+    in a row (the caches start over at position 0)."""
     report = _run(TEXT2TEXT, tmp_path)
     _all_on_tensorrt(report, ["encoder", "text_decoder", "sampler"])
     for got, want in report["runs"]:
         assert len(got) > 3 and got == want, report["runs"]
+    # Cross-attention keys/values: projected at position 0 only, then kept.
+    decoder = decoder_blob(tmp_path / "out" / "model.pte")
+    assert sorted(cross_states(decoder)) == ["cross_key_0", "cross_value_0"]
+    assert_projected_once(decoder)
+    assert report["ignored"] == 0.0, report["ignored"]
     assert report["refused"].startswith("TypeError") and "quantize" in report["refused"] \
         and "text2text-generation" in report["refused"], report["refused"]

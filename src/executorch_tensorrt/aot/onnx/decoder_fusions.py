@@ -260,7 +260,7 @@ def branch_first_step(graph: ir.Graph, where: ir.Node) -> bool:
                            name=f"{where.name}_then")
     passes = []
     for w in wheres:
-        identity = ir.Node("", "Identity", [w.inputs[2]], name=f"{w.name}_else")
+        identity = ir.Node("", "Identity", [w.inputs[2]], name=f"{w.outputs[0].name}_else")
         identity.outputs[0].name = f"{w.outputs[0].name}_else"
         identity.outputs[0].shape, identity.outputs[0].type = w.inputs[2].shape, w.inputs[2].type
         passes.append(identity)
