@@ -17,14 +17,17 @@ def decoder_blob(pte: str | Path):
 
 
 def cross_states(blob) -> dict[str, list[int]]:
-    return {e["fqn"]: e["shape"] for e in blob.state if e["fqn"].startswith("cross_")}
+    return {e["fqn"]: e["shape"] for e in blob.state
+            if e["fqn"].startswith(("cross_key_", "cross_value_"))}
 
 
-def assert_projected_once(blob, hidden: str = "encoder_hidden_states") -> None:
-    """`hidden` (a graph input) is read only inside one If's then-branch, by
-    the projections (matmuls); the else-branch computes nothing."""
+def assert_projected_once(blob) -> None:
+    """The decoder's encoder_hidden_states (its one float user input) is read
+    only inside one If's then-branch, by the projections (matmuls); the
+    else-branch computes nothing."""
     graph = onnx.load_model_from_string(blob.onnx).graph
-    name = next(v.name for v in graph.input if v.name.startswith(hidden))
+    (name,) = [v.name for v in graph.input if not v.name.startswith("state_in.")
+               and v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT]
     (branch,) = [n for n in graph.node if n.op_type == "If"]
     assert not [n.name for n in graph.node if name in n.input]
     then, other = (next(a.g for a in branch.attribute if a.name == key)

@@ -13,9 +13,12 @@ cache (aot/state/). The ONNX rewrite `branch_first_step` (aot/onnx/
 decoder_fusions.py) turns those Wheres into one ONNX If on the predicate:
 the projections run only at position 0; later steps read the kept values.
 
-A call at a position above 0 uses what the last position-0 call stored
-(zeros after load or `reset_state`) and ignores `encoder_hidden_states`:
-each utterance starts at position 0, as optimum's classes do.
+The projections also run when nothing is kept yet: a flag (state
+`cross_attention_kept`, 0 after load or `reset_state`) says whether a call
+has stored them, so a first call at a position above 0 projects the
+`encoder_hidden_states` it is given instead of attending to zeros. Later
+calls at positions above 0 read what was kept and ignore the encoder output
+they are given: each utterance starts at position 0, as optimum's classes do.
 """
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ def add_cross_attention_state(module: nn.Module, layers: int, heads: int, length
         for name in (_KEY, _VALUE):
             module.register_buffer(name.format(i), torch.zeros(1, heads, length, head_dim,
                                                                dtype=dtype), persistent=False)
+    module.register_buffer("cross_attention_kept", torch.zeros((), dtype=torch.float32),
+                           persistent=False)
     module.cross_attention_layers = layers
     module.cross_attention_cache_class = _kept_cache_class()  # outside the trace
 
@@ -45,7 +50,12 @@ def cross_attention_cache(module: nn.Module, cache_position: torch.Tensor):
     of `module` (which add_cross_attention_state prepared)."""
     layers = [(getattr(module, _KEY.format(i)), getattr(module, _VALUE.format(i)))
               for i in range(module.cross_attention_layers)]
-    return module.cross_attention_cache_class(layers, cache_position[0] == 0)
+    kept = module.cross_attention_kept
+    project = (cache_position[0] == 0) | (kept == 0)
+    # max(kept, 1), not a constant 1: a state whose new value is a constant
+    # would be an initializer, which ONNX cannot name as the graph's output
+    kept.copy_(torch.maximum(kept, torch.ones_like(kept)))
+    return module.cross_attention_cache_class(layers, project)
 
 
 def _keep(buffer: torch.Tensor, fresh: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
