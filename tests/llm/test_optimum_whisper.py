@@ -13,6 +13,7 @@ import pytest
 import torch
 import transformers
 
+from encoder_decoder_checks import assert_projected_once, cross_states, decoder_blob
 from runner_helpers import write_char_tokenizer
 from test_optimum_recipe import _child
 
@@ -46,6 +47,26 @@ torch.manual_seed(1)
 features = torch.randn(1, %d, 100)
 tokens = model.generate(features)
 text = model.transcribe(AutoProcessor.from_pretrained(model_dir).tokenizer, features)
+# Position 1 after position 0 reads the kept cross-attention keys/values: the
+# encoder output passed again (here zeros instead) changes nothing.
+hidden = model.model.run_method("encoder", (features,))[0]
+def second_step(again):
+    for position, states in ((0, hidden), (1, again)):
+        logits = model.model.run_method("text_decoder", (
+            torch.tensor([[%d]]), states, torch.tensor([position])))[0]
+    return logits
+ignored = float((second_step(hidden) - second_step(torch.zeros_like(hidden))).abs().max())
+# Nothing kept (after reset_state): a first call at position 3 projects the
+# encoder output it is given, as the eager step module does.
+from transformers import WhisperForConditionalGeneration
+from executorch_tensorrt.llm.speech import WhisperDecoderStep
+executorch_tensorrt.reset_state("text_decoder")
+args = (torch.tensor([[%d]]), hidden, torch.tensor([3]))
+late = model.model.run_method("text_decoder", args)[0]
+with torch.no_grad():
+    eager = WhisperDecoderStep(WhisperForConditionalGeneration.from_pretrained(model_dir).eval(),
+                               %d).eval()(*args)
+late = float((late - eager).abs().max())
 import os
 print(json.dumps({"tokens": tokens, "text": text, "files": sorted(os.listdir(out)),
                   "seconds": result.export.seconds,
@@ -54,8 +75,9 @@ print(json.dumps({"tokens": tokens, "text": text, "files": sorted(os.listdir(out
                   "nodes_on_trt": {m: len(r.nodes_on_tensorrt) for m, r in
                                    result.export.reports.items()},
                   "rejected": {m: sorted(r.rejected) for m, r in result.export.reports.items()},
-                  "state": {m: r.state for m, r in result.export.reports.items()}}))
-""" % (CACHE, N_MELS)
+                  "state": {m: r.state for m, r in result.export.reports.items()},
+                  "ignored": ignored, "late": late}))
+""" % (CACHE, N_MELS, START, START, CACHE)
 
 
 def _eager_greedy(model, features, n: int) -> list[int]:
@@ -88,7 +110,9 @@ def exported(tmp_path_factory):
     done = _child(RUN, str(folder / "model"), str(folder / "out"),
                   env={"EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime"})
     assert done.returncode == 0, done.stderr[-4000:]
-    return model, json.loads(done.stdout.strip().splitlines()[-1])
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report["pte"] = str(folder / "out" / "model.pte")
+    return model, report
 
 
 def test_optimums_speech_class_generates_eagers_greedy_tokens(exported):
@@ -115,3 +139,22 @@ def test_the_decoders_self_attention_cache_is_owned_by_tensorrt(exported):
     caches = {k: v for k, v in state["text_decoder"].items() if "_cache_" in k}
     assert len(caches) == 2 * 2, state  # keys and values of 2 decoder layers
     assert all(v.startswith("owned by TensorRT") for v in caches.values()), state
+
+
+def test_cross_attention_is_projected_at_position_0_only(exported):
+    """The cross-attention keys/values are partition-owned state, and the
+    projections of encoder_hidden_states sit in the then-branch of one If on
+    position 0: later steps read the kept values (their output ignores the
+    encoder output passed again). With nothing kept (after reset_state), a
+    first call at a later position projects what it is given, as eager does."""
+    report = exported[1]
+    cross = {k: v for k, v in report["state"]["text_decoder"].items() if k.startswith("cross_")}
+    assert sorted(cross) == ["cross_attention_kept", "cross_key_0", "cross_key_1",
+                             "cross_value_0", "cross_value_1"]
+    assert all(v.startswith("owned by TensorRT") for v in cross.values()), cross
+    decoder = decoder_blob(report["pte"])
+    assert cross_states(decoder) == {k: [1, 4, 50, 8] for k in cross if k[-1].isdigit()}
+    assert_projected_once(decoder)
+    assert report["ignored"] == 0.0, report["ignored"]
+    assert report["late"] < 1e-4, report["late"]
+

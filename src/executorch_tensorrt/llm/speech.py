@@ -8,11 +8,10 @@ runs:
   int64[1]) -> logits[1, 1, V]`, one token per call over a static self-attention
   cache of `max_cache_len` positions that the TensorRT partition owns (aot/state/).
 
-Cross-attention keys/values are computed from `encoder_hidden_states` on every
-decoder call: optimum's class passes the encoder output each step, and a
-program keeping them would need a branch on the step (first call: compute and
-store; later: read), which the partitioner does not take as one TensorRT
-partition. The cost is in docs/speech.md.
+Cross-attention keys/values are projected from `encoder_hidden_states` at
+position 0 only and kept as partition-owned state (llm/cross_attention.py):
+later steps read them and ignore the encoder output optimum's class passes
+again. The cost per step is in docs/speech.md.
 
 optimum's own decoder wrapper builds transformers' StaticCache for the
 encoder's layer count and reads positions from the cache; ours sizes the
@@ -21,7 +20,6 @@ cache by the decoder's layers and passes positions explicitly.
 from __future__ import annotations
 
 import copy
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,30 +29,14 @@ from torch import nn
 from ..aot.export import ExportResult, export_program
 from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
+from .cross_attention import add_cross_attention_state, cross_attention_cache
 from .multimodal_inputs import AudioSpec
-
-
-@functools.cache
-def _recomputed_cross_attention_cache():
-    """A transformers Cache class that stores nothing: cross-attention
-    keys/values are projected from the encoder output on each call (module
-    docstring). Made once, outside the trace (dynamo cannot define classes)."""
-    from transformers.cache_utils import DynamicCache
-
-    class CrossAttentionRecomputed(DynamicCache):
-        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-            return key_states, value_states
-
-        def get_seq_length(self, layer_idx: int = 0):
-            return 0
-
-    return CrossAttentionRecomputed
 
 
 class WhisperDecoderStep(nn.Module):
     """`(decoder_input_ids, encoder_hidden_states, cache_position) -> logits`
-    over a static self-attention cache registered as buffers (what the
-    partitioner hands to TensorRT to own)."""
+    over a static self-attention cache and the cross-attention keys/values,
+    both registered as buffers (what the partitioner hands to TensorRT to own)."""
 
     def __init__(self, model, max_cache_len: int):
         super().__init__()
@@ -65,9 +47,10 @@ class WhisperDecoderStep(nn.Module):
         # WhisperConfig's num_hidden_layers is the encoder's; the cache is the decoder's.
         config = copy.deepcopy(model.config)
         config.num_hidden_layers = config.decoder_layers
-        self._config = config
-        self._cross_cache = _recomputed_cross_attention_cache()
         heads = config.decoder_attention_heads
+        add_cross_attention_state(self, config.decoder_layers, heads,
+                                  int(config.max_source_positions), config.d_model // heads,
+                                  model.dtype)
         self.cache = StaticCache(config=config, max_cache_len=max_cache_len)
         self.cache.early_initialization(1, heads, config.d_model // heads, model.dtype,
                                         model.device)
@@ -82,7 +65,7 @@ class WhisperDecoderStep(nn.Module):
 
         for layer in self.cache.layers:  # writes start at this call's position
             layer.cumulative_length.copy_(cache_position[0])
-        cache = EncoderDecoderCache(self.cache, self._cross_cache(config=self._config))
+        cache = EncoderDecoderCache(self.cache, cross_attention_cache(self, cache_position))
         out = self.decoder(input_ids=decoder_input_ids, encoder_hidden_states=encoder_hidden_states,
                            past_key_values=cache, position_ids=cache_position.unsqueeze(0),
                            use_cache=True)

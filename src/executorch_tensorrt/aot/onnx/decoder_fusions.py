@@ -26,6 +26,10 @@ values for every input, -inf and NaN included:
 - `drop_identity`: an Identity between two nodes (not a graph input or output).
 - `swap_negated_where`: Where(Not(c), a, b) is Where(c, b, a); the Not goes
   when every reader is such a Where.
+- `branch_first_step`: Where(c, a, b) on a one-element c, where a's work
+  (a matmul at least) serves only such Wheres, becomes If(c) computing a in
+  its then-branch only: a decoder's kept cross-attention keys and values are
+  projected on the first step alone.
 
 Each rule keeps fusions.py's contract: values it removes have no other reader
 and are no graph output, and every new node takes the metadata of a node it
@@ -36,7 +40,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from .graph_match import initializer, ints, new_node, only_reader, other_input, replace, scalar
+from .graph_match import (initializer, ints, known, new_node, only_reader, other_input, replace,
+                          scalar)
 from .vision_fusions import masked_rows
 
 
@@ -226,3 +231,78 @@ def swap_negated_where(graph: ir.Graph, not_: ir.Node) -> bool:
     graph.remove(not_, safe=True)
     return True
 
+
+
+# -- Where(first step, projection, stored) -> If(first step) -------------------------------
+_WORK = {"MatMul", "Gemm", "Conv"}  # a branch is worth it only around real work
+
+
+def branch_first_step(graph: ir.Graph, where: ir.Node) -> bool:
+    """Where(c, a, b) with c one boolean element, where a's producers serve
+    these Wheres only, becomes If(c) whose then-branch computes a and whose
+    else-branch passes b: a's work runs only when c holds (a kept
+    cross-attention cache, llm/cross_attention.py, projects at position 0
+    only). Every such Where on the same c goes into one If, so projections
+    the Wheres share (fused K|V matmuls) move together."""
+    if where.op_type != "Where" or len(where.inputs) != 3 or not _one_element(where.inputs[0]):
+        return False
+    condition = where.inputs[0]
+    wheres = [use.node for use in condition.uses()
+              if use.node.op_type == "Where" and use.idx == 0 and use.node.graph is graph
+              and _same_shapes(use.node)]
+    cone = _exclusive_cone(graph, wheres)
+    wheres = [w for w in wheres if w.inputs[1].producer() in cone]
+    if not wheres or not any(node.op_type in _WORK for node in cone):
+        return False
+    cone_nodes = [node for node in graph if node in cone]  # graph order: topological
+    graph.remove(cone_nodes)
+    then_branch = ir.Graph([], [w.inputs[1] for w in wheres], nodes=cone_nodes,
+                           name=f"{where.name}_then")
+    passes = []
+    for w in wheres:
+        identity = ir.Node("", "Identity", [w.inputs[2]], name=f"{w.outputs[0].name}_else")
+        identity.outputs[0].name = f"{w.outputs[0].name}_else"
+        identity.outputs[0].shape, identity.outputs[0].type = w.inputs[2].shape, w.inputs[2].type
+        passes.append(identity)
+    else_branch = ir.Graph([], [p.outputs[0] for p in passes], nodes=passes,
+                           name=f"{where.name}_else")
+    branch = ir.Node("", "If", [condition], [ir.AttrGraph("then_branch", then_branch),
+                                             ir.AttrGraph("else_branch", else_branch)],
+                     num_outputs=len(wheres), name=where.name)
+    branch.metadata_props.update(where.metadata_props)
+    graph.insert_before(wheres[0], branch)
+    for w, out in zip(wheres, branch.outputs):
+        old = w.outputs[0]
+        out.name, out.shape, out.type = old.name, old.shape, old.type
+        old.replace_all_uses_with(out, replace_graph_outputs=True)
+    graph.remove(wheres, safe=True)
+    return True
+
+
+def _one_element(value: ir.Value) -> bool:
+    shape = value.shape
+    return (value.dtype == ir.DataType.BOOL and shape is not None
+            and all(d == 1 for d in shape))
+
+
+def _same_shapes(where: ir.Node) -> bool:
+    """Both branches have the output's shape (If broadcasts nothing)."""
+    out = where.outputs[0]
+    return known(out.shape, len(out.shape or ())) and all(
+        v.shape == out.shape and v.type == out.type for v in where.inputs[1:])
+
+
+def _exclusive_cone(graph: ir.Graph, wheres: list[ir.Node]) -> set[ir.Node]:
+    """The nodes every output of which is read only by this set or as a
+    Where's second input (the value it picks when the condition holds)."""
+    sinks = set(wheres)
+    wanted = {w.inputs[1].producer() for w in wheres} - {None}
+    cone: set[ir.Node] = set()
+    for node in reversed(list(graph)):  # readers come after their producers
+        if node not in wanted or any(v.is_graph_output() or not v.uses() for v in node.outputs):
+            continue
+        if all(use.node in cone or (use.node in sinks and use.idx == 1)
+               for v in node.outputs for use in v.uses()):
+            cone.add(node)
+            wanted.update(v.producer() for v in node.inputs if v is not None)
+    return cone

@@ -251,6 +251,8 @@ def finish_onnx(lifted: LiftedProgram, onnx_bytes: bytes, edge_node_of: dict[int
 
 
 def _rename_values(g: onnx.GraphProto, renames: dict[str, str]) -> None:
+    """Renames values in `g` and in the branches of its If nodes, which read
+    the outer graph's values by name (decoder_fusions.branch_first_step)."""
     for node in g.node:
         for i, name in enumerate(node.input):
             if name in renames:
@@ -258,6 +260,12 @@ def _rename_values(g: onnx.GraphProto, renames: dict[str, str]) -> None:
         for i, name in enumerate(node.output):
             if name in renames:
                 node.output[i] = renames[name]
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                _rename_values(attribute.g, renames)
+                for value in attribute.g.output:
+                    if value.name in renames:
+                        value.name = renames[value.name]
     for value in g.value_info:
         if value.name in renames:
             value.name = renames[value.name]

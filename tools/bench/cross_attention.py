@@ -1,0 +1,180 @@
+"""Kept cross-attention keys/values vs recomputing them every decoder step:
+decode milliseconds per token of Whisper on the onnxruntime fallback.
+
+T5 recomputes its cross-attention keys/values: kept, they measured slower
+(docs/evidence/cross-attention.md records that run).
+
+For Whisper with tiny's dimensions (a config with seeded random weights,
+nothing downloaded) and each variant, one child process exports the program and
+times `text_decoder` calls through ExecuTorch's runtime:
+
+- `kept` is the exported program as it is (llm/cross_attention.py): the
+  projections run at position 0 only, inside an ONNX If;
+- `recomputed` is the same export with the step's cross-attention cache
+  swapped for one that keeps nothing, so every step projects
+  `encoder_hidden_states` again (what the program did before).
+
+The first step (position 0) is reported apart; "ms/token" is the median of
+the later steps. Both variants must produce the same greedy tokens.
+
+    .venv/bin/python tools/bench/cross_attention.py [--steps 24] [--write]
+
+--write replaces docs/evidence/cross-attention.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "build" / "optimum-site"
+EVIDENCE = ROOT / "docs" / "evidence" / "cross-attention.md"
+MODELS = ("whisper",)
+VARIANTS = ("recomputed", "kept")
+
+
+def _recompute_every_step() -> None:
+    """Swaps the kept cross-attention cache for one that stores nothing."""
+    from transformers.cache_utils import DynamicCache
+
+    from executorch_tensorrt.llm import speech
+
+    class Recomputed(DynamicCache):
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            return key_states, value_states
+
+    def no_state(module, layers, *shape):
+        module.cross_attention_layers = layers
+
+    speech.add_cross_attention_state = no_state
+    speech.cross_attention_cache = lambda module, cache_position: Recomputed()
+
+
+def _whisper(folder: str):
+    import torch
+    import transformers
+
+    from executorch_tensorrt.llm.speech import export_whisper
+
+    torch.manual_seed(0)
+    config = transformers.WhisperConfig(  # tiny's dimensions, a small vocabulary
+        vocab_size=1000, num_mel_bins=80, d_model=384, encoder_layers=4, decoder_layers=4,
+        encoder_attention_heads=6, decoder_attention_heads=6, encoder_ffn_dim=1536,
+        decoder_ffn_dim=1536, max_source_positions=1500, max_target_positions=448,
+        decoder_start_token_id=998, bos_token_id=998, eos_token_id=999, pad_token_id=999)
+    model = transformers.WhisperForConditionalGeneration(config).eval()
+    path = export_whisper(model, max_cache_len=64, output=f"{folder}/model.pte",
+                          progress=None).path
+    features = torch.randn(1, 80, 3000)
+    return path, (features,), 998, "Whisper tiny dims (4+4 x 384, 1500 positions), vocab 1000"
+
+
+def child(model: str, variant: str, folder: str, steps: int) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    import executorch_tensorrt  # noqa: F401 - registers the backend and the recipe
+    from executorch.runtime import Runtime
+
+    if variant == "recomputed":
+        _recompute_every_step()
+    t0 = time.perf_counter()
+    path, encoder_inputs, start, name = _whisper(folder)
+    row = {"model": model, "variant": variant, "name": name,
+           "export_s": time.perf_counter() - t0}
+    program = Runtime.get().load_program(str(path))
+    hidden = program.load_method("encoder").execute(list(encoder_inputs))[0]
+    decoder = program.load_method("text_decoder")
+    token, tokens, times = start, [], []
+    for position in range(steps):
+        ids, pos = torch.tensor([[token]]), torch.tensor([position])
+        t = time.perf_counter()
+        logits = decoder.execute([ids, hidden, pos])[0]
+        times.append(time.perf_counter() - t)
+        token = int(logits[0, -1].argmax())
+        tokens.append(token)
+    row.update(first_ms=1e3 * times[0], ms_per_token=1e3 * statistics.median(times[1:]),
+               tokens=tokens)
+    return row
+
+
+def _run_child(model: str, variant: str, steps: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SITE), str(ROOT)]),
+           "EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime", "EXECUTORCH_TENSORRT_ORT_THREADS": "1"}
+    with tempfile.TemporaryDirectory(prefix="cross-attention-bench-") as folder:
+        done = subprocess.run([sys.executable, __file__, "--child", model, variant, folder,
+                               "--steps", str(steps)], capture_output=True, text=True, env=env)
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"model": model, "variant": variant, "error": f"child failed: {done.stderr[-600:]}"}
+
+
+def _markdown(rows: list[dict], steps: int) -> str:
+    load = os.getloadavg()
+    lines = [
+        "# Cross-attention keys/values: kept vs recomputed per decoder step",
+        "",
+        f"Made by `tools/bench/cross_attention.py --write` on {time.strftime('%Y-%m-%d')}, "
+        f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load[0]:.1f} at the end "
+        "(a shared machine). No GPU: the TensorRT partitions run through the onnxruntime "
+        "fallback, one thread. Each program is driven through ExecuTorch's runtime: the "
+        f"encoder once, then {steps} `text_decoder` steps feeding back the greedy token. "
+        "`first ms` is the step at position 0 (it projects in both variants); `ms/token` "
+        "the median of the later steps. `recomputed` is the program before cross-attention "
+        "state (every step projects the encoder output again).",
+        "",
+        "| model | variant | export s | first ms | ms/token | same tokens |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    by_model: dict[str, dict] = {}
+    for row in rows:
+        by_model.setdefault(row["model"], {})[row["variant"]] = row
+    errors = []
+    for model, variants in by_model.items():
+        tokens = {v: r.get("tokens") for v, r in variants.items()}
+        same = len({json.dumps(t) for t in tokens.values()}) == 1 and None not in tokens.values()
+        for variant, row in variants.items():
+            if "error" in row:
+                lines.append(f"| {model} | {variant} | failed (below) | | | |")
+                errors.append(f"- {model}, {variant}: `{row['error'][-400:]}`")
+                continue
+            lines.append(f"| {row['name']} | {variant} | {row['export_s']:.1f} | "
+                         f"{row['first_ms']:.2f} | {row['ms_per_token']:.2f} | {same} |")
+    if errors:
+        lines += ["", "Failures:", "", *errors]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--write", action="store_true", help=f"replace {EVIDENCE.name}")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # model, variant, folder
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(*args.child, args.steps)))
+        return 0
+    rows = []
+    for model in args.models:
+        for variant in VARIANTS:
+            rows.append(_run_child(model, variant, args.steps))
+            print(json.dumps({k: v for k, v in rows[-1].items() if k != "tokens"}), flush=True)
+    text = _markdown(rows, args.steps)
+    print(text)
+    if args.write:
+        EVIDENCE.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
