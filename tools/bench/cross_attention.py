@@ -28,14 +28,13 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-SITE = ROOT / "build" / "optimum-site"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from optimum_tasks import ROOT, run_child  # noqa: E402
+
 EVIDENCE = ROOT / "docs" / "evidence" / "cross-attention.md"
 MODELS = ("whisper",)
 VARIANTS = ("recomputed", "kept")
@@ -106,18 +105,6 @@ def child(model: str, variant: str, folder: str, steps: int) -> dict:
     return row
 
 
-def _run_child(model: str, variant: str, steps: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SITE), str(ROOT)]),
-           "EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime", "EXECUTORCH_TENSORRT_ORT_THREADS": "1"}
-    with tempfile.TemporaryDirectory(prefix="cross-attention-bench-") as folder:
-        done = subprocess.run([sys.executable, __file__, "--child", model, variant, folder,
-                               "--steps", str(steps)], capture_output=True, text=True, env=env)
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return {"model": model, "variant": variant, "error": f"child failed: {done.stderr[-600:]}"}
-
-
 def _markdown(rows: list[dict], steps: int) -> str:
     load = os.getloadavg()
     lines = [
@@ -167,7 +154,8 @@ def main() -> int:
     rows = []
     for model in args.models:
         for variant in VARIANTS:
-            rows.append(_run_child(model, variant, args.steps))
+            rows.append(run_child(Path(__file__), [model, variant, "--steps", str(args.steps)],
+                                  {"model": model, "variant": variant}))
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "tokens"}), flush=True)
     text = _markdown(rows, args.steps)
     print(text)
