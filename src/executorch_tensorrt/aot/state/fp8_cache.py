@@ -30,7 +30,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ...errors import ExportError
-from .kv_update import raise_opset
+from .kv_update import MARKER_DOMAIN, MARKER_OP, raise_opset, replace_nodes
 from .lifted import LiftedProgram
 
 #: llm.export(kv_cache_dtype=...) values; the blob records the state as "float8".
@@ -40,9 +40,6 @@ FP8_SCALE = 1.0
 FP8_OPSET = 21
 #: The compute capability FP8 needs (TensorRT-RTX refuses older targets).
 FP8_MIN_CAPABILITY = 89
-
-_DOMAIN = "pkg.executorch_tensorrt.state"
-_MARKER = "KvCacheUpdate"
 
 
 def check_kv_cache_dtype(value: str | None) -> str | None:
@@ -75,7 +72,7 @@ def quantize_caches(model: onnx.ModelProto, lifted: LiftedProgram, entries: list
     "rewrite_in_place". Returns the node map for the rewritten model. A float
     state that is not such a cache is refused (ExportError)."""
     g = model.graph
-    markers = {n.input[0]: n for n in g.node if n.domain == _DOMAIN and n.op_type == _MARKER}
+    markers = {n.input[0]: n for n in g.node if n.domain == MARKER_DOMAIN and n.op_type == MARKER_OP}
     for state, entry in zip(lifted.states, entries):
         kv = state.kv_update
         if state.init.is_floating_point() and (
@@ -120,7 +117,7 @@ def quantize_caches(model: onnx.ModelProto, lifted: LiftedProgram, entries: list
         value_in.type.tensor_type.elem_type = TensorProto.FLOAT8E4M3FN
         value_out.type.tensor_type.elem_type = TensorProto.FLOAT8E4M3FN
         marker = next(n for n in old_nodes
-                      if n.domain == _DOMAIN and n.op_type == _MARKER and n.input[0] == src_f)
+                      if n.domain == MARKER_DOMAIN and n.op_type == MARKER_OP and n.input[0] == src_f)
         replaced[index_of[id(marker)]] = _rounded_scatter(g, marker, scale,
                                                           state.kv_update.axis)
         entry["dtype"], entry["update"] = "float8", "rewrite_in_place"
@@ -132,15 +129,7 @@ def quantize_caches(model: onnx.ModelProto, lifted: LiftedProgram, entries: list
                 new_map[len(new_nodes) + k] = edge_node_of[i]
         new_nodes.extend(group)
     new_nodes.extend(tail)
-    del g.node[:]
-    g.node.extend(new_nodes)
-    for imp in list(model.opset_import):
-        if imp.domain in (_DOMAIN, "pkg.executorch_tensorrt") and not any(
-                n.domain == imp.domain for n in g.node):
-            model.opset_import.remove(imp)
-    for f in list(model.functions):
-        if f.domain == _DOMAIN:
-            model.functions.remove(f)
+    replace_nodes(model, new_nodes)
     return new_map
 
 

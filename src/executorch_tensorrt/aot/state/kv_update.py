@@ -95,8 +95,8 @@ def find_kv_updates(program: torch.export.ExportedProgram, placeholder: str) -> 
     return KvUpdate(axis, user_inputs.index(pos.name), put.name, val.dim() == 4 and axis == 2)
 
 
-_DOMAIN = "pkg.executorch_tensorrt.state"
-_MARKER = "KvCacheUpdate"
+MARKER_DOMAIN = "pkg.executorch_tensorrt.state"
+MARKER_OP = "KvCacheUpdate"
 
 
 @torch.library.custom_op("executorch_tensorrt::kv_cache_update", mutates_args=())
@@ -118,11 +118,11 @@ def _register_marker_schema() -> None:
     """onnxscript builds nodes only for ops with a schema: give the marker one."""
     from onnx import defs
 
-    if defs.has(_MARKER, _DOMAIN):
+    if defs.has(MARKER_OP, MARKER_DOMAIN):
         return
     P = defs.OpSchema.FormalParameter
     defs.register_schema(defs.OpSchema(
-        _MARKER, _DOMAIN, 1,
+        MARKER_OP, MARKER_DOMAIN, 1,
         inputs=[P("cache", "T"), P("update", "T"), P("positions", "I")],
         outputs=[P("updated", "T")],
         type_constraints=[("T", _TENSOR_TYPES, "cache type"),
@@ -140,10 +140,10 @@ def _marker_translation():
 
     _register_marker_schema()
 
-    marker = onnxscript.values.Opset(_DOMAIN, 1)
+    marker = onnxscript.values.Opset(MARKER_DOMAIN, 1)
 
     def kv_cache_update_onnx(cache, update, positions, axis: int):
-        return getattr(marker, _MARKER)(cache, update, positions, axis=axis)
+        return getattr(marker, MARKER_OP)(cache, update, positions, axis=axis)
 
     return onnxscript.TracedOnnxFunction(onnxscript.values.Opset("pkg.executorch_tensorrt", 1),
                                          kv_cache_update_onnx)
@@ -186,7 +186,7 @@ def rewrite_tensor_scatter(model: onnx.ModelProto, lifted: LiftedProgram, entrie
             continue
         entry["positions"] = {"input": user_names[lifted_user.index(kv.positions_input)],
                               "axis": kv.axis}
-    is_marker = lambda n: n.domain == _DOMAIN and n.op_type == _MARKER  # noqa: E731
+    is_marker = lambda n: n.domain == MARKER_DOMAIN and n.op_type == MARKER_OP  # noqa: E731
     if not any(is_marker(n) for n in model.graph.node):
         return edge_node_of
     count = len(model.graph.node)
@@ -230,16 +230,23 @@ def rewrite_tensor_scatter(model: onnx.ModelProto, lifted: LiftedProgram, entrie
         entry = by_output.get(node.output[0])
         if entry is not None:
             entry["update"] = "in_place"
+    replace_nodes(model, new_nodes)
+    return new_map
+
+
+def replace_nodes(model: onnx.ModelProto, nodes: list) -> None:
+    """The graph's nodes become `nodes`; the marker's domain and function go
+    once no node uses them."""
+    g = model.graph
     del g.node[:]
-    g.node.extend(new_nodes)
+    g.node.extend(nodes)
     for imp in list(model.opset_import):
-        if imp.domain in (_DOMAIN, "pkg.executorch_tensorrt") and not any(
+        if imp.domain in (MARKER_DOMAIN, "pkg.executorch_tensorrt") and not any(
                 n.domain == imp.domain for n in g.node):
             model.opset_import.remove(imp)
     for f in list(model.functions):
-        if f.domain in (_DOMAIN,):
+        if f.domain == MARKER_DOMAIN:
             model.functions.remove(f)
-    return new_map
 
 
 def _rank_of(g: onnx.GraphProto, name: str) -> list:
