@@ -251,9 +251,10 @@ def quantization_plan(model: torch.nn.Module) -> QuantizationPlan | None:
     return getattr(model, _PLAN_ATTR, None)
 
 
-def shared_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """A structural copy whose tensors are the model's own (no weight copied)."""
-    shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+def shared_copy(model: torch.nn.Module, also=()) -> torch.nn.Module:
+    """A structural copy whose tensors are the model's own (no weight copied),
+    as are the objects in `also` (e.g. weights a module holds as attributes)."""
+    shared = {id(t): t for t in [*model.parameters(), *model.buffers(), *also]}
     return copy.deepcopy(model, memo=shared)
 
 

@@ -53,6 +53,10 @@ def register(sub) -> None:
     add_quantize_options(p)
     p.add_argument("--external-weights", action="store_true",
                    help="store the weights in OUTPUT's .ptd beside it")
+    p.add_argument("--no-run-check", action="store_true",
+                   help="do not run the written program once and compare it with eager "
+                        "(the check runs it in a child process: for a model that fits "
+                        "memory once, not twice)")
     p.add_argument("--seed", type=int, default=0, help="random weights' seed (--config)")
     p.add_argument("--task", choices=TASKS, default="text-generation",
                    help="text-generation: a causal LM for TextLLMRunner (default); "
@@ -123,6 +127,8 @@ def _export(args, model, out: Path):
     common = dict(max_seq_len=args.max_seq_len, max_context_len=args.max_context_len,
                   dtype=args.dtype, quantize=args.quantize, group_size=args.group_size,
                   external_weights=args.external_weights, output=out)
+    if args.no_run_check:
+        common["run_check"] = False
     if args.task == "image-text-to-text":
         if args.memory_budget is not None or args.max_context_len is None:
             raise Fail(EXIT_USAGE, "--task image-text-to-text takes --max-context-len (no "

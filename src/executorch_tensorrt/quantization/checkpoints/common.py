@@ -101,7 +101,8 @@ def make_packed(name: str, bits: int, codes: torch.Tensor, scales: torch.Tensor,
                 zero_points=None, offsets=None, input_order=None, bias=None) -> PackedWeight:
     """A checked PackedWeight from uint8 codes [out, in] in stored column order,
     scales [out, groups] and optional zero points (uint8 [out, groups]). Zero points
-    that all equal the code midpoint are dropped: the same weight, symmetric."""
+    that all equal the code midpoint are dropped: the same weight, symmetric. The
+    codes are held signed (PackedWeight.signed): the lowering stores them as they are."""
     out_features, in_features = codes.shape
     groups = scales.shape[1]
     require(groups > 0 and in_features % groups == 0, name, "the scales' groups", groups,
@@ -115,7 +116,7 @@ def make_packed(name: str, bits: int, codes: torch.Tensor, scales: torch.Tensor,
                           codes=pack_codes(codes, bits), scales=scales.contiguous(),
                           zero_points=None if zero_points is None else zero_points.contiguous(),
                           offsets=None if offsets is None else offsets.contiguous(),
-                          input_order=input_order, bias=bias)
+                          input_order=input_order, bias=bias).with_signed_codes()
     try:
         weight.check()
     except CheckpointError:
