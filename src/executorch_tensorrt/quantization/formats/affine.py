@@ -38,14 +38,14 @@ from ..packed_weight import PackedWeight
 from ..placeholders import (PARAMETER, PLACEHOLDER_DOMAIN, PLACEHOLDER_OPSET,
                             finish_placeholders, pack_int4, placeholder_nodes, placeholder_op,
                             replace_placeholder)
-from ..registry import steps_of
+from ..registry import mark_read_only, steps_of
 
 # The symmetric ops this format reuses, through the registry.
 _int4, _int8 = steps_of("int4"), steps_of("int8")
 DEQUANTIZE_INT4, DEQUANTIZE_PER_CHANNEL = _int4.dequantize_weight, _int8.dequantize_weight
 
 # Float bytes of weight rows an eager forward dequantizes at once.
-EAGER_BLOCK_BYTES = 64 * 1024 * 1024
+EAGER_BLOCK_BYTES = 16 * 1024 * 1024
 
 _LIB = torch.library.Library("etrt_quant", "FRAGMENT")
 _LIB.define("dequantize_int8_block(Tensor q, Tensor scale, int group_size) -> Tensor")
@@ -116,11 +116,10 @@ class AffineLinear(torch.nn.Module):
         super().__init__()
         self.bits = bits
         self.group_size = group_size
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("weight_scale", weight_scale)
-        self.register_buffer("group_bias", group_bias)
-        self.register_buffer("input_order", input_order)
-        self.register_buffer("bias", bias)
+        for name, tensor in (("qweight", qweight), ("weight_scale", weight_scale),
+                             ("group_bias", group_bias), ("input_order", input_order),
+                             ("bias", bias)):
+            self.register_buffer(name, mark_read_only(tensor))
 
     @property
     def in_features(self) -> int:
