@@ -152,10 +152,83 @@ def write_gptq(folder: Path, arch: str, *, bits=4, group=32, act_order=False, v1
         if lin.bias is not None:
             tensors[f"{name}.bias"] = lin.bias.detach().to(torch.float16)
         ref16[name], ref32[name] = _gptq_reference(tensors, name, bits, v1)
-    qc = {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": act_order,
-          "sym": sym, "checkpoint_format": "gptq" if v1 else "gptq_v2"}
-    _save(folder, arch, tensors, qc)
+    _save(folder, arch, tensors, gptq_config(bits, group, act_order, sym, v1))
     return model, ref32, ref16
+
+
+def gptq_config(bits: int, group: int, act_order: bool, sym: bool, v1: bool) -> dict:
+    """config.json's quantization_config as AutoGPTQ writes it."""
+    return {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": act_order,
+            "sym": sym, "checkpoint_format": "gptq" if v1 else "gptq_v2"}
+
+
+def write_gptq_shards(folder: Path, config: dict, *, group=128, seed=0,
+                      shard_bytes=2 << 30) -> int:
+    """A GPTQ int4 checkpoint of any size, as AutoGPTQ publishes one (symmetric,
+    no act-order, v1; float16 scales, embeddings, norms and an unquantized
+    lm_head), written shard by shard with its index: never the model in memory,
+    no float model built. Random qweight words are random codes (every nibble
+    uniform); qzeros hold the midpoint minus one (v1, symmetric); scales of about
+    0.001 keep the weights near a trained model's (std ~0.005), so that 32 random
+    layers stay finite in float16. `config` is a
+    transformers config dict (model_type included). Returns the bytes written."""
+    import transformers
+    from safetensors.torch import save_file
+
+    fields = dict(config)
+    hf = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+    with torch.device("meta"):
+        shapes = {k: (tuple(t.shape), t.dim()) for k, t in
+                  transformers.AutoModelForCausalLM.from_config(hf).state_dict().items()}
+    linears = {k[:-len(".weight")] for k, (_, dim) in shapes.items()
+               if dim == 2 and k.startswith("model.layers.")}
+    gen = torch.Generator().manual_seed(seed)
+    midpoint_v1 = sum((2 ** 3 - 1) << (4 * t) for t in range(8))  # eight nibbles of 7
+    folder.mkdir(parents=True, exist_ok=True)
+    weight_map, shard, shard_size, total, index = {}, {}, 0, 0, 0
+
+    def flush():
+        nonlocal shard, shard_size, index
+        index += 1
+        name = f"model-{index:05d}.safetensors"
+        save_file(shard, str(folder / name), metadata={"format": "pt"})
+        weight_map.update({k: name for k in shard})
+        shard, shard_size = {}, 0
+
+    for key, (shape, _) in shapes.items():
+        module = key.rpartition(".")[0]
+        if module in linears:
+            out, inp = shape
+            words = torch.randint(-2 ** 31, 2 ** 31, (inp // 8, out), generator=gen,
+                                  dtype=torch.int64).to(torch.int32)
+            parts = {"qweight": words,
+                     "qzeros": torch.full((inp // group, out // 8), midpoint_v1, dtype=torch.int32),
+                     "scales": torch.empty(inp // group, out).uniform_(5e-4, 1.5e-3, generator=gen)
+                     .to(torch.float16),
+                     "g_idx": (torch.arange(inp) // group).to(torch.int32)}
+            tensors = {f"{module}.{k}": v for k, v in parts.items()}
+        elif len(shape) == 1:
+            tensors = {key: torch.ones(shape, dtype=torch.float16)}
+        else:
+            tensors = {key: torch.empty(shape).normal_(0.0, 0.02, generator=gen)
+                       .to(torch.float16)}
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        if shard and shard_size + size > shard_bytes:
+            flush()
+        shard.update(tensors)
+        shard_size += size
+        total += size
+    flush()
+    for name in sorted(set(weight_map.values())):  # the -of-N names
+        final = name.replace(".safetensors", f"-of-{index:05d}.safetensors")
+        (folder / name).rename(folder / final)
+        weight_map = {k: (final if v == name else v) for k, v in weight_map.items()}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": weight_map}))
+    (folder / "config.json").write_text(json.dumps(
+        {**config, "torch_dtype": "float16",
+         "quantization_config": gptq_config(4, group, False, True, True)}))
+    return total
 
 
 def _gptq_reference(tensors, name, bits, v1):

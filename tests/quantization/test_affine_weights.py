@@ -146,18 +146,15 @@ def test_named_data_holds_each_layers_codes_once_packed(exported):
     stored = [named.buffers[e.buffer_index] for e in named.pte_data.values()]
     packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
     for module in packed:
-        # The codes recoded to signed (u - 2**(bits-1): the same bytes XOR 0x88 / 0x80).
-        packed_weight = module.packed
-        flip = 0x88 if packed_weight.bits == 4 else 0x80
-        recoded = (packed_weight.codes ^ flip).numpy().tobytes()
+        # The codes signed (u - 2**(bits-1): the same bytes XOR 0x88 / 0x80).
+        recoded = module.packed.signed_codes().numpy().tobytes()
         assert sum(b == recoded for b in stored) == 1, module.packed.name
     # No float weight: besides the codes and the model's own float tensors
     # (embedding, norms), each entry is per group or per input feature (scales,
     # group corrections, input orders), far smaller than any layer's weight.
     model_tensors = {t.contiguous().numpy().tobytes() for n, t in model.state_dict().items()
                      if not any(n.startswith(p.packed.name + ".") for p in packed)}
-    codes = {(m.packed.codes ^ (0x88 if m.packed.bits == 4 else 0x80)).numpy().tobytes()
-             for m in packed}
+    codes = {m.packed.signed_codes().numpy().tobytes() for m in packed}
     rest = [b for b in stored if b not in codes and b not in model_tensors]
     largest_per_group = max(max(m.out_features * m.packed.scales.shape[1] * 4, m.in_features * 8)
                             for m in packed)

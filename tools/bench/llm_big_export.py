@@ -177,6 +177,52 @@ class Peaks:
         self.total_anon = max(self.total_anon, anon)
 
 
+def run_measured(cmd: list[str]) -> tuple[int, Peaks, list[str], float]:
+    """Runs `cmd` (an export printing progress lines), sampling the resident
+    memory of it and its children every 0.25 s and stamping each line it
+    prints with the time and its memory: (exit status, peaks, run check
+    lines, seconds)."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    peaks, done = Peaks(), threading.Event()
+
+    def sampler():
+        while not done.is_set():
+            peaks.sample(proc.pid)
+            time.sleep(0.25)
+
+    thread = threading.Thread(target=sampler, daemon=True)
+    thread.start()
+    check_lines = []
+    for line in proc.stdout:
+        line = line.rstrip()
+        now = _status(proc.pid).get("VmRSS", 0)
+        print(f"[{time.monotonic() - start:7.1f} s, export {now / 1e9:5.2f} GB] {line}", flush=True)
+        if line.startswith("[executorch_tensorrt]"):
+            peaks.phase = line[len("[executorch_tensorrt]"):].strip()[:70]
+        if "method 'forward': ran" in line or "did not run" in line:
+            check_lines.append(line.strip())
+    rc = proc.wait()
+    done.set()
+    thread.join()
+    return rc, peaks, check_lines, time.monotonic() - start
+
+
+def report_peaks(rc: int, peaks: Peaks, check_lines: list[str], seconds: float, weights: int,
+                 what: str) -> None:
+    """Each process's peak and the peak of their sum against `weights` bytes."""
+    print(f"\nexit status {rc}, {seconds:.0f} s; {what} {weights / 1e9:.2f} GB")
+    for role, peak in peaks.by_process.items():
+        print(f"  {role}: peak VmRSS {peak.get('VmRSS', 0) / 1e9:.2f} GB "
+              f"({peak.get('VmRSS', 0) / weights:.2f}x the {what}), RssAnon "
+              f"{peak.get('RssAnon', 0) / 1e9:.2f} GB, RssFile {peak.get('RssFile', 0) / 1e9:.2f}"
+              f" GB; at: {peaks.phase_at.get(role, '?')}")
+    print(f"  both together: peak {peaks.total / 1e9:.2f} GB ({peaks.total / weights:.2f}x), "
+          f"anonymous {peaks.total_anon / 1e9:.2f} GB ({peaks.total_anon / weights:.2f}x); "
+          f"at: {peaks.total_phase}")
+    print("  run check: " + ("; ".join(check_lines) or "no line"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=32)
@@ -205,39 +251,8 @@ def main() -> None:
            "--dtype", "bfloat16", "--external-weights", str(pte)]
     print(f"{args.layers} layers, {weights / 1e9:.2f} GB of bf16 weights; load "
           f"{os.getloadavg()[0]:.1f}\n$ {' '.join(cmd)}", flush=True)
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peaks, done = Peaks(), threading.Event()
-
-    def sampler():
-        while not done.is_set():
-            peaks.sample(proc.pid)
-            time.sleep(0.25)
-
-    thread = threading.Thread(target=sampler, daemon=True)
-    thread.start()
-    check_lines = []
-    for line in proc.stdout:
-        line = line.rstrip()
-        now = _status(proc.pid).get("VmRSS", 0)
-        print(f"[{time.monotonic() - start:7.1f} s, export {now / 1e9:5.2f} GB] {line}", flush=True)
-        if line.startswith("[executorch_tensorrt]"):
-            peaks.phase = line[len("[executorch_tensorrt]"):].strip()[:70]
-        if "method 'forward': ran" in line or "did not run" in line:
-            check_lines.append(line.strip())
-    rc = proc.wait()
-    done.set()
-    thread.join()
-    print(f"\nexit status {rc}, {time.monotonic() - start:.0f} s; weights {weights / 1e9:.2f} GB")
-    for role, peak in peaks.by_process.items():
-        print(f"  {role}: peak VmRSS {peak.get('VmRSS', 0) / 1e9:.2f} GB "
-              f"({peak.get('VmRSS', 0) / weights:.2f}x the weights), RssAnon "
-              f"{peak.get('RssAnon', 0) / 1e9:.2f} GB, RssFile {peak.get('RssFile', 0) / 1e9:.2f}"
-              f" GB; at: {peaks.phase_at.get(role, '?')}")
-    print(f"  both together: peak {peaks.total / 1e9:.2f} GB ({peaks.total / weights:.2f}x), "
-          f"anonymous {peaks.total_anon / 1e9:.2f} GB ({peaks.total_anon / weights:.2f}x); "
-          f"at: {peaks.total_phase}")
-    print("  run check: " + ("; ".join(check_lines) or "no line"))
+    rc, peaks, check_lines, seconds = run_measured(cmd)
+    report_peaks(rc, peaks, check_lines, seconds, weights, "weights")
     if pte.exists():  # written even when the run check fails
         print("first token, in a fresh process (the program, then eager bf16 and fp32):",
               flush=True)

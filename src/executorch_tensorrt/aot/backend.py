@@ -56,6 +56,10 @@ _KEY_ORDER = ("io_bindings", "aliased_io", "profiles", "optimization_profiles", 
               "onnx_opset",
               "state", "equal_dims", "onnx_node_sources", "engine", "weights_location", "weights")
 
+# record_memory's extra build (no GPU) holds a plan with a copy of the weights:
+# past this many weight bytes it would undo the export's weights-once memory.
+RECORD_MEMORY_WEIGHT_LIMIT = 1 << 30
+
 
 def io_bindings(model: onnx.ModelProto) -> list[Binding]:
     """The engine's inputs then outputs, in the order ExecuTorch passes them
@@ -195,7 +199,15 @@ class TensorRTBackend(BackendDetails):
                                  weights_id=weights_id(exported, stored))
             engine = built.engine
         activation = built.activation_bytes if built is not None else ()
-        if built is None and spec.record_memory:
+        if built is None and spec.record_memory and (
+                exported.weight_bytes > RECORD_MEMORY_WEIGHT_LIMIT):
+            if progress:
+                progress(f"activation memory not recorded: without a GPU, TensorRT's plan would "
+                         f"hold a copy of the partition's {_mb(exported.weight_bytes)} of "
+                         "weights while it builds (more than "
+                         f"{_mb(RECORD_MEMORY_WEIGHT_LIMIT)}); export on a machine with a GPU "
+                         "to record it")
+        elif built is None and spec.record_memory:
             # No plan ships, but the builder still says what a context needs
             # (weights as zero stand-ins: the figure does not depend on them).
             pointers, _alive = initializer_pointers(exported.weights, stand_ins=True)

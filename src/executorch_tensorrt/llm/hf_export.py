@@ -17,6 +17,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from ..quantization.registry import is_read_only
+
 
 def hf_static_cache_wrapper(model, max_cache_len: int, batch_size: int = 1):
     """transformers' ExecuTorch wrapper around a causal LM: a static cache of
@@ -78,7 +80,9 @@ def _parameters_not_cloned_by_dynamo():
     reads, for the rare trace that needs a concrete value: all the weights
     twice over (a 2-layer 8B-shaped bf16 decoder: 3.3 GB -> 8.1 GB peak).
     Inside this block parameters are kept by reference instead: a forward
-    never writes its weights, so the reference holds the same values. Other
+    never writes its weights, so the reference holds the same values; so are
+    buffers marked read-only (a checkpoint's int4 codes and scales:
+    quantization.registry.mark_read_only). Other
     tensors (the KV cache buffers, which the trace writes) are cloned as
     before. Where torch has no such hook the export runs as it would."""
     builder = importlib.import_module("torch._dynamo.variables.builder")
@@ -88,7 +92,9 @@ def _parameters_not_cloned_by_dynamo():
         return
 
     def keep_parameters(value, fake_mode):
-        return value if isinstance(value, nn.Parameter) else clone(value, fake_mode)
+        if isinstance(value, nn.Parameter) or is_read_only(value):
+            return value
+        return clone(value, fake_mode)
 
     builder._clone_input = keep_parameters
     try:

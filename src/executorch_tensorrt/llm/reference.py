@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..errors import ExportError
 from .hf_export import hf_decode_step
 
 #: fp32 bytes of a Linear weight cast at once (the 8B head is 2.1 GB in fp32).
@@ -60,6 +61,15 @@ def measure(model: torch.nn.Module, max_context_len: int, batch_size: int,
             inputs: tuple, kv_cache_dtype: str | None = None) -> DecoderReference:
     """The reference for `model` (a causal LM in float16/bfloat16) on `inputs`."""
     in_dtype, exact = eager_logits(model, max_context_len, batch_size, inputs, kv_cache_dtype)
+    name = str(in_dtype.dtype).removeprefix("torch.")
+    if not bool(torch.isfinite(exact).all()):
+        raise ExportError("the run check's reference, eager PyTorch computing in float32 over "
+                          f"the {name} weights, gives non-finite logits: the model's own "
+                          "weights or inputs overflow; check the checkpoint")
+    if not bool(torch.isfinite(in_dtype).all()):
+        raise ExportError(f"eager PyTorch computing in {name} gives non-finite logits where "
+                          f"float32 gives finite ones: the model's activations overflow {name}"
+                          "; export it with dtype bfloat16 (--dtype bfloat16) or float32")
     rounding = float((in_dtype.float() - exact).abs().max())
     return DecoderReference((exact.to(in_dtype.dtype),), rounding, in_dtype.dtype)
 

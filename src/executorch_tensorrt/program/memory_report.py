@@ -147,7 +147,8 @@ def format_memory_report(report: MemoryReport) -> str:
                  f"{size_text(report.activation_bytes)} ({report.activation_bytes} bytes)")
     if report.unmeasured:
         lines.append(f"    not recorded for {', '.join(report.unmeasured)}: export with "
-                     "record_memory=True (llm.export does) or on a machine with a GPU")
+                     "record_memory=True (llm.export does, up to 1 GiB of weights per "
+                     "partition without a GPU) or on a machine with a GPU")
     lines.append(f"  total: {size_text(report.total_bytes)} ({report.total_bytes} bytes); "
                  "plus the CUDA context and TensorRT's runtime (not in the program)")
     f = report.fallback

@@ -15,12 +15,17 @@ format it came from.
     else the code midpoint 2**(bits - 1) (symmetric); offset is `offsets`
     when given, else 0.
 
+Readers store the codes `signed`: the same bytes recoded as two's-complement
+q = code - 2**(bits-1) (each nibble XOR 8; for 8 bits XOR 0x80), the form
+TensorRT's symmetric GEMM reads, so the lowering stores them as they are and
+never makes a recoded copy; `unpacked_codes()` reads the codes back.
+
 `dequantize()` is the definition, in float32, and what tests compare each
 format's own reference dequantization with (bit-exact).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -45,6 +50,7 @@ class PackedWeight:
     offsets: torch.Tensor | None = None  # float [out, in / group_size]
     input_order: torch.Tensor | None = None  # int64 [in], a permutation
     bias: torch.Tensor | None = None  # float [out]
+    signed: bool = False  # codes held as q = code - 2**(bits-1) (two's complement)
 
     @property
     def groups(self) -> int:
@@ -98,11 +104,26 @@ class PackedWeight:
         if self.bias is not None and tuple(self.bias.shape) != (self.out_features,):
             refuse("bias", list(self.bias.shape), f"[{self.out_features}]")
 
+    @property
+    def sign_flip(self) -> int:
+        """The byte XOR between the unsigned codes and the signed ones."""
+        return 0x88 if self.bits == 4 else 0x80
+
+    def signed_codes(self) -> torch.Tensor:
+        """The codes' bytes as signed q (4 bits: two per byte; 8 bits: as uint8
+        bytes of int8): no copy when held signed."""
+        return self.codes if self.signed else self.codes ^ self.sign_flip
+
+    def with_signed_codes(self) -> PackedWeight:
+        """This weight holding its codes signed (a new codes tensor)."""
+        return self if self.signed else replace(self, codes=self.signed_codes(), signed=True)
+
     def unpacked_codes(self) -> torch.Tensor:
         """The codes as uint8 [out, in] in stored column order."""
+        codes = self.codes ^ self.sign_flip if self.signed else self.codes
         if self.bits == 8:
-            return self.codes
-        low, high = self.codes & 0x0F, self.codes >> 4
+            return codes
+        low, high = codes & 0x0F, codes >> 4
         return torch.stack((low, high), dim=-1).reshape(self.out_features, self.in_features)
 
     def dequantize(self) -> torch.Tensor:

@@ -251,9 +251,26 @@ def quantization_plan(model: torch.nn.Module) -> QuantizationPlan | None:
     return getattr(model, _PLAN_ATTR, None)
 
 
-def shared_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """A structural copy whose tensors are the model's own (no weight copied)."""
-    shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+READ_ONLY_ATTR = "_etrt_read_only"
+
+
+def mark_read_only(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    """Marks a buffer that no forward writes (a quantized weight's codes, scales):
+    a strict torch.export may then keep it by reference instead of cloning it
+    (llm/hf_export.py), as it does parameters."""
+    if tensor is not None:
+        setattr(tensor, READ_ONLY_ATTR, True)
+    return tensor
+
+
+def is_read_only(tensor) -> bool:
+    return bool(getattr(tensor, READ_ONLY_ATTR, False))
+
+
+def shared_copy(model: torch.nn.Module, also=()) -> torch.nn.Module:
+    """A structural copy whose tensors are the model's own (no weight copied),
+    as are the objects in `also` (e.g. weights a module holds as attributes)."""
+    shared = {id(t): t for t in [*model.parameters(), *model.buffers(), *also]}
     return copy.deepcopy(model, memo=shared)
 
 

@@ -58,6 +58,10 @@ def register(sub) -> None:
                    help="TensorRT-RTX target, e.g. SM89 (repeatable; default: all it supports)")
     p.add_argument("--external-weights", action="store_true",
                    help="store the weights in OUTPUT's .ptd beside it")
+    p.add_argument("--no-run-check", action="store_true",
+                   help="do not run the written program once and compare it with eager "
+                        "(the check runs it in a child process: for a model that fits "
+                        "memory once, not twice)")
     p.add_argument("--seed", type=int, default=0, help="random weights' seed (--config)")
     p.add_argument("--task", choices=TASKS, default="text-generation",
                    help="text-generation: a causal LM for TextLLMRunner (default); "
@@ -130,6 +134,8 @@ def _export(args, model, out: Path):
                   external_weights=args.external_weights, output=out)
     if args.compute_capability:
         common["compute_capabilities"] = tuple(args.compute_capability)
+    if args.no_run_check:
+        common["run_check"] = False
     if args.task == "image-text-to-text":
         if args.memory_budget is not None or args.max_context_len is None:
             raise Fail(EXIT_USAGE, "--task image-text-to-text takes --max-context-len (no "

@@ -98,11 +98,16 @@ def input_order_from_g_idx(where: str, g_idx: torch.Tensor, in_features: int,
 
 
 def make_packed(name: str, bits: int, codes: torch.Tensor, scales: torch.Tensor, *,
-                zero_points=None, offsets=None, input_order=None, bias=None) -> PackedWeight:
+                zero_points=None, offsets=None, input_order=None, bias=None,
+                packed: bool = False) -> PackedWeight:
     """A checked PackedWeight from uint8 codes [out, in] in stored column order,
     scales [out, groups] and optional zero points (uint8 [out, groups]). Zero points
-    that all equal the code midpoint are dropped: the same weight, symmetric."""
+    that all equal the code midpoint are dropped: the same weight, symmetric.
+    `packed`: 4-bit codes given already packed [out, in / 2] (no input order). The
+    codes are held signed (PackedWeight.signed): the lowering stores them as they are."""
     out_features, in_features = codes.shape
+    if packed:  # already two 4-bit codes per byte, PackedWeight's layout (no input order)
+        in_features *= 2
     groups = scales.shape[1]
     require(groups > 0 and in_features % groups == 0, name, "the scales' groups", groups,
             f"a divisor of in_features {in_features}")
@@ -112,10 +117,11 @@ def make_packed(name: str, bits: int, codes: torch.Tensor, scales: torch.Tensor,
         zero_points = None
     weight = PackedWeight(name=name, bits=bits, out_features=out_features,
                           in_features=in_features, group_size=in_features // groups,
-                          codes=pack_codes(codes, bits), scales=scales.contiguous(),
+                          codes=codes.contiguous() if packed else pack_codes(codes, bits),
+                          scales=scales.contiguous(),
                           zero_points=None if zero_points is None else zero_points.contiguous(),
                           offsets=None if offsets is None else offsets.contiguous(),
-                          input_order=input_order, bias=bias)
+                          input_order=input_order, bias=bias).with_signed_codes()
     try:
         weight.check()
     except CheckpointError:

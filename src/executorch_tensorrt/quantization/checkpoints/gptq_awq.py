@@ -128,7 +128,6 @@ def _gptq_layer(files: SafetensorsFolder, prefix: str, s: dict):
     require(in_features > 0 and out_features > 0, f"{prefix}.qweight", "shape",
             list(entry.shape), "non-empty")
     group, scales, qzeros = _common(files, prefix, s, out_features, in_features)
-    codes = unpack_int32(files.read(f"{prefix}.qweight"), bits, dim=0).t()  # [out, in]
     zeros = unpack_int32(qzeros, bits, dim=1)  # [groups, out]
     if s["v1"]:
         zeros = (zeros + 1) & (2 ** bits - 1)
@@ -140,9 +139,20 @@ def _gptq_layer(files: SafetensorsFolder, prefix: str, s: dict):
                 f"an integer [{in_features}]")
         order = input_order_from_g_idx(f"{prefix}.g_idx", files.read(f"{prefix}.g_idx"),
                                        in_features, group)
+    words = files.read(f"{prefix}.qweight")
+    if bits == 4 and order is None:
+        # A word's little-endian bytes hold its codes two per byte, the earlier
+        # input feature in the low nibble: PackedWeight's own order. One
+        # transpose of the bytes, never the codes unpacked one per byte.
+        packed = words.view(torch.uint8).reshape(words.shape[0], out_features, 4)
+        codes = packed.permute(1, 0, 2).reshape(out_features, in_features // 2)
+    else:
+        codes = unpack_int32(words, bits, dim=0).t()  # [out, in]
+    del words
     zero_rows = zeros.t().contiguous()
     return make_packed(prefix, bits, codes, scales.t(), zero_points=zero_rows,
-                       input_order=order, bias=_bias(files, prefix, out_features))
+                       input_order=order, bias=_bias(files, prefix, out_features),
+                       packed=bits == 4 and order is None)
 
 
 def _awq_layer(files: SafetensorsFolder, prefix: str, s: dict):

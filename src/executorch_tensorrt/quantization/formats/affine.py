@@ -18,7 +18,7 @@ MatMul that TensorRT fuses (the int4 format's op, the int8 format's per-channel
 op, or this module's block int8 op); the second is plain float ops (Reshape,
 ReduceSum, MatMul, Add) over a [out, K/G] float matrix. A checkpoint's
 permuted input order (GPTQ act-order) becomes a Gather of the activations'
-columns before both. Stored: the codes once (recoded, same bytes), the scales,
+columns before both. Stored: the codes once (signed: the reader's own bytes), the scales,
 and b in the place of the zero points / offsets; no float weight.
 
 Rounding: b is computed in float32 and kept in the scales' dtype; the two
@@ -35,11 +35,14 @@ from ...errors import QuantizationError
 from ..packed_weight import PackedWeight
 from ..placeholders import (finish_placeholders, grouped_dequantize_translation, pack_int4,
                             placeholder_nodes, replace_placeholder)
-from ..registry import steps_of
+from ..registry import mark_read_only, steps_of
 
 # The symmetric ops this format reuses, through the registry.
 _int4, _int8 = steps_of("int4"), steps_of("int8")
 DEQUANTIZE_INT4, DEQUANTIZE_PER_CHANNEL = _int4.dequantize_weight, _int8.dequantize_weight
+
+# Float bytes of weight rows an eager forward dequantizes at once.
+EAGER_BLOCK_BYTES = 16 * 1024 * 1024
 
 _LIB = torch.library.Library("etrt_quant", "FRAGMENT")
 _LIB.define("dequantize_int8_block(Tensor q, Tensor scale, int group_size) -> Tensor")
@@ -97,11 +100,10 @@ class AffineLinear(torch.nn.Module):
         super().__init__()
         self.bits = bits
         self.group_size = group_size
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("weight_scale", weight_scale)
-        self.register_buffer("group_bias", group_bias)
-        self.register_buffer("input_order", input_order)
-        self.register_buffer("bias", bias)
+        for name, tensor in (("qweight", qweight), ("weight_scale", weight_scale),
+                             ("group_bias", group_bias), ("input_order", input_order),
+                             ("bias", bias)):
+            self.register_buffer(name, mark_read_only(tensor))
 
     @property
     def in_features(self) -> int:
@@ -111,29 +113,38 @@ class AffineLinear(torch.nn.Module):
     def out_features(self) -> int:
         return self.qweight.shape[0]
 
-    def symmetric_weight(self) -> torch.Tensor:
-        """q * s, [out, in] in stored column order."""
+    def symmetric_weight(self, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """q * s, [out, in] in stored column order (output features start..stop)."""
+        q, scale = self.qweight[start:stop], self.weight_scale[start:stop]
         if self.bits == 4:
-            return DEQUANTIZE_INT4(self.qweight, self.weight_scale, self.group_size)
-        if self.weight_scale.dim() == 1:
-            return DEQUANTIZE_PER_CHANNEL(self.qweight, self.weight_scale, 0)
-        return DEQUANTIZE_INT8_BLOCK(self.qweight, self.weight_scale, self.group_size)
+            return DEQUANTIZE_INT4(q, scale, self.group_size)
+        if scale.dim() == 1:
+            return DEQUANTIZE_PER_CHANNEL(q, scale, 0)
+        return DEQUANTIZE_INT8_BLOCK(q, scale, self.group_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.input_order is not None:
             x = x.index_select(-1, self.input_order)
-        y = F.linear(x, self.symmetric_weight(), self.bias)
+        if type(x) is torch.Tensor and not torch.compiler.is_compiling():
+            # Eager (a reference run): a block of rows dequantized at a time,
+            # never the layer's whole float weight. Traced: one op over the codes.
+            rows = max(1, EAGER_BLOCK_BYTES // (4 * self.in_features))
+            y = torch.cat([F.linear(x, self.symmetric_weight(i, i + rows))
+                           for i in range(0, self.out_features, rows)], dim=-1)
+            y = y if self.bias is None else y + self.bias
+        else:
+            y = F.linear(x, self.symmetric_weight(), self.bias)
         if self.group_bias is None:
             return y
         sums = x.unflatten(-1, (self.group_bias.shape[1], self.group_size)).sum(-1)
         return y + F.linear(sums, self.group_bias)
 
 
-def _signed_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """Unsigned codes (as stored) -> the same bytes recoded as signed q = u - 2**(bits-1)."""
-    if bits == 4:
-        return (codes ^ 0x88).contiguous()
-    return (codes ^ 0x80).view(torch.int8).contiguous()
+def _signed_codes(weight: PackedWeight) -> torch.Tensor:
+    """The codes as signed q = u - 2**(bits-1): the checkpoint's own bytes when
+    its reader holds them signed (no copy), else recoded once."""
+    codes = weight.signed_codes().contiguous()
+    return codes if weight.bits == 4 else codes.view(torch.int8)
 
 
 def _module(q: torch.Tensor, scale: torch.Tensor, group_bias: torch.Tensor,
@@ -163,7 +174,7 @@ def from_packed(weight: PackedWeight, dtype: torch.dtype | None = None) -> Affin
         group_bias = group_bias + weight.offsets.to(torch.float32)
     dtype = dtype or weight.scales.dtype
     bias = None if weight.bias is None else weight.bias.to(dtype)
-    return _module(_signed_codes(weight.codes, weight.bits), weight.scales.to(dtype),
+    return _module(_signed_codes(weight), weight.scales.to(dtype),
                    group_bias, weight.input_order, bias, weight.bits, weight.group_size)
 
 

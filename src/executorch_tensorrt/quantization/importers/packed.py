@@ -48,7 +48,10 @@ def lower_packed(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of `model` with every checkpoint Linear as an AffineLinear."""
     affine = steps_of("affine")
     dtype = activation_dtype(model)
-    lowered = shared_copy(model)
+    # The PackedWeights shared too: a deep copy of their codes would be a second
+    # copy of every quantized weight.
+    lowered = shared_copy(model, also=[packed_weight_of(m) for m in model.modules()
+                                       if packed_weight_of(m) is not None])
     layers: dict[str, str] = {}
     bits = set()
     for name, module in list(lowered.named_modules()):
