@@ -215,21 +215,21 @@ def test_cli_export_prints_the_check_and_exits_4_when_it_fails(tmp_path, capsys)
     assert cli.main(["export", f"{source}:make", str(noisy), "--no-run-check"]) == 0
 
 
-def test_the_layout_weights_pattern_passes_and_is_caught_without_its_fix(tmp_path, monkeypatch):
+def test_the_layout_weights_pattern_passes_with_or_without_the_layout_copies(tmp_path,
+                                                                            monkeypatch):
+    """The position-embedding pattern whose weights onnxruntime re-lays out
+    passes the run check; handed over as files in memory (named_weights.py),
+    it also passes with the layout copies undone."""
     x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     result = export_program(PosEmbed().eval(), (x,), tmp_path / "pos.pte", progress=None,
                             external_weights=True)
     assert result.run_check.ok and result.run_check.methods[0].compared
-    # A planted regression: the fallback's layout-weights fix undone (every
-    # weight handed to onnxruntime in place, as before issue 21's fix).
     from executorch_tensorrt.runtime.onnxruntime import executor
 
     monkeypatch.setattr(executor, "layout_movable", lambda model, names: frozenset())
-    with pytest.raises(RunCheckError) as info:
-        export_program(PosEmbed().eval(), (x,), tmp_path / "old.pte", progress=None,
-                       external_weights=True)
-    (m,) = info.value.check.methods
-    assert not m.ran and "broadcast" in m.error, m.error
+    again = export_program(PosEmbed().eval(), (x,), tmp_path / "old.pte", progress=None,
+                           external_weights=True)
+    assert again.run_check.ok and again.run_check.methods[0].compared
 
 
 def test_the_child_process_check_starts_early_and_catches_a_program_that_cannot_run(

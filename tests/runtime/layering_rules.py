@@ -15,13 +15,14 @@ PACKAGE = "executorch_tensorrt"
 # Order set from the real import graph (2026-12-02): a package may import only
 # packages of a lower or equal level. tensorrt sits below blob
 # (blob/metadata_profiles.py reads tensorrt.options.MAX_OPTIMIZATION_PROFILES);
-# program (reading programs) sits below runtime, as docs/architecture.md draws
-# it, now that its dtype names come from dtypes.py: neither imports the other.
+# program (reading programs and reporting on them) sits above runtime: its
+# memory report states what the onnxruntime fallback holds, which only the
+# runtime knows (runtime/onnxruntime/host_memory.py); runtime never imports it.
 # examples sits above llm: the example decoders use the product's
 # transformers wrapper (llm/hf_export.py), and the product never imports an example.
 LEVELS = {
     "": 0, "__init__": 0, "errors": 0, "dtypes": 0, "optimum_hook": 0, "output_files": 0,
-    "tensorrt": 1, "blob": 2, "program": 3, "runtime": 4,
+    "tensorrt": 1, "blob": 2, "runtime": 3, "program": 4,
     "aot": 5, "quantization": 5, "deploy": 5, "llm": 6, "examples": 7,
     "cli": 8, "__main__": 9,
 }

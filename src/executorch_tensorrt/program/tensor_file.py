@@ -25,6 +25,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import ml_dtypes  # float8_e4m3fn for numpy
 import numpy as np
 
 from ..dtypes import DTYPES as ALL_DTYPES
@@ -41,7 +42,7 @@ SUFFIX = ".etensors"
 # dtypes.py's rows that numpy has, bfloat16 stored as its uint16 bits.
 DTYPES: dict[int, tuple[str, np.dtype]] = {
     d.scalar_type: (d.numpy, np.dtype("<u2") if d.numpy == "bfloat16"
-                    else np.dtype(d.numpy).newbyteorder("<"))
+                    else np.dtype(getattr(ml_dtypes, d.numpy, None) or d.numpy).newbyteorder("<"))
     for d in ALL_DTYPES if d.numpy}
 CODE_OF_NAME = {name: code for code, (name, _) in DTYPES.items()}
 
