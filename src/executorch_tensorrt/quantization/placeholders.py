@@ -128,8 +128,18 @@ class QuantizedEmbedding(torch.nn.Module):
         return self.qweight.shape[0]
 
     def dequantized(self) -> torch.Tensor:
+        return self.dequantize_rows(self.qweight, self.weight_scale)
+
+    def dequantize_rows(self, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """Rows of the table (their codes and scales, rows on dim 0) as floats."""
         raise NotImplementedError
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if type(ids) is torch.Tensor and not torch.compiler.is_compiling():
+            # Eager (a reference run): only the looked-up rows dequantized, never
+            # the whole float table (a vocabulary's is gigabytes). Traced: the table.
+            flat = ids.reshape(-1)
+            rows = self.dequantize_rows(self.qweight[flat], self.weight_scale[flat])
+            return rows.reshape(*ids.shape, rows.shape[-1])
         return torch.nn.functional.embedding(ids, self.dequantized(), self.padding_idx)
 

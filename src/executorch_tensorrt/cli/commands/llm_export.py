@@ -86,10 +86,19 @@ def _model(args):
             if args.task != "text-generation":
                 raise Fail(EXIT_USAGE, f"--model {args.model} is a quantized checkpoint; "
                                         "those export as text-generation models only")
-            from ...llm.checkpoint_model import from_checkpoint
+            from ...llm.checkpoint_model import FLOAT_LAYER_SCHEMES, from_checkpoint
 
+            if args.quantize is not None and args.quantize not in FLOAT_LAYER_SCHEMES:
+                raise Fail(EXIT_USAGE, f"--quantize {args.quantize} with the quantized "
+                                        f"checkpoint {args.model}: its packed layers keep "
+                                        "their own quantization; --quantize "
+                                        f"{' or '.join(FLOAT_LAYER_SCHEMES)} stores the "
+                                        "layers it left float (embedding, lm_head) in 8 bits")
+            # The float layers are quantized as the checkpoint is read, not by export.
+            scheme, args.quantize = args.quantize, None
             model, checkpoint = from_checkpoint(args.model, unsupported=args.unsupported,
-                                                dtype=DTYPES.get(args.dtype))
+                                                dtype=DTYPES.get(args.dtype),
+                                                quantize_float=scheme)
             for note in checkpoint.notes:
                 print(f"note: {note}", file=sys.stderr)
             return model
