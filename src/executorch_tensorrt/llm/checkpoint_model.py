@@ -59,6 +59,7 @@ def from_checkpoint(path: str | os.PathLike, *, unsupported: str = "refuse",
     embed = next((t for k, t in ckpt.tensors.items() if k.endswith("embed_tokens.weight")), None)
     dtype = dtype or (embed.dtype if embed is not None and embed.is_floating_point()
                       else torch.float32)
+    del embed  # the table itself may be quantized and dropped below
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
     _place_packed(model, ckpt, path)
@@ -70,25 +71,32 @@ def from_checkpoint(path: str | os.PathLike, *, unsupported: str = "refuse",
 
 
 def _quantize_float_layers(model: torch.nn.Module, ckpt: Checkpoint, scheme: str, path):
-    """`model` with its float Linears and embeddings quantized by `scheme`; the
-    float tensors they replace leave `ckpt` so that nothing holds them."""
-    from ..quantization import quantize
-    from ..quantization.embedding import quantize_embeddings
+    """`model` (its own modules replaced) with its float Linears and embeddings
+    quantized by `scheme`, one at a time, each float tensor dropped from `ckpt`
+    as soon as its layer is quantized: never all the tables twice in memory."""
+    from ..quantization.embedding import quantized_embedding
+    from ..quantization.registry import QuantizationPlan, format_of, with_plan
 
-    linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
-    tables = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Embedding)]
-    if not linears and not tables:
+    floats = [n for n, m in model.named_modules()
+              if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))]
+    if not floats:
         raise CheckpointError(f"{path}: quantize_float={scheme!r}, but the checkpoint left no "
                               "embedding or Linear float: export it without quantize_float")
-    if linears:
-        model = quantize(model, scheme=scheme)
-    if tables:
-        model = quantize_embeddings(model, scheme)
-    for name in tables + linears:
+    fmt = format_of(scheme)
+    layers: dict[str, str] = {}
+    for name in floats:  # names: a list of the modules would keep every float table
+        module = model.get_submodule(name)
+        if isinstance(module, torch.nn.Linear):
+            quantized, layers[name] = fmt.steps().quantize_linear(module, name, 0)
+        else:
+            quantized, layers[name] = quantized_embedding(module, scheme, 0, name)
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, quantized)
         ckpt.tensors.pop(f"{name}.weight", None)
+        del module, quantized
     ckpt.notes.append(f"quantized here {scheme} (the checkpoint stores them float): "
-                      f"{', '.join(tables + linears)}")
-    return model
+                      f"{', '.join(layers)}")
+    return with_plan(model, QuantizationPlan(scheme, layers, runs_float=fmt.runs_float))
 
 
 def _place_packed(model: torch.nn.Module, ckpt: Checkpoint, path) -> None:

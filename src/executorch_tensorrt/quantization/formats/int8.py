@@ -23,7 +23,7 @@ _LIB = torch.library.Library("etrt_quant", "FRAGMENT")
 _LIB.define("dequantize_weight(Tensor q, Tensor scale, int axis) -> Tensor")
 
 
-QUANTIZE_BLOCK_ELEMENTS = 1 << 24  # float32 elements quantized at a time (64 MB)
+QUANTIZE_BLOCK_ELEMENTS = 1 << 22  # float32 elements quantized at a time (16 MB)
 EAGER_BLOCK_BYTES = 16 * 1024 * 1024  # float32 weight rows dequantized at a time in eager
 
 
