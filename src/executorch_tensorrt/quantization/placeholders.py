@@ -16,6 +16,8 @@ import onnx_ir as ir
 import onnxscript
 import torch
 
+from .registry import mark_read_only
+
 PLACEHOLDER_DOMAIN = "pkg.executorch_tensorrt.quant"
 PLACEHOLDER_OPSET = onnxscript.values.Opset(domain=PLACEHOLDER_DOMAIN, version=1)
 PARAMETER = onnx.defs.OpSchema.FormalParameter
@@ -120,8 +122,9 @@ class QuantizedEmbedding(torch.nn.Module):
                  padding_idx: int | None) -> None:
         super().__init__()
         self.padding_idx = padding_idx
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("weight_scale", scale)
+        # never written by a forward: a strict torch.export keeps them by reference
+        self.register_buffer("qweight", mark_read_only(qweight))
+        self.register_buffer("weight_scale", mark_read_only(scale))
 
     @property
     def num_embeddings(self) -> int:

@@ -50,7 +50,8 @@ def register(sub) -> None:
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
     p.add_argument("--batch-size", type=int, default=1,
                    help="rows of the static KV cache (ExecuTorch's runner takes 1)")
-    add_quantize_options(p)
+    add_quantize_options(p, "; with a quantized checkpoint (--model), int8_weight_only only: "
+                            "the layers it left float (embedding, lm_head), docs/checkpoints.md")
     p.add_argument("--kv-cache-dtype", choices=("fp8", "float8_e4m3fn"),
                    help="store the KV cache in fp8 e4m3 (scale 1.0; half of float16's bytes); "
                         "SM89+ targets only: give --compute-capability (docs/llm.md)")

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from onnxscript.onnx_opset import opset18 as op
 
 from ..placeholders import QuantizedEmbedding
+from ..registry import mark_read_only
 
 _LIB = torch.library.Library("etrt_quant", "FRAGMENT")
 _LIB.define("dequantize_weight(Tensor q, Tensor scale, int axis) -> Tensor")
@@ -79,8 +80,9 @@ class DequantizedLinear(torch.nn.Module):
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
-        self.register_buffer("qweight", q)
-        self.register_buffer("weight_scale", scale)
+        # never written by a forward: a strict torch.export keeps them by reference
+        self.register_buffer("qweight", mark_read_only(q))
+        self.register_buffer("weight_scale", mark_read_only(scale))
         self.bias = bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
