@@ -3,6 +3,7 @@ against the checkpoint's bytes, and the artifact against the bf16 model's.
 
     .venv/bin/python tools/bench/llm_checkpoint_export.py [--layers 32]
         [--folder DIR] [--max-seq-len 16] [--max-context-len 64] [--keep]
+        [--quantize int8_weight_only] [--write]
 
 A Llama-3-8B config (llm_big_export.LLAMA3_8B) with `--layers` decoder
 layers, written as AutoGPTQ publishes it (tests/quantization/
@@ -34,6 +35,27 @@ sys.path.insert(0, str(HERE.parents[1] / "tests" / "quantization"))
 from llm_big_export import LLAMA3_8B, report_peaks, run_measured, weight_bytes  # noqa: E402
 
 PEAK_GOAL, SIZE_GOAL = 1.3, 0.30  # peak / checkpoint bytes, artifact / bf16 bytes
+ROOT = HERE.parents[1]
+EVIDENCE = ROOT / "docs" / "evidence" / "checkpoints.md"
+
+
+def write_evidence(numbers: dict, peaks, command: list[str]) -> None:
+    """Appends a dated section: the command, each process's peak and its phase, the ratios."""
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    shown = " ".join(["executorch-tensorrt", *command[1:]])
+    lines = [f"\n## {numbers['layers']} layers, measured by "
+             f"tools/bench/llm_checkpoint_export.py ({stamp})\n", f"`{shown}`\n",
+             f"- checkpoint {numbers['checkpoint_bytes'] / 1e9:.2f} GB; export peak VmRSS "
+             f"{numbers['export_peak_bytes'] / 1e9:.2f} GB = **{numbers['peak_over_checkpoint']:.2f}x**"
+             f" (goal <= {PEAK_GOAL}), at: {peaks.phase_at.get('export', '?')}",
+             f"- artifact (.pte + .ptd) {numbers['artifact_bytes'] / 1e9:.2f} GB = "
+             f"**{numbers['artifact_over_bf16']:.3f}x** the bf16 model's "
+             f"{numbers['bf16_bytes'] / 1e9:.2f} GB (goal <= {SIZE_GOAL})",
+             f"- exit status {numbers['exit_status']} after {numbers['seconds']} s, load "
+             f"{os.getloadavg()[0]:.1f}", "", "```json", json.dumps(numbers), "```", ""]
+    with EVIDENCE.open("a") as f:
+        f.write("\n".join(lines))
+    print(f"added to {EVIDENCE}")
 
 
 def main() -> None:
@@ -48,6 +70,10 @@ def main() -> None:
     ap.add_argument("--write-only", action="store_true", help="write the checkpoint, keep it")
     ap.add_argument("--reuse", action="store_true",
                     help="export the checkpoint --write-only left in --folder")
+    ap.add_argument("--quantize", choices=("int8_weight_only",),
+                    help="pass --quantize: the checkpoint's float embedding and head in int8")
+    ap.add_argument("--write", action="store_true",
+                    help=f"add the run's numbers to {EVIDENCE.relative_to(ROOT)}")
     ap.add_argument("--no-run-check", action="store_true",
                     help="pass --no-run-check (the check's child maps the program again)")
     args = ap.parse_args()
@@ -76,6 +102,8 @@ def main() -> None:
            "--dtype", "float16", "--external-weights", str(pte)]
     if args.no_run_check:
         cmd.insert(-1, "--no-run-check")
+    if args.quantize:
+        cmd[-1:-1] = ["--quantize", args.quantize]
     print(f"{args.layers} layers, checkpoint {packed / 1e9:.2f} GB, the bf16 model "
           f"{bf16 / 1e9:.2f} GB; load {os.getloadavg()[0]:.1f}\n$ {' '.join(cmd)}", flush=True)
     rc, peaks, check_lines, seconds = run_measured(cmd)
@@ -91,6 +119,8 @@ def main() -> None:
           f"model (goal <= {SIZE_GOAL}); export peak {export_peak / packed:.2f}x the checkpoint "
           f"(goal <= {PEAK_GOAL})")
     print(json.dumps(numbers), flush=True)
+    if args.write:
+        write_evidence(numbers, peaks, cmd)
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)
     sys.exit(rc)

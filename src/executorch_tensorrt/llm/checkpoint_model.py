@@ -6,6 +6,12 @@ the model on the meta device (no float weights are ever made), puts a
 place, and assigns the float tensors (embeddings, norms, an unquantized
 lm_head) as they were read. Buffers the model computes for itself (RoPE's
 inv_freq) are made again on the CPU.
+
+`quantize_float="int8_weight_only"` stores what the checkpoint left float
+(its token embedding, an unquantized lm_head) in int8 (per row), the float
+tensors dropped as soon as they are quantized; the checkpoint's own packed
+layers are never quantized again. The model's quantization plan and the
+Checkpoint's notes name the layers quantized here.
 """
 from __future__ import annotations
 
@@ -18,15 +24,26 @@ from ..quantization.checkpoints import Checkpoint, read_checkpoint
 from ..quantization.packed_linear import PackedLinear
 
 CONFIG_KEYS_DROPPED = ("quantization_config", "torch_dtype", "dtype", "transformers_version")
+# The schemes for a checkpoint's float layers: weight-only with an embedding form,
+# per channel (a vocabulary-sized head needs no group size to divide anything).
+FLOAT_LAYER_SCHEMES = ("int8_weight_only",)
 
 
 def from_checkpoint(path: str | os.PathLike, *, unsupported: str = "refuse",
-                    dtype: torch.dtype | None = None) -> tuple[torch.nn.Module, Checkpoint]:
+                    dtype: torch.dtype | None = None, quantize_float: str | None = None
+                    ) -> tuple[torch.nn.Module, Checkpoint]:
     """(model in eval mode, the Checkpoint it came from). `dtype` is the float
     tensors' dtype (default: the checkpoint's embedding dtype); `unsupported`
-    is GGUF's choice for kinds TensorRT cannot run ("refuse" or "requantize")."""
+    is GGUF's choice for kinds TensorRT cannot run ("refuse" or "requantize");
+    `quantize_float`: None or "int8_weight_only", the float embedding and
+    Linears the checkpoint left unquantized stored in int8 (module docstring)."""
     import transformers
 
+    if quantize_float is not None and quantize_float not in FLOAT_LAYER_SCHEMES:
+        raise CheckpointError(
+            f"quantize_float={quantize_float!r}: a checkpoint's float layers (embedding, "
+            f"unquantized lm_head) are quantized {' or '.join(FLOAT_LAYER_SCHEMES)} only "
+            "(weight-only, per row); its packed layers keep the checkpoint's own quantization")
     ckpt = read_checkpoint(path, unsupported=unsupported)
     config = {k: v for k, v in ckpt.config.items() if k not in CONFIG_KEYS_DROPPED}
     model_type = config.pop("model_type", None)
@@ -42,12 +59,44 @@ def from_checkpoint(path: str | os.PathLike, *, unsupported: str = "refuse",
     embed = next((t for k, t in ckpt.tensors.items() if k.endswith("embed_tokens.weight")), None)
     dtype = dtype or (embed.dtype if embed is not None and embed.is_floating_point()
                       else torch.float32)
+    del embed  # the table itself may be quantized and dropped below
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
     _place_packed(model, ckpt, path)
     _assign_floats(model, ckpt, dtype, path)
     _remake_computed_buffers(model, path)
+    if quantize_float is not None:
+        model = _quantize_float_layers(model, ckpt, quantize_float, path)
     return model.eval(), ckpt
+
+
+def _quantize_float_layers(model: torch.nn.Module, ckpt: Checkpoint, scheme: str, path):
+    """`model` (its own modules replaced) with its float Linears and embeddings
+    quantized by `scheme`, one at a time, each float tensor dropped from `ckpt`
+    as soon as its layer is quantized: never all the tables twice in memory."""
+    from ..quantization.embedding import quantized_embedding
+    from ..quantization.registry import QuantizationPlan, format_of, with_plan
+
+    floats = [n for n, m in model.named_modules()
+              if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))]
+    if not floats:
+        raise CheckpointError(f"{path}: quantize_float={scheme!r}, but the checkpoint left no "
+                              "embedding or Linear float: export it without quantize_float")
+    fmt = format_of(scheme)
+    layers: dict[str, str] = {}
+    for name in floats:  # names: a list of the modules would keep every float table
+        module = model.get_submodule(name)
+        if isinstance(module, torch.nn.Linear):
+            quantized, layers[name] = fmt.steps().quantize_linear(module, name, 0)
+        else:
+            quantized, layers[name] = quantized_embedding(module, scheme, 0, name)
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, quantized)
+        ckpt.tensors.pop(f"{name}.weight", None)
+        del module, quantized
+    ckpt.notes.append(f"quantized here {scheme} (the checkpoint stores them float): "
+                      f"{', '.join(layers)}")
+    return with_plan(model, QuantizationPlan(scheme, layers, runs_float=fmt.runs_float))
 
 
 def _place_packed(model: torch.nn.Module, ckpt: Checkpoint, path) -> None:

@@ -154,6 +154,13 @@ def quantized(model: torch.nn.Module, quantize: str | None,
     format."""
     from ..quantization.importers.packed import has_packed_linears, lower_packed
 
+    if quantize is not None and has_packed_linears(model):
+        raise ExportError(
+            f"quantize={quantize!r} on a model from a quantized checkpoint: its packed layers "
+            "keep the checkpoint's own quantization and are never quantized again. To store "
+            "the layers it left float (embedding, lm_head) in 8 bits, build the model with "
+            "llm.from_checkpoint(path, quantize_float='int8_weight_only') (llm-export --model "
+            "CHECKPOINT --quantize int8_weight_only) and export it with quantize=None")
     if quantize is not None:
         from ..quantization import quantize as quantize_model
         from ..quantization.embedding import quantize_embeddings

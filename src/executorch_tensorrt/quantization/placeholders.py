@@ -16,6 +16,8 @@ import onnx_ir as ir
 import onnxscript
 import torch
 
+from .registry import mark_read_only
+
 PLACEHOLDER_DOMAIN = "pkg.executorch_tensorrt.quant"
 PLACEHOLDER_OPSET = onnxscript.values.Opset(domain=PLACEHOLDER_DOMAIN, version=1)
 PARAMETER = onnx.defs.OpSchema.FormalParameter
@@ -120,16 +122,27 @@ class QuantizedEmbedding(torch.nn.Module):
                  padding_idx: int | None) -> None:
         super().__init__()
         self.padding_idx = padding_idx
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("weight_scale", scale)
+        # never written by a forward: a strict torch.export keeps them by reference
+        self.register_buffer("qweight", mark_read_only(qweight))
+        self.register_buffer("weight_scale", mark_read_only(scale))
 
     @property
     def num_embeddings(self) -> int:
         return self.qweight.shape[0]
 
     def dequantized(self) -> torch.Tensor:
+        return self.dequantize_rows(self.qweight, self.weight_scale)
+
+    def dequantize_rows(self, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """Rows of the table (their codes and scales, rows on dim 0) as floats."""
         raise NotImplementedError
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if type(ids) is torch.Tensor and not torch.compiler.is_compiling():
+            # Eager (a reference run): only the looked-up rows dequantized, never
+            # the whole float table (a vocabulary's is gigabytes). Traced: the table.
+            flat = ids.reshape(-1)
+            rows = self.dequantize_rows(self.qweight[flat], self.weight_scale[flat])
+            return rows.reshape(*ids.shape, rows.shape[-1])
         return torch.nn.functional.embedding(ids, self.dequantized(), self.padding_idx)
 

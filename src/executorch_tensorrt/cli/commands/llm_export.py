@@ -50,7 +50,8 @@ def register(sub) -> None:
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
     p.add_argument("--batch-size", type=int, default=1,
                    help="rows of the static KV cache (ExecuTorch's runner takes 1)")
-    add_quantize_options(p)
+    add_quantize_options(p, "; with a quantized checkpoint (--model), int8_weight_only only: "
+                            "the layers it left float (embedding, lm_head), docs/checkpoints.md")
     p.add_argument("--kv-cache-dtype", choices=("fp8", "float8_e4m3fn"),
                    help="store the KV cache in fp8 e4m3 (scale 1.0; half of float16's bytes); "
                         "SM89+ targets only: give --compute-capability (docs/llm.md)")
@@ -86,10 +87,19 @@ def _model(args):
             if args.task != "text-generation":
                 raise Fail(EXIT_USAGE, f"--model {args.model} is a quantized checkpoint; "
                                         "those export as text-generation models only")
-            from ...llm.checkpoint_model import from_checkpoint
+            from ...llm.checkpoint_model import FLOAT_LAYER_SCHEMES, from_checkpoint
 
+            if args.quantize is not None and args.quantize not in FLOAT_LAYER_SCHEMES:
+                raise Fail(EXIT_USAGE, f"--quantize {args.quantize} with the quantized "
+                                        f"checkpoint {args.model}: its packed layers keep "
+                                        "their own quantization; --quantize "
+                                        f"{' or '.join(FLOAT_LAYER_SCHEMES)} stores the "
+                                        "layers it left float (embedding, lm_head) in 8 bits")
+            # The float layers are quantized as the checkpoint is read, not by export.
+            scheme, args.quantize = args.quantize, None
             model, checkpoint = from_checkpoint(args.model, unsupported=args.unsupported,
-                                                dtype=DTYPES.get(args.dtype))
+                                                dtype=DTYPES.get(args.dtype),
+                                                quantize_float=scheme)
             for note in checkpoint.notes:
                 print(f"note: {note}", file=sys.stderr)
             return model

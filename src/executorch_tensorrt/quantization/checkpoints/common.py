@@ -99,12 +99,13 @@ def input_order_from_g_idx(where: str, g_idx: torch.Tensor, in_features: int,
 
 def make_packed(name: str, bits: int, codes: torch.Tensor, scales: torch.Tensor, *,
                 zero_points=None, offsets=None, input_order=None, bias=None,
-                packed: bool = False) -> PackedWeight:
+                packed: bool = False, signed: bool = False) -> PackedWeight:
     """A checked PackedWeight from uint8 codes [out, in] in stored column order,
     scales [out, groups] and optional zero points (uint8 [out, groups]). Zero points
     that all equal the code midpoint are dropped: the same weight, symmetric.
     `packed`: 4-bit codes given already packed [out, in / 2] (no input order). The
-    codes are held signed (PackedWeight.signed): the lowering stores them as they are."""
+    codes are held signed (PackedWeight.signed): the lowering stores them as they are;
+    `signed`: the packed codes given are already (no second copy made here)."""
     out_features, in_features = codes.shape
     if packed:  # already two 4-bit codes per byte, PackedWeight's layout (no input order)
         in_features *= 2
@@ -121,7 +122,8 @@ def make_packed(name: str, bits: int, codes: torch.Tensor, scales: torch.Tensor,
                           scales=scales.contiguous(),
                           zero_points=None if zero_points is None else zero_points.contiguous(),
                           offsets=None if offsets is None else offsets.contiguous(),
-                          input_order=input_order, bias=bias).with_signed_codes()
+                          input_order=input_order, bias=bias,
+                          signed=signed and packed).with_signed_codes()
     try:
         weight.check()
     except CheckpointError:

@@ -33,6 +33,8 @@ AWQ_VERSIONS = ("gemm", "gemv")
 GPTQ_FORMATS = ("gptq", "gptq_v2")
 PARTS = ("qweight", "qzeros", "scales", "g_idx", "bias")
 SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+SIGN_FLIP_INT4 = 0x88  # unsigned -> signed nibbles (PackedWeight.sign_flip)
+READ_BLOCK_BYTES = 4 << 20  # a large qweight is read this much at a time
 
 
 def _settings(qc: dict, where: str) -> dict:
@@ -139,20 +141,35 @@ def _gptq_layer(files: SafetensorsFolder, prefix: str, s: dict):
                 f"an integer [{in_features}]")
         order = input_order_from_g_idx(f"{prefix}.g_idx", files.read(f"{prefix}.g_idx"),
                                        in_features, group)
-    words = files.read(f"{prefix}.qweight")
     if bits == 4 and order is None:
-        # A word's little-endian bytes hold its codes two per byte, the earlier
-        # input feature in the low nibble: PackedWeight's own order. One
-        # transpose of the bytes, never the codes unpacked one per byte.
-        packed = words.view(torch.uint8).reshape(words.shape[0], out_features, 4)
-        codes = packed.permute(1, 0, 2).reshape(out_features, in_features // 2)
+        codes = _read_int4_transposed(files, f"{prefix}.qweight", out_features)
     else:
-        codes = unpack_int32(words, bits, dim=0).t()  # [out, in]
-    del words
+        codes = unpack_int32(files.read(f"{prefix}.qweight"), bits, dim=0).t()  # [out, in]
     zero_rows = zeros.t().contiguous()
     return make_packed(prefix, bits, codes, scales.t(), zero_points=zero_rows,
                        input_order=order, bias=_bias(files, prefix, out_features),
-                       packed=bits == 4 and order is None)
+                       packed=bits == 4 and order is None, signed=bits == 4 and order is None)
+
+
+def _read_int4_transposed(files: SafetensorsFolder, name: str, out_features: int):
+    """GPTQ's int4 words [in / 8, out] -> PackedWeight's codes [out, in / 2].
+
+    A word's little-endian bytes hold its codes two per byte, the earlier input
+    feature in the low nibble: PackedWeight's own order. So the bytes are
+    transposed, never unpacked, a block of rows at a time straight into the
+    result, made signed on the way (PackedWeight.signed): no whole-tensor
+    temporary for the allocator to keep afterwards."""
+    rows = files.entry(name).shape[0]
+    codes = torch.empty((out_features, rows, 4), dtype=torch.uint8)
+    block = torch.empty((max(1, min(rows, READ_BLOCK_BYTES // (4 * out_features))),
+                         out_features), dtype=torch.int32)
+    for start in range(0, rows, block.shape[0]):
+        part = block[: min(block.shape[0], rows - start)]
+        files.read_rows_into(name, start, part)
+        part.view(torch.uint8).bitwise_xor_(SIGN_FLIP_INT4)
+        codes[:, start:start + part.shape[0]] = (
+            part.view(torch.uint8).reshape(part.shape[0], out_features, 4).transpose(0, 1))
+    return codes.reshape(out_features, rows * 4)
 
 
 def _awq_layer(files: SafetensorsFolder, prefix: str, s: dict):

@@ -150,6 +150,23 @@ class SafetensorsFile:
                          f"{entry.size} (the file changed or is truncated)")
         return out
 
+    def read_rows_into(self, name: str, first_row: int, out: torch.Tensor) -> None:
+        """Rows first_row.. of tensor `name` into the contiguous `out` (its dtype,
+        out.shape[0] rows): a large tensor read in blocks, no copy of it whole."""
+        entry = self.entry(name)
+        row_bytes = entry.size // entry.shape[0] if entry.shape and entry.shape[0] else 0
+        want = out.numel() * out.element_size()
+        if (out.dtype != entry.dtype or not out.is_contiguous() or tuple(out.shape[1:])
+                != entry.shape[1:] or first_row < 0 or first_row + out.shape[0] > entry.shape[0]):
+            raise CheckpointError(f"{self.path}: rows {first_row}..{first_row + out.shape[0]} "
+                                  f"{out.dtype} of tensor {name!r} ({entry.dtype} "
+                                  f"{list(entry.shape)}) asked for; a reader's own error")
+        self._file.seek(entry.start + first_row * row_bytes)
+        got = self._file.readinto(memoryview(out.view(-1).view(torch.uint8).numpy())) if want else 0
+        if got != want:
+            raise refuse(self.path, f"tensor {name!r} bytes", f"{got} read",
+                         f"{want} (the file changed or is truncated)")
+
 
 class SafetensorsFolder:
     """A checkpoint's tensors over one file or the shards its index names."""
@@ -198,6 +215,9 @@ class SafetensorsFolder:
 
     def read(self, name: str) -> torch.Tensor:
         return self._file(name).read(name)
+
+    def read_rows_into(self, name: str, first_row: int, out: torch.Tensor) -> None:
+        self._file(name).read_rows_into(name, first_row, out)
 
     def _file(self, name: str) -> SafetensorsFile:
         if name not in self.where:

@@ -137,8 +137,8 @@ class Int4Embedding(QuantizedEmbedding):
         super().__init__(qweight, scale, padding_idx)
         self.group_size = group_size
 
-    def dequantized(self) -> torch.Tensor:
-        return DEQUANTIZE_INT4(self.qweight, self.weight_scale, self.group_size)
+    def dequantize_rows(self, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return DEQUANTIZE_INT4(qweight, scale, self.group_size)
 
 
 def quantize_linear(linear: torch.nn.Linear, layer: str,

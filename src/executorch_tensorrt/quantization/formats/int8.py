@@ -18,9 +18,14 @@ import torch.nn.functional as F
 from onnxscript.onnx_opset import opset18 as op
 
 from ..placeholders import QuantizedEmbedding
+from ..registry import mark_read_only
 
 _LIB = torch.library.Library("etrt_quant", "FRAGMENT")
 _LIB.define("dequantize_weight(Tensor q, Tensor scale, int axis) -> Tensor")
+
+
+QUANTIZE_BLOCK_ELEMENTS = 1 << 22  # float32 elements quantized at a time (16 MB)
+EAGER_BLOCK_BYTES = 16 * 1024 * 1024  # float32 weight rows dequantized at a time in eager
 
 
 def _scale_view(q: torch.Tensor, scale: torch.Tensor, axis: int) -> torch.Tensor:
@@ -55,11 +60,19 @@ lower_onnx = None  # DequantizeLinear is already standard ONNX
 
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A float weight [out, in] -> (int8 [out, in], scale float32 [out]), symmetric."""
-    w = weight.detach().to(torch.float32)
-    amax = w.abs().amax(dim=1, keepdim=True)
-    scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
-    q = torch.clamp(torch.round(w / scale), -127, 127).to(torch.int8)
-    return q.contiguous(), scale.reshape(-1).contiguous()
+    w = weight.detach()
+    q = torch.empty(w.shape, dtype=torch.int8, device=w.device)
+    scale = torch.empty((w.shape[0], 1), dtype=torch.float32, device=w.device)
+    # Row blocks: a float32 copy of a whole vocabulary-sized head would be 4x its
+    # int8 result held at once; each row's numbers are the same either way.
+    rows = max(1, QUANTIZE_BLOCK_ELEMENTS // max(1, w.shape[1]))
+    for start in range(0, w.shape[0], rows):
+        block = w[start:start + rows].to(torch.float32)
+        amax = block.abs().amax(dim=1, keepdim=True)
+        s = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+        q[start:start + rows] = torch.clamp(torch.round(block / s), -127, 127).to(torch.int8)
+        scale[start:start + rows] = s
+    return q, scale.reshape(-1)
 
 
 class DequantizedLinear(torch.nn.Module):
@@ -67,19 +80,28 @@ class DequantizedLinear(torch.nn.Module):
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
-        self.register_buffer("qweight", q)
-        self.register_buffer("weight_scale", scale)
+        # never written by a forward: a strict torch.export keeps them by reference
+        self.register_buffer("qweight", mark_read_only(q))
+        self.register_buffer("weight_scale", mark_read_only(scale))
         self.bias = bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if type(x) is torch.Tensor and not torch.compiler.is_compiling():
+            # Eager (a reference run): a block of rows dequantized at a time, never
+            # the whole float weight (a vocabulary-sized head's is gigabytes).
+            rows = max(1, EAGER_BLOCK_BYTES // (4 * self.qweight.shape[1]))
+            y = torch.cat([F.linear(x, DEQUANTIZE_WEIGHT(self.qweight[i:i + rows],
+                                                         self.weight_scale[i:i + rows], 0))
+                           for i in range(0, self.qweight.shape[0], rows)], dim=-1)
+            return y if self.bias is None else y + self.bias
         return F.linear(x, DEQUANTIZE_WEIGHT(self.qweight, self.weight_scale, 0), self.bias)
 
 
 class Int8Embedding(QuantizedEmbedding):
     """Rows dequantized per row."""
 
-    def dequantized(self) -> torch.Tensor:
-        return DEQUANTIZE_WEIGHT(self.qweight, self.weight_scale, 0)
+    def dequantize_rows(self, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return DEQUANTIZE_WEIGHT(qweight, scale, 0)
 
 
 def quantize_linear(linear: torch.nn.Linear, layer: str,
