@@ -248,14 +248,13 @@ def test_a_family_the_runner_cannot_run_is_refused_with_the_reason(tmp_path):
     assert "llava" in str(e.value)  # the families that do run
 
 
+@pytest.mark.parametrize("program", ["idefics3"], indirect=True)  # exported from a folder
 def test_generate_normalizes_a_png_as_the_recorded_processor(program, tokenizer, tmp_path,
                                                               allow_fallback):
     """A program exported from a model folder records its processor's
     image_mean / image_std; `generate` prepares a PNG with them and decodes
     transformers' greedy tokens on the processor's pixels (image, then prompt)."""
     name, pte, ptd = program
-    if name != "idefics3":
-        pytest.skip("only the program exported from a model folder records a processor")
     import numpy as np
     from PIL import Image
 
