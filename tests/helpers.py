@@ -126,3 +126,14 @@ def lower_to_buffer(ep) -> bytes:
         ep, partitioner=[TensorRTPartitioner(progress=None)],
         compile_config=EdgeCompileConfig(_check_ir_validity=False))
     return edge.to_executorch().buffer
+
+
+def new_state(before: list, method: str | None = "forward"):
+    """The one executor state alive now that was not in `before` (a list of
+    `live_states()` taken earlier). Other tests' states may outlive them on the
+    same worker, so a test finds its own by identity, never by its contents;
+    `before` holds references, so no id is reused meanwhile."""
+    from executorch_tensorrt.runtime.state import live_states
+
+    [state] = [s for s in live_states(method) if not any(s is b for b in before)]
+    return state

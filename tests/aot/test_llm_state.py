@@ -17,7 +17,7 @@ from executorch_tensorrt.blob import read_blob
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.examples import llm as lm
 from executorch_tensorrt.llm.hf_export import export_hf
-from helpers import tensorrt_blobs
+from helpers import new_state, tensorrt_blobs
 
 PROMPT = list(range(3, 11))  # 8 tokens
 NEW_TOKENS = 32
@@ -154,10 +154,11 @@ def test_cache_is_not_copied_and_reset_restores_it(decoder, allow_fallback):
     from executorch_tensorrt.runtime import state as rt_state
 
     eager, program, _ = decoder
-    method = Runtime.get().load_program(program.buffer).load_method("forward")
     from executorch_tensorrt.runtime import callbacks
 
-    [st] = [s for s in rt_state.live_states("forward") if s.calls == 0]
+    before = rt_state.live_states("forward")
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    st = new_state(before)
     [executor] = [e for e in callbacks.install().handles.values()
                   if getattr(e, "state", None) is st]
     addresses = [b.ctypes.data for b in st.buffers]

@@ -24,7 +24,7 @@ from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.llm.metadata import LLMMetadata
 from executorch_tensorrt.program.memory_report import memory_report_of
 from runner_helpers import CONFIGS, EOS, encode, runner_tokens, write_char_tokenizer
-from tests.helpers import cli_main, tensorrt_blobs
+from tests.helpers import cli_main, new_state, tensorrt_blobs
 
 MAX_SEQ, MAX_CONTEXT, NEW = 4, 48, 12
 PROMPT = "Hello,TensorRT!"
@@ -98,8 +98,6 @@ def test_runner_tokens_equal_eager_with_the_cache_rounded_to_fp8(fp8_llama, tmp_
     assert program.tokens == rounded.tokens
     assert _largest_difference(program, rounded) < 1e-5
     assert _largest_difference(program, unrounded) > 1e-4
-    # Other programs' states may still be alive in this process (earlier tests
-    # on the same worker): the runner's is the one that was not there before.
     before = live_states()
     runner = TextLLMRunner(str(fp8_llama), str(write_char_tokenizer(tmp_path)), None)
     got = runner_tokens(runner, PROMPT, NEW)
@@ -109,7 +107,7 @@ def test_runner_tokens_equal_eager_with_the_cache_rounded_to_fp8(fp8_llama, tmp_
     assert len(set(got)) > 1
     # The fallback reads and writes the cache in fp8 buffers: the prompt and
     # the generated tokens' positions hold values, the rest zeros.
-    (state,) = [s for s in live_states() if not any(s is b for b in before)]
+    state = new_state(before, None)
     assert any(p.fqn == "key_cache_0" for p in state.specs)
     key = state.value("key_cache_0")
     assert key.dtype == np.dtype(ml_dtypes.float8_e4m3fn)

@@ -25,7 +25,7 @@ from executorch_tensorrt.runtime import state as rt_state
 from executorch_tensorrt.runtime.adapter import abi
 from executorch_tensorrt.runtime.arguments import ArgumentError, check_args, split_bindings
 from executorch_tensorrt.runtime.input_checks import InputChecks
-from helpers import Args, lower_to_buffer, tensorrt_blobs
+from helpers import Args, lower_to_buffer, new_state, tensorrt_blobs
 
 PLAN_ENV = "EXECUTORCH_TENSORRT_NATIVE_PLAN"
 VOCAB, ROWS = 32, 10
@@ -141,9 +141,9 @@ def _caches(method_state):
 def test_decoder_refuses_bad_tokens_and_mismatched_counts_cache_unchanged(
         decoder, allow_fallback, monkeypatch, python_calls, plans):
     fresh, buffer = decoder
-    before = set(map(id, rt_state.live_states("forward")))
+    before = rt_state.live_states("forward")
     method = _load(buffer, monkeypatch, plans)
-    [state] = [s for s in rt_state.live_states("forward") if id(s) not in before]
+    state = new_state(before)
     eager = fresh()
     prompt = (torch.tensor([[3, 4, 5]]), torch.tensor([0, 1, 2]))
     step1, step2 = (torch.tensor([[6]]), torch.tensor([3])), (torch.tensor([[7]]), torch.tensor([4]))

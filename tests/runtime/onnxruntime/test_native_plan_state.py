@@ -23,7 +23,7 @@ from executorch_tensorrt.runtime.onnxruntime import run_plan
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
 from executorch_tensorrt.examples import llm as lm
 from executorch_tensorrt.llm.hf_export import export_hf
-from helpers import lower_to_buffer
+from helpers import lower_to_buffer, new_state
 
 PLAN_ENV = "EXECUTORCH_TENSORRT_NATIVE_PLAN"
 PROMPT = list(range(3, 11))  # 8 tokens
@@ -69,14 +69,14 @@ def _load(buffer: bytes, monkeypatch, plans: bool = True, lasting: bool = True):
     out after each Python call: the path of partitions without bounds."""
     from executorch.runtime import Runtime
 
-    before = set(map(id, rt_state.live_states("forward")))
+    before = rt_state.live_states("forward")
     if not plans:
         monkeypatch.setenv(PLAN_ENV, "0")
     program = Runtime.get().load_program(buffer)
     _loaded.append(program)  # a Method does not keep its Program alive
     method = program.load_method("forward")
     monkeypatch.delenv(PLAN_ENV, raising=False)
-    [state] = [s for s in rt_state.live_states("forward") if id(s) not in before]
+    state = new_state(before)
     if plans and not lasting:
         assert _executor(state).lasting_plan is not None
         _executor(state).withdraw_native_plan()
