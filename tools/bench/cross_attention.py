@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from optimum_tasks import ROOT, run_child  # noqa: E402
+from optimum_tasks import ROOT, failure_lines, markdown_header, publish, run_rows  # noqa: E402
 
 EVIDENCE = ROOT / "docs" / "evidence" / "cross-attention.md"
 MODELS = ("whisper",)
@@ -106,19 +104,15 @@ def child(model: str, variant: str, folder: str, steps: int) -> dict:
 
 
 def _markdown(rows: list[dict], steps: int) -> str:
-    load = os.getloadavg()
-    lines = [
+    lines = markdown_header(
         "# Cross-attention keys/values: kept vs recomputed per decoder step",
-        "",
-        f"Made by `tools/bench/cross_attention.py --write` on {time.strftime('%Y-%m-%d')}, "
-        f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load[0]:.1f} at the end "
-        "(a shared machine). No GPU: the TensorRT partitions run through the onnxruntime "
-        "fallback, one thread. Each program is driven through ExecuTorch's runtime: the "
+        "tools/bench/cross_attention.py",
+        "Each program is driven through ExecuTorch's runtime: the "
         f"encoder once, then {steps} `text_decoder` steps feeding back the greedy token. "
         "`first ms` is the step at position 0 (it projects in both variants); `ms/token` "
         "the median of the later steps. `recomputed` is the program before cross-attention "
-        "state (every step projects the encoder output again).",
-        "",
+        "state (every step projects the encoder output again).", threads="Threads: onnxruntime one.")
+    lines += [
         "| model | variant | export s | first ms | ms/token | same tokens |",
         "| --- | --- | ---: | ---: | ---: | --- |",
     ]
@@ -136,8 +130,7 @@ def _markdown(rows: list[dict], steps: int) -> str:
                 continue
             lines.append(f"| {row['name']} | {variant} | {row['export_s']:.1f} | "
                          f"{row['first_ms']:.2f} | {row['ms_per_token']:.2f} | {same} |")
-    if errors:
-        lines += ["", "Failures:", "", *errors]
+    lines += failure_lines("Failures:", errors)
     return "\n".join(lines) + "\n"
 
 
@@ -151,17 +144,11 @@ def main() -> int:
     if args.child:
         print(json.dumps(child(*args.child, args.steps)))
         return 0
-    rows = []
-    for model in args.models:
-        for variant in VARIANTS:
-            rows.append(run_child(Path(__file__), [model, variant, "--steps", str(args.steps)],
-                                  {"model": model, "variant": variant}))
-            print(json.dumps({k: v for k, v in rows[-1].items() if k != "tokens"}), flush=True)
-    text = _markdown(rows, args.steps)
-    print(text)
-    if args.write:
-        EVIDENCE.write_text(text)
-    return 0
+    rows = run_rows(Path(__file__), [([model, variant, "--steps", str(args.steps)],
+                                      {"model": model, "variant": variant})
+                                     for model in args.models for variant in VARIANTS],
+                    hidden=("tokens",))
+    return publish(_markdown(rows, args.steps), EVIDENCE, args.write)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from optimum_adjustments import ADJUSTMENTS, adjust_optimum  # noqa: E402
-from optimum_tasks import ROOT, RECIPES, error_line, markdown_header, run_child  # noqa: E402
+from optimum_tasks import (ROOT, RECIPES, error_line, failure_lines, markdown_header,  # noqa: E402
+                           publish, run_rows)
 
 EVIDENCE = ROOT / "docs" / "evidence" / "optimum-multimodal.md"
 VISION = ("llava", "idefics3", "smolvlm", "gemma3")
@@ -347,8 +348,8 @@ def _markdown(rows: list[dict]) -> str:
             lines.append(f"- {ours['model']}: decode {ours['decode_ms'] / theirs['decode_ms']:.2f}x, "
                          f"export {ours['export_s'] / theirs['export_s']:.2f}x wall, "
                          f"{ours['export_cpu_s'] / theirs['export_cpu_s']:.2f}x CPU")
+    lines += failure_lines("Cells that failed:", errors)
     if errors:
-        lines += ["", "Cells that failed:", "", *errors]
         failed = dict.fromkeys(r["cell"] for r in rows if "error" in r)
         lines += [f"- why {cell}: {FAILURE_CAUSES[cell]}" for cell in failed
                   if cell in FAILURE_CAUSES]
@@ -373,20 +374,14 @@ def main() -> int:
         sys.path[:0] = [str(ROOT / "tests" / "llm")]
         print("\n" + json.dumps(child(*args.child)))
         return 0
-    rows = []
     if args.rows:
         rows = [json.loads(line) for line in args.rows.read_text().splitlines()
                 if line.startswith('{"cell"')]
-    for cell in [] if args.rows else args.cells:
-        for recipe in args.recipes:
-            rows.append(run_child(Path(__file__), [cell, recipe], {"cell": cell, "recipe": recipe,
-                                                                    "model": _describe(cell)}))
-            print(json.dumps(rows[-1]), flush=True)
-    text = _markdown(rows)
-    print(text)
-    if args.write:
-        EVIDENCE.write_text(text)
-    return 0
+    else:
+        rows = run_rows(Path(__file__), [([cell, recipe], {"cell": cell, "recipe": recipe,
+                                                           "model": _describe(cell)})
+                                         for cell in args.cells for recipe in args.recipes])
+    return publish(_markdown(rows), EVIDENCE, args.write)
 
 
 if __name__ == "__main__":

@@ -148,7 +148,37 @@ def run_child(script: Path, args: list[str], row: dict) -> dict:
     return {**row, "error": f"child failed: {done.stderr[-400:]}"}
 
 
-def markdown_header(title: str, script: str, how: str) -> list[str]:
+def run_rows(script: Path, jobs: list[tuple[list[str], dict]],
+             hidden: tuple[str, ...] = ()) -> list[dict]:
+    """`run_child` for each (args, row) in order, each row printed as it comes
+    (less the keys in `hidden`), so a long run shows its progress."""
+    rows = []
+    for args, row in jobs:
+        rows.append(run_child(script, args, row))
+        print(json.dumps({k: v for k, v in rows[-1].items() if k not in hidden}), flush=True)
+    return rows
+
+
+def publish(text: str, evidence: Path, write: bool) -> int:
+    """Prints the evidence text and, with `--write`, replaces `evidence` with it."""
+    print(text)
+    if write:
+        evidence.write_text(text)
+    return 0
+
+
+def failure_lines(heading: str, errors: list[str]) -> list[str]:
+    """The evidence file's list of rows that failed, under `heading`; none when
+    nothing failed."""
+    return ["", heading, "", *errors] if errors else []
+
+
+XNNPACK_THREADS = ("Threads: onnxruntime and eager PyTorch one each; XNNPACK ExecuTorch's "
+                   "default threadpool.")
+
+
+def markdown_header(title: str, script: str, how: str,
+                    threads: str = XNNPACK_THREADS) -> list[str]:
     """The evidence file's title and the paragraph on the machine and the setup."""
     load = os.getloadavg()
     return [
@@ -157,9 +187,8 @@ def markdown_header(title: str, script: str, how: str) -> list[str]:
         f"Made by `{script} --write` on {time.strftime('%Y-%m-%d')}, "
         f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load[0]:.1f} at the end "
         "(a shared machine, other jobs running: times are wall clock under that load). No "
-        "GPU: the TensorRT partitions run through the onnxruntime fallback. " + how
-        + " Threads: onnxruntime and eager PyTorch one each; XNNPACK ExecuTorch's default "
-        "threadpool.",
+        "GPU: the TensorRT partitions run through the onnxruntime fallback. " + how + " "
+        + threads,
         "",
     ]
 
@@ -193,8 +222,7 @@ def _markdown(rows: list[dict], calls: int) -> str:
                      f"{_cell(row, 'export_s', '{:.1f}')} | {_cell(row, 'pte_kb', '{:.0f}')} | "
                      f"{_cell(row, 'run_ms', '{:.2f}')} | {_cell(row, 'eager_ms', '{:.2f}')} | "
                      f"{check} |")
-    if errors:
-        lines += ["", "Recipes that failed (optimum's code, not patched here):", "", *errors]
+    lines += failure_lines("Recipes that failed (optimum's code, not patched here):", errors)
     return "\n".join(lines) + "\n"
 
 
@@ -208,17 +236,10 @@ def main() -> int:
     if args.child:
         print(json.dumps(child(*args.child, args.calls)))
         return 0
-    rows = []
-    for task in args.tasks:
-        for recipe in RECIPES:
-            rows.append(run_child(Path(__file__), [task, recipe, "--calls", str(args.calls)],
-                                  {"task": task, "recipe": recipe}))
-            print(json.dumps(rows[-1]), flush=True)
-    text = _markdown(rows, args.calls)
-    print(text)
-    if args.write:
-        EVIDENCE.write_text(text)
-    return 0
+    rows = run_rows(Path(__file__), [([task, recipe, "--calls", str(args.calls)],
+                                      {"task": task, "recipe": recipe})
+                                     for task in args.tasks for recipe in RECIPES])
+    return publish(_markdown(rows, args.calls), EVIDENCE, args.write)
 
 
 if __name__ == "__main__":
