@@ -275,23 +275,3 @@ def test_generate_normalizes_a_png_as_the_recorded_processor(program, tokenizer,
     got = [({c: i for i, c in enumerate(CHARS)} | {"<s>": BOS, "</s>": EOS, "": EOS}
             | SPECIAL)[p] for p in result.pieces]
     assert got and got == want[:len(got)] and len(set(want)) > 1, (got, want)
-
-
-@pytest.mark.parametrize("config, want", [
-    (None, {}),
-    ({"image_mean": [0.5, 0.4, 0.3], "image_std": 0.5},
-     {"image_mean": [0.5, 0.4, 0.3], "image_std": [0.5]}),
-    ({"do_normalize": False, "image_mean": [0.5], "image_std": [0.5]},
-     {"image_mean": [0.0], "image_std": [1.0]}),
-    ({"image_mean": "clip", "image_std": [1]}, "should be numbers, got 'clip'"),
-])
-def test_the_recorded_normalization_is_the_processors(config, want, tmp_path):
-    from executorch_tensorrt.llm.multimodal import processor_normalization
-
-    if config is not None:
-        (tmp_path / "preprocessor_config.json").write_text(json.dumps(config))
-    if isinstance(want, str):
-        with pytest.raises(ValueError, match=want):
-            processor_normalization(tmp_path)
-    else:
-        assert processor_normalization(tmp_path) == want
