@@ -2,8 +2,10 @@
 programs written by `executorch_tensorrt.llm.export_multimodal`: for tiny
 random LLaVA (CLIP + Llama), Idefics3 (SigLIP-style + pixel shuffle + Llama,
 weights in a .ptd, through the `llm-export --task image-text-to-text`
-command from a saved model folder whose preprocessor_config.json
-normalization the program records, so `generate` takes a PNG), InternVL (InternViT + Qwen2) and Aya Vision (SigLIP + Cohere2
+command from a saved model folder whose image processor's steps the program
+records, so `generate` prepares a PNG as the processor does), InternVL
+(InternViT + Qwen2, through the command from a config alone: random
+weights) and Aya Vision (SigLIP + Cohere2
 with sliding-window layers), an image between two text parts gives the
 tokens transformers' own greedy `generate` gives on the same image and
 prompt. Every method is one TensorRT partition (run here through the
@@ -76,28 +78,57 @@ def _export_in_process(name, folder: Path):
 MEAN, STD = [0.5, 0.4, 0.3], [0.25, 0.25, 0.5]  # the folder's processor normalization
 
 
+def _idefics3_processor():
+    """The model folder's image processor: Idefics3's, at the tiny model's
+    32 pixels (the longest edge to 64, then the 32x32 square), with its
+    default image splitting on."""
+    import transformers
+
+    return transformers.Idefics3ImageProcessorPil(
+        size={"longest_edge": 64}, max_image_size={"longest_edge": 32}, image_mean=MEAN,
+        image_std=STD)
+
+
 def _export_by_command(name, folder: Path):
+    """`llm-export --model FOLDER`: a saved model with its processor."""
     out = folder / f"{name}.pte"
     llm.vision_language_model(FAMILIES[name]).save_pretrained(folder / "model")
-    (folder / "model" / "preprocessor_config.json").write_text(
-        json.dumps({"image_mean": MEAN, "image_std": STD, "do_normalize": True}))
+    _idefics3_processor().save_pretrained(folder / "model")
     code, stdout, stderr = cli_main(
         "llm-export", out, "--task", "image-text-to-text", "--model", folder / "model",
         "--max-seq-len", MAX_SEQ, "--max-context-len", MAX_CONTEXT, "--external-weights")
     assert code == 0, stderr[-3000:]
     assert "partition report" in stderr and "text_decoder" in stderr
     assert f"get_image_tokens={IMAGE_TOKENS[name]}" in stderr
+    assert "note: the image processor cuts pictures into tiles (do_image_splitting)" in stderr
     ptd = out.with_suffix(".ptd")
     assert f"wrote {out} + {ptd}" in stdout
     return out, ptd
+
+
+def _export_by_config(name, folder: Path):
+    """`llm-export --config CONFIG_JSON`: random weights from the config (the
+    seed the eager reference uses), the image size given."""
+    out = folder / f"{name}.pte"
+    (folder / "config.json").write_text(json.dumps(FAMILIES[name]))
+    code, stdout, stderr = cli_main(
+        "llm-export", out, "--task", "image-text-to-text", "--config", folder / "config.json",
+        "--max-seq-len", MAX_SEQ, "--max-context-len", MAX_CONTEXT, "--image-size", 32)
+    assert code == 0, stderr[-3000:]
+    assert f"get_image_tokens={IMAGE_TOKENS[name]}" in stderr
+    assert "image 32x32 -> 4 embeddings" in stderr
+    assert stdout.strip() == f"wrote {out}"
+    return out, None
+
+
+EXPORTS = {"idefics3": _export_by_command, "internvl": _export_by_config}
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def program(request, tmp_path_factory):
     name = request.param
     folder = tmp_path_factory.mktemp(name)
-    export = _export_by_command if name == "idefics3" else _export_in_process
-    pte, ptd = export(name, folder)
+    pte, ptd = EXPORTS.get(name, _export_in_process)(name, folder)
     return name, pte, ptd
 
 
@@ -249,49 +280,38 @@ def test_a_family_the_runner_cannot_run_is_refused_with_the_reason(tmp_path):
 
 
 @pytest.mark.parametrize("program", ["idefics3"], indirect=True)  # exported from a folder
-def test_generate_normalizes_a_png_as_the_recorded_processor(program, tokenizer, tmp_path,
-                                                              allow_fallback):
-    """A program exported from a model folder records its processor's
-    image_mean / image_std; `generate` prepares a PNG with them and decodes
-    transformers' greedy tokens on the processor's pixels (image, then prompt)."""
+def test_generate_prepares_a_png_as_the_recorded_processor(program, tokenizer, tmp_path,
+                                                           allow_fallback):
+    """A program exported from a model folder records its processor's steps;
+    `generate` prepares a non-square PNG with them (the single image the
+    processor gives without splitting, noted) and decodes the tokens of the
+    processor's pixels passed as .npy, which are transformers' greedy tokens
+    (image, then prompt)."""
     name, pte, ptd = program
     import numpy as np
     from PIL import Image
 
-    values = np.random.default_rng(5).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    values = np.random.default_rng(5).integers(0, 256, (24, 40, 3), dtype=np.uint8)
     Image.fromarray(values, "RGB").save(tmp_path / "photo.png")
+    processor = _idefics3_processor()
+    processor.do_image_splitting = False
+    pixels = processor(Image.open(tmp_path / "photo.png"), return_tensors="pt")["pixel_values"]
+    assert pixels.shape == (1, 1, 3, 32, 32)
+    np.save(tmp_path / "pixels.npy", pixels[0, 0].numpy())
     result = llm.generate(pte, tokenizer, AFTER, image=tmp_path / "photo.png", data=ptd,
                           max_new_tokens=NEW)
-    pixels = (torch.from_numpy(values).permute(2, 0, 1).float() / 255
-              - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None]
+    assert len(result.notes) == 1 and "with do_image_splitting off" in result.notes[0]
+    from_npy = llm.generate(pte, tokenizer, AFTER, image=tmp_path / "pixels.npy", data=ptd,
+                            max_new_tokens=NEW)
+    assert result.pieces == from_npy.pieces
     model = llm.vision_language_model(FAMILIES[name])
     ids = torch.tensor([[IMAGE] * IMAGE_TOKENS[name] + encode(AFTER)])
     model.generation_config.eos_token_id = None
     with torch.no_grad():
-        out = model.generate(input_ids=ids, pixel_values=pixels[None, None],
+        out = model.generate(input_ids=ids, pixel_values=pixels,
                              attention_mask=torch.ones_like(ids), max_new_tokens=NEW,
                              do_sample=False)
     want = out[0, ids.shape[1]:].tolist()
     got = [({c: i for i, c in enumerate(CHARS)} | {"<s>": BOS, "</s>": EOS, "": EOS}
             | SPECIAL)[p] for p in result.pieces]
     assert got and got == want[:len(got)] and len(set(want)) > 1, (got, want)
-
-
-@pytest.mark.parametrize("config, want", [
-    (None, {}),
-    ({"image_mean": [0.5, 0.4, 0.3], "image_std": 0.5},
-     {"image_mean": [0.5, 0.4, 0.3], "image_std": [0.5]}),
-    ({"do_normalize": False, "image_mean": [0.5], "image_std": [0.5]},
-     {"image_mean": [0.0], "image_std": [1.0]}),
-    ({"image_mean": "clip", "image_std": [1]}, "should be numbers, got 'clip'"),
-])
-def test_the_recorded_normalization_is_the_processors(config, want, tmp_path):
-    from executorch_tensorrt.llm.multimodal import processor_normalization
-
-    if config is not None:
-        (tmp_path / "preprocessor_config.json").write_text(json.dumps(config))
-    if isinstance(want, str):
-        with pytest.raises(ValueError, match=want):
-            processor_normalization(tmp_path)
-    else:
-        assert processor_normalization(tmp_path) == want

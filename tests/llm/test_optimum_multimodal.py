@@ -2,7 +2,8 @@
 recipe="tensorrt")` writes, through `llm.export_multimodal`, a program that
 optimum's own `ExecuTorchModelForMultiModalToText` loads and decodes with the
 tokens transformers' greedy `generate` gives on the same image and prompt
-(tiny random LLaVA saved to a local folder; optimum runs in a child
+(tiny random LLaVA saved to a local folder with a CLIP image processor,
+whose steps the program records for `generate`; optimum runs in a child
 interpreter with build/optimum-site on its path)."""
 from __future__ import annotations
 
@@ -36,8 +37,19 @@ print(json.dumps({"files": sorted(os.listdir(out)), "tokens": tokens}))
 
 
 def test_optimum_runs_the_recipes_program_as_transformers(tmp_path, allow_fallback):
+    import transformers
+
+    from executorch_tensorrt.llm.image_preprocessing import ImagePreprocessing
+    from executorch_tensorrt.llm.runner_inputs import read_program_info
+
     model = llm.vision_language_model(FAMILIES["llava"])
     model.save_pretrained(tmp_path / "model")
+    # LLaVA's CLIP processor at the tiny model's 32 pixels: optimum reads its
+    # preprocessor_config.json, the recipe records its steps for generate.
+    transformers.CLIPImageProcessorPil(
+        size={"shortest_edge": 36}, crop_size={"height": 32, "width": 32},
+        image_mean=[0.5, 0.4, 0.3], image_std=[0.25, 0.25, 0.5]).save_pretrained(
+            tmp_path / "model")
     tokenizer = write_char_tokenizer(tmp_path, SPECIAL)
     prompt = encode(BEFORE) + [IMAGE] * IMAGE_TOKENS["llava"] + encode(AFTER)
     done = _child(RUN, str(tmp_path / "model"), str(tmp_path / "out"), str(tokenizer),
@@ -50,3 +62,8 @@ def test_optimum_runs_the_recipes_program_as_transformers(tmp_path, allow_fallba
     # optimum stops after its eos id; the tokens before it are eager's.
     assert got and got == want[:len(got)], (got, want)
     assert len(set(got)) > 1
+    info = read_program_info(tmp_path / "out" / "model.pte")
+    assert info.image_preprocessing == ImagePreprocessing(
+        shortest_edge=36, crop_height=32, crop_width=32, rescale_factor=1 / 255,
+        convert_rgb=True)
+    assert info.image_normalization == ((0.5, 0.4, 0.3), (0.25, 0.25, 0.5))

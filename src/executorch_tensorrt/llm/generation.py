@@ -187,10 +187,12 @@ def generate_multimodal(program: str | Path, tokenizer: str | Path, prompt: str,
     `token_embedding`, `text_decoder` and the runner's constant methods),
     through ExecuTorch's MultimodalRunner.
 
-    image: a picture (PNG, JPEG, ...; needs Pillow) resized to the vision
-        encoder's input and, for a float32 encoder, scaled to [0, 1] and
-        normalized with `image_mean` / `image_std` (default: the ones the
-        program records, else required); or a .npy array in the encoder's
+    image: a picture (PNG, JPEG, ...; needs Pillow) resized, cropped and
+        rescaled as the model's processor does when the program records its
+        steps (llm-export --model, optimum's recipe), else resized whole to
+        the vision encoder's input and scaled to [0, 1]; for a float32
+        encoder normalized with `image_mean` / `image_std` (default: the
+        ones the program records, else required); or a .npy array in the encoder's
         input shape ([H, W, C] or [C, H, W]) and dtype, preprocessed as the
         model's processor does; or a .raw/.bin file of its values in the
         encoder's layout.
@@ -228,7 +230,8 @@ def generate_multimodal(program: str | Path, tokenizer: str | Path, prompt: str,
                     f"files; {image} is taken as the processor's output, as it is: leave "
                     "them out, or pass the picture itself")
             picture = read_image(given[kind], info.encoders[kind],
-                                 _normalization(info, image_mean, image_std))
+                                 _normalization(info, image_mean, image_std),
+                                 info.image_preprocessing)
             array, notes = picture.array, picture.notes
         else:
             array = read_audio(given[kind], info.encoders[kind], info.sampling_rate)

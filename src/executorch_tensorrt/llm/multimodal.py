@@ -34,6 +34,8 @@ from .exporter import (DTYPES, PRECISIONS, _check_arguments, causal_lm, in_dtype
 from .hf_export import (TokenEmbedding, export_hf_embeds, export_token_embedding,
                         hf_static_cache_wrapper)
 from .metadata import LLMMetadata
+from .image_preprocessing import METHOD as PREPROCESSING_METHOD
+from .image_preprocessing import PreprocessingConfigError, from_processor_config
 from .multimodal_inputs import IMAGE_METHODS, ImageSpec
 from .vision_families import ImageEncoder, check_family, image_geometry
 
@@ -55,29 +57,59 @@ def vision_language_model(model_or_config, seed: int = 0,
     return causal_lm(model_or_config, seed, dtype, auto_class="AutoModelForImageTextToText")
 
 
-def processor_normalization(folder: str | Path) -> dict[str, list[float]]:
-    """The `image_mean` and `image_std` of the model folder's
-    preprocessor_config.json (empty when it has none): recorded as constant
-    methods, they let `generate` normalize a PNG/JPEG as the processor does."""
+@dataclass(frozen=True)
+class ProcessorRecord:
+    """What a program records of the model's image processor, as constant
+    methods: image_mean / image_std and image_preprocessing, which
+    `generate` reads to prepare a PNG/JPEG as the processor does."""
+
+    constant_methods: dict
+    notes: tuple[str, ...] = ()
+
+
+def processor_record(config: dict | None) -> ProcessorRecord:
+    """The record of a preprocessor_config.json's contents (None: nothing)."""
+    if not config:
+        return ProcessorRecord({})
+    record, notes = {}, []
+    if config.get("do_normalize") is False:  # the processor only rescales
+        record = {"image_mean": [0.0], "image_std": [1.0]}
+    elif all(config.get(k) is not None for k in ("image_mean", "image_std")):
+        values = {k: list(config[k]) if isinstance(config[k], (list, tuple)) else [config[k]]
+                  for k in ("image_mean", "image_std")}
+        if not all(isinstance(x, (int, float)) for v in values.values() for x in v):
+            raise ValueError(f"image_mean / image_std should be numbers, got "
+                             f"{config['image_mean']!r} / {config['image_std']!r}")
+        record = {k: [float(x) for x in v] for k, v in values.items()}
+    try:
+        steps = from_processor_config(config)
+    except PreprocessingConfigError as e:
+        notes.append(f"the image processor's steps are not recorded ({e}): generate resizes a "
+                     "picture whole to the encoder's size; pass a .npy prepared by the "
+                     "processor for its exact pixels")
+    else:
+        record[PREPROCESSING_METHOD] = steps.constant()
+        if steps.tiling:
+            notes.append(f"the image processor cuts pictures into tiles ({steps.tiling}); "
+                         "vision_encoder takes one image: generate prepares a picture as the "
+                         f"processor does with {steps.tiling} off")
+    return ProcessorRecord(record, tuple(notes))
+
+
+def folder_processor_config(folder: str | Path) -> dict | None:
+    """The model folder's preprocessor_config.json (None when it has none)."""
     import json
 
     path = Path(folder) / "preprocessor_config.json"
     if not path.is_file():
-        return {}
+        return None
     try:
         config = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise ValueError(f"{path} is not JSON ({e}): fix or remove it") from None
-    if config.get("do_normalize") is False:  # the processor only rescales to [0, 1]
-        return {"image_mean": [0.0], "image_std": [1.0]}
-    found = {k: config.get(k) for k in ("image_mean", "image_std")}
-    if any(v is None for v in found.values()):
-        return {}
-    values = {k: v if isinstance(v, list) else [v] for k, v in found.items()}
-    if not all(isinstance(x, (int, float)) for v in values.values() for x in v):
-        raise ValueError(f"{path}: image_mean / image_std should be numbers, got "
-                         f"{found['image_mean']!r} / {found['image_std']!r}")
-    return {k: [float(x) for x in v] for k, v in values.items()}
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} should hold a JSON object")
+    return config
 
 
 def _check_image_fits(spec: ImageSpec, max_seq_len: int, max_context_len: int) -> None:
@@ -197,5 +229,6 @@ def export_multimodal(model_or_config, *, output: str | Path, max_seq_len: int,
     return MultimodalExportResult(result.path, result.data_paths, meta, spec, result)
 
 
-__all__ = ["export_multimodal", "vision_language_model", "processor_normalization", "ImageSpec", "IMAGE_METHODS",
+__all__ = ["export_multimodal", "vision_language_model", "folder_processor_config",
+           "processor_record", "ProcessorRecord", "ImageSpec", "IMAGE_METHODS",
            "MultimodalExportResult"]

@@ -147,15 +147,20 @@ def _multimodal_limits(module, output: Path, kwargs: dict) -> dict:
 
 
 def _export_multimodal(module, output: Path, **kwargs):
-    from .multimodal import export_multimodal
+    from .multimodal import export_multimodal, processor_record
 
     if module.modality != "vision":
         raise ValueError(
             f"the {RECIPE!r} recipe exports multimodal models of the vision modality and "
             f"Voxtral (audio); optimum gave a {module.modality} model of type "
             f"{module.model.config.model_type!r}. Use another recipe for it")
-    return export_multimodal(module.model, **_multimodal_limits(module, output, kwargs),
-                             **kwargs)
+    common = _multimodal_limits(module, output, kwargs)
+    # optimum copies preprocessor_config.json's keys as they are (a dict's keys
+    # are lost on reading); the typed record is what generate reads.
+    common["constant_methods"] = {
+        **common["constant_methods"],
+        **processor_record(getattr(module, "processor_config", None)).constant_methods}
+    return export_multimodal(module.model, **common, **kwargs)
 
 
 def _export_audio_llm(module, output: Path, **kwargs):

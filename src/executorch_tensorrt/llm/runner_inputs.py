@@ -20,6 +20,8 @@ import numpy as np
 from ..dtypes import by_scalar_type
 from ..errors import ExecuTorchTensorRTError
 from .image_files import PICTURE_SUFFIXES, Normalization, Picture, PictureError, read_picture
+from .image_preprocessing import METHOD as PREPROCESSING_METHOD
+from .image_preprocessing import ImagePreprocessing, PreprocessingConfigError
 from .metadata import LLMMetadata, read_metadata
 
 ENCODERS = {"image": "vision_encoder", "audio": "audio_encoder"}
@@ -64,6 +66,8 @@ class ProgramInfo:
     # (optimum writes preprocessor_config.json's keys as constant methods)
     image_normalization: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     sampling_rate: int | None = None       # the feature extractor's, when recorded so
+    # the processor's resize, crop and rescale, when the program records them
+    image_preprocessing: ImagePreprocessing | None = None
 
     @property
     def multimodal(self) -> bool:
@@ -138,7 +142,8 @@ def read_program_info(path: str | Path, data_path: str | Path | None = None) -> 
     text_chunk = min(chunk[-1] if chunk else 1, decoder_chunk)
     return ProgramInfo(path, info.data_path, methods, limits, encoders, media_tokens,
                        text_chunk, decoder_chunk, _recorded_normalization(program, methods),
-                       _recorded_int(program, methods, "sampling_rate"))
+                       _recorded_int(program, methods, "sampling_rate"),
+                       _recorded_preprocessing(program, methods, path))
 
 
 def _recorded_int(program, methods, name: str) -> int | None:
@@ -148,17 +153,28 @@ def _recorded_int(program, methods, name: str) -> int | None:
     return int(value.item() if hasattr(value, "item") else value)
 
 
+def _constant_values(program, name: str) -> list:
+    """A list constant's values (one method output per value)."""
+    out = []
+    for value in program.load_method(name).execute([]):
+        out += value.flatten().tolist() if hasattr(value, "flatten") else [value]
+    return out
+
+
 def _recorded_normalization(program, methods) -> tuple | None:
     if "image_mean" not in methods or "image_std" not in methods:
         return None
+    return tuple(tuple(float(v) for v in _constant_values(program, name))
+                 for name in ("image_mean", "image_std"))
 
-    def values(name: str) -> tuple[float, ...]:  # a list constant: one output per value
-        out = []
-        for value in program.load_method(name).execute([]):
-            out += value.flatten().tolist() if hasattr(value, "flatten") else [value]
-        return tuple(float(v) for v in out)
 
-    return values("image_mean"), values("image_std")
+def _recorded_preprocessing(program, methods, path: Path) -> ImagePreprocessing | None:
+    if PREPROCESSING_METHOD not in methods:
+        return None
+    try:
+        return ImagePreprocessing.from_constant(_constant_values(program, PREPROCESSING_METHOD))
+    except PreprocessingConfigError as e:
+        raise GenerateInputError(f"program {path}: {e}") from None
 
 
 # ---- the tokenizer -----------------------------------------------------------
@@ -247,10 +263,12 @@ def _read_raw(path: Path, meta: TensorMeta, kind: str) -> np.ndarray:
 
 
 def read_image(path: str | Path, meta: TensorMeta,
-               normalization: Normalization | None = None) -> Picture:
+               normalization: Normalization | None = None,
+               steps: ImagePreprocessing | None = None) -> Picture:
     """The image as the encoder's [C, H, W] array, from a picture file
-    (image_files.py: resized to the encoder's size, normalized with
-    `normalization` for a float32 encoder), a .npy of [H, W, C] or [C, H, W]
+    (image_files.py: resized and cropped with the processor's `steps`, else
+    whole to the encoder's size, normalized with `normalization` for a
+    float32 encoder), a .npy of [H, W, C] or [C, H, W]
     (optionally with a batch of 1) in the encoder's dtype, or a raw file of
     its values in the encoder's layout."""
     path = Path(path)
@@ -264,7 +282,7 @@ def read_image(path: str | Path, meta: TensorMeta,
         try:
             return read_picture(path, channels, height, width,
                                 "float32" if meta.dtype == "bfloat16" else meta.dtype,
-                                normalization)
+                                normalization, steps)
         except PictureError as e:
             raise GenerateInputError(str(e)) from None
     if suffix not in (".npy", *RAW_SUFFIXES):

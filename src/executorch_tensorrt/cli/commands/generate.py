@@ -27,7 +27,8 @@ def register(sub) -> None:
                    help="the prompt, as the model takes it (write its chat template in)")
     p.add_argument("--image", metavar="FILE",
                    help="an image for vision_encoder: a PNG/JPEG (needs Pillow: "
-                        "executorch-tensorrt[image]; resized to the encoder's size), a .npy "
+                        "executorch-tensorrt[image]; resized and cropped as the processor the "
+                        "program records, else whole to the encoder's size), a .npy "
                         "([H, W, C] or [C, H, W]) in its input size and dtype, or .raw/.bin "
                         "values in its layout")
     p.add_argument("--image-mean", type=float, nargs="+", metavar="M",

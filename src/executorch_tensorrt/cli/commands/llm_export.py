@@ -157,16 +157,21 @@ def _export(args, model, out: Path):
         if args.kv_cache_dtype is not None:
             raise Fail(EXIT_USAGE, "--kv-cache-dtype is for --task text-generation (the "
                                     "multimodal export keeps its cache in --dtype)")
-        from ...llm.multimodal import export_multimodal, processor_normalization
+        from ...llm.multimodal import (export_multimodal, folder_processor_config,
+                                       processor_record)
 
         size = tuple(args.image_size) if args.image_size else None
-        # the processor's normalization, for generate to prepare a PNG/JPEG as it does
+        # the processor's steps, for generate to prepare a PNG/JPEG as it does
         try:
-            recorded = processor_normalization(args.model) if args.model else {}
+            recorded = processor_record(folder_processor_config(args.model)
+                                        if args.model else None)
         except ValueError as e:
             raise Fail(EXIT_USAGE, f"--model {args.model}: {e}") from None
+        for note in recorded.notes:
+            print(f"note: {note}", file=sys.stderr)
         return export_multimodal(model, image_size=size[0] if size and len(size) == 1
-                                 else size, constant_methods=recorded, **common)
+                                 else size, constant_methods=recorded.constant_methods,
+                                 **common)
     if args.image_size is not None:
         raise Fail(EXIT_USAGE, "--image-size is for --task image-text-to-text")
     from ...llm.exporter import export
