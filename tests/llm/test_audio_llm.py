@@ -44,14 +44,23 @@ def _eager_greedy(model, features, prompt, n):
     return out
 
 
+def feature_extractor():
+    """A Whisper feature extractor making the tiny encoder's [8, 32] per chunk
+    of 1 s at 1600 Hz (built here: nothing is downloaded)."""
+    return transformers.WhisperFeatureExtractor(
+        feature_size=N_MELS, sampling_rate=1600, hop_length=50, chunk_length=1, n_fft=100)
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     from executorch_tensorrt.llm.audio import export_audio_llm
 
     folder = tmp_path_factory.mktemp("voxtral")
     model = _voxtral()
+    # Two chunks: one text_decoder call of 8 holds 2 x 4 audio tokens.
     result = export_audio_llm(model, max_seq_len=8, max_context_len=48,
-                              output=folder / "model.pte", progress=None)
+                              output=folder / "model.pte", max_audio_chunks=2,
+                              feature_extractor=feature_extractor(), progress=None)
     return model, result, write_char_tokenizer(folder)
 
 
