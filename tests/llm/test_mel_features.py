@@ -55,3 +55,22 @@ def test_the_spec_round_trips_through_constant_methods_and_refuses_odd_values():
     with pytest.raises(ValueError, match="'Wav2Vec2FeatureExtractor'.*only "
                                          "WhisperFeatureExtractor"):
         MelFeatureSpec.from_config({"feature_extractor_type": "Wav2Vec2FeatureExtractor"})
+
+
+def test_the_wav_path_imports_numpy_and_the_standard_library_only():
+    """Runner-side modules: no torch, no transformers, nothing of the AOT side."""
+    import ast
+    import importlib
+
+    for name in ("mel_features", "audio_files"):
+        module = importlib.import_module(f"executorch_tensorrt.llm.{name}")
+        tree = ast.parse(open(module.__file__).read())
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                    if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and node.level == 0}
+        relative = {node.module for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.level > 0}
+        assert imported <= {"__future__", "dataclasses", "pathlib", "typing", "wave",
+                            "numpy"}, (name, imported)
+        assert relative <= {"mel_features"}, (name, relative)
