@@ -238,9 +238,9 @@ def generate_multimodal(program: str | Path, tokenizer: str | Path, prompt: str,
             audio = read_audio(given[kind], info)
             array, notes = audio.array, (*notes, *audio.notes)
         inputs.append(make(torch.from_numpy(array)))
-        # An encoder taking up to K chunks at once gives its tokens per chunk given.
-        most = info.encoders[kind].shape[0] if kind == "audio" else 1
-        tokens = info.media_tokens[kind] * array.shape[0] // most
+        tokens = info.media_tokens[kind]
+        if kind == "audio":  # an encoder of up to K chunks gives its tokens per chunk given
+            tokens = tokens * array.shape[0] // info.encoders[kind].shape[0]
         positions += tokens
         if decoder_max is not None and tokens > decoder_max:
             raise GenerateInputError(

@@ -309,12 +309,16 @@ def read_audio(path: str | Path, info: ProgramInfo) -> AudioInput:
     if not path.is_file():
         raise GenerateInputError(f"audio {path} does not exist")
     suffix = path.suffix.lower()
-    if suffix == ".wav":
+    notes: tuple[str, ...] = ()
+    if suffix == ".wav" and info.mel is not None:
         try:
-            if info.mel is not None:
-                audio = wav_features(path, info.mel, meta.shape[0])
-                _check_dtype(audio.array, meta, path, "audio")
-                return audio
+            audio = wav_features(path, info.mel, meta.shape[0])
+        except AudioFileError as e:
+            raise GenerateInputError(str(e)) from None
+        array, notes = audio.array, audio.notes
+        where = "the .wav's log-mel features (from the feature extractor the program records)"
+    elif suffix == ".wav":
+        try:
             array, rate = read_wav(path)
         except AudioFileError as e:
             raise GenerateInputError(str(e)) from None
@@ -361,7 +365,7 @@ def read_audio(path: str | Path, info: ProgramInfo) -> AudioInput:
             f"takes {meta.describe()}{chunks}. Compute the features as the model's processor "
             "does (e.g. a log-mel spectrogram) and save them with numpy.save.")
     _check_dtype(array, meta, path, "audio")
-    return AudioInput(np.ascontiguousarray(array), ())
+    return AudioInput(np.ascontiguousarray(array), notes)
 
 
 def _check_dtype(array: np.ndarray, meta: TensorMeta, path: Path, kind: str) -> None:
