@@ -133,8 +133,8 @@ def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: s
     more name -> value methods (optimum's metadata); the limits written here win.
     `max_audio_chunks`: audio_encoder takes [1..max_audio_chunks, n_mels,
     frames] (optimum's class passes a processor's chunks of longer audio at
-    once, and so does MultimodalRunner with `generate`'s chunks of a .wav). `feature_extractor`: the
-    model's WhisperFeatureExtractor (or its preprocessor_config.json as a
+    once, MultimodalRunner `generate`'s chunks of a .wav). `feature_extractor`:
+    the model's WhisperFeatureExtractor (or its preprocessor_config.json as a
     dict); its parameters are recorded (mel_features.MEL_METHODS) so that
     `generate --audio x.wav` computes the features (default: Whisper's)."""
     refuse_kv_cache_dtype(options, "export_audio_llm")
