@@ -1,15 +1,22 @@
 """An audio-language model (transformers' Voxtral from a tiny random config)
 exported with `llm.audio.export_audio_llm` runs in ExecuTorch's own
 MultimodalRunner: a `make_audio_input` of log-mel features and a token
-prompt decode eager's greedy tokens; every method is on TensorRT. Bad audio
-inputs are refused with the input, the limit and the remedy named."""
+prompt decode eager's greedy tokens; every method is on TensorRT. The
+program records its feature extractor's parameters, so `generate` takes a
+.wav and decodes what the extractor's own features give. Bad audio inputs
+are refused with the input, the limit and the remedy named."""
 from __future__ import annotations
 
+import wave
+
+import numpy as np
 import pytest
 import torch
 import transformers
 
+from executorch_tensorrt.llm.mel_features import MelFeatureSpec
 from executorch_tensorrt.llm.multimodal_inputs import AudioSpec, check_audio_features, read_audio_spec
+from executorch_tensorrt.llm.runner_inputs import read_program_info
 from runner_helpers import BOS, CHARS, EOS, VOCAB, write_char_tokenizer
 
 N_MELS, FRAMES, AUDIO_TOKENS = 8, 32, 4  # 16 positions, 4 per token
@@ -44,14 +51,23 @@ def _eager_greedy(model, features, prompt, n):
     return out
 
 
+def feature_extractor():
+    """A Whisper feature extractor making the tiny encoder's [8, 32] per chunk
+    of 1 s at 1600 Hz (built here: nothing is downloaded)."""
+    return transformers.WhisperFeatureExtractor(
+        feature_size=N_MELS, sampling_rate=1600, hop_length=50, chunk_length=1, n_fft=100)
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     from executorch_tensorrt.llm.audio import export_audio_llm
 
     folder = tmp_path_factory.mktemp("voxtral")
     model = _voxtral()
+    # Two chunks: one text_decoder call of 8 holds 2 x 4 audio tokens.
     result = export_audio_llm(model, max_seq_len=8, max_context_len=48,
-                              output=folder / "model.pte", progress=None)
+                              output=folder / "model.pte", max_audio_chunks=2,
+                              feature_extractor=feature_extractor(), progress=None)
     return model, result, write_char_tokenizer(folder)
 
 
@@ -87,6 +103,43 @@ def test_the_program_records_its_audio_input(exported, allow_fallback):
 
     program = Runtime.get().load_program(str(exported[1].path))
     assert read_audio_spec(program) == AudioSpec(N_MELS, FRAMES, torch.float32, AUDIO_TOKENS)
+    info = read_program_info(exported[1].path)
+    assert info.mel == MelFeatureSpec(1600, 100, 50, N_MELS, 1600)
+    assert info.encoders["audio"].shape == (2, N_MELS, FRAMES)  # up to two chunks
+
+
+def test_generate_turns_a_wav_into_the_feature_extractors_features(exported, allow_fallback,
+                                                                   tmp_path):
+    """`generate --audio x.wav` of 1.6 s (two chunks of 1 s): the tokens of the
+    same audio's features from transformers' WhisperFeatureExtractor (as
+    Voxtral's processor cuts them) given as .npy, and eager's on them."""
+    from executorch_tensorrt import llm
+    from test_mel_features import processor_features
+    from tests.helpers import cli_main
+
+    model, result, tokenizer = exported
+    pcm = (np.random.default_rng(3).standard_normal(2560) * 6000).astype(np.int16)
+    with wave.open(str(tmp_path / "speech.wav"), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(1600)
+        w.writeframes(pcm.tobytes())
+    features = processor_features(feature_extractor(), pcm.astype(np.float32) / 32768)
+    assert features.shape == (2, N_MELS, FRAMES)
+    np.save(tmp_path / "features.npy", features.astype(np.float32))
+    prompt = "".join(CHARS[t] for t in PROMPT)
+    code, out, err = cli_main("generate", result.path, "--tokenizer", tokenizer, "--prompt",
+                              prompt, "--audio", tmp_path / "speech.wav",
+                              "--max-new-tokens", NEW)
+    assert code == 0, err
+    assert f"prompt tokens: {2 * AUDIO_TOKENS + len(PROMPT)} " in err
+    from_npy = llm.generate(result.path, tokenizer, prompt, audio=tmp_path / "features.npy",
+                            max_new_tokens=NEW)
+    assert out.rstrip("\n") == from_npy.text
+    ids = {c: i for i, c in enumerate(CHARS)}
+    got = [ids[p] for p in from_npy.pieces if p in ids]
+    want = _eager_greedy(model, torch.from_numpy(features), PROMPT, NEW)
+    assert got and got == want[:len(got)] and len(set(want)) > 2, (got, want)
 
 
 @pytest.mark.parametrize("features, words", [
@@ -116,6 +169,18 @@ def test_export_refuses_audio_that_does_not_fit_one_decoder_call(tmp_path):
     with pytest.raises(ValueError, match="becomes 4 tokens.*max_seq_len >= 4"):
         export_audio_llm(_voxtral(), max_seq_len=3, max_context_len=48,
                          output=tmp_path / "model.pte", progress=None)
+
+
+def test_export_refuses_a_feature_extractor_that_does_not_make_the_encoders_input(tmp_path):
+    from executorch_tensorrt.llm.audio import export_audio_llm
+
+    other = transformers.WhisperFeatureExtractor(feature_size=N_MELS, sampling_rate=1600,
+                                                 hop_length=25, chunk_length=1, n_fft=100)
+    with pytest.raises(ValueError, match=r"makes \[8, 64\] features per chunk \(1600 "
+                                         r"samples / hop_length 25\); the audio encoder takes "
+                                         r"\[8, 32\]"):
+        export_audio_llm(_voxtral(), max_seq_len=8, max_context_len=48,
+                         output=tmp_path / "model.pte", feature_extractor=other, progress=None)
 
 
 def test_export_refuses_more_chunks_than_one_decoder_call_holds(tmp_path):

@@ -25,6 +25,7 @@ import torch
 
 from executorch_tensorrt import llm
 from executorch_tensorrt.llm.greedy_decode import greedy_decode
+from executorch_tensorrt.llm.mel_features import MelFeatureSpec
 from executorch_tensorrt.runtime.executor import FALLBACK_ENV
 from runner_helpers import (BOS, CHARS, CONFIGS, EOS, TINY_MAX_CONTEXT, TINY_MAX_SEQ, encode,
                             write_char_tokenizer)
@@ -60,6 +61,26 @@ def toy_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("toy")
     toy.write_program(folder, audio=True)
     return folder
+
+
+# The toy's audio_encoder takes [1, 8, 16]: log-mel features of 1 s at 800 Hz.
+MEL = MelFeatureSpec(sampling_rate=800, n_fft=100, hop_length=50, n_mels=8, chunk_samples=800)
+
+
+@pytest.fixture(scope="module")
+def mel_toy(tmp_path_factory):
+    """The toy program recording a Whisper-style feature extractor's parameters."""
+    return toy.write_program(tmp_path_factory.mktemp("mel-toy"), audio=True, name="mel.pte",
+                             constants=MEL.constant_methods())
+
+
+def _write_wav(path, pcm: np.ndarray, rate: int) -> None:
+    """int16 `pcm` [samples, channels] as a PCM .wav."""
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(pcm.shape[1])
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.tobytes())
 
 
 def _stats(stderr: str) -> dict[str, float]:
@@ -236,6 +257,37 @@ def test_multimodal_command_takes_an_hwc_image_and_a_wav(toy_dir, tokenizer, tmp
     assert _ids(list(out.rstrip("\n"))) == toy.eager_tokens("Hi", 8, audio=heard)
 
 
+def test_a_stereo_wav_is_mixed_to_mono_as_the_processor_does(mel_toy, tokenizer, tmp_path):
+    """Two channels averaged, then the feature extractor's features (transformers'
+    WhisperFeatureExtractor on the mean): the eager module's tokens on them."""
+    import transformers
+    from test_mel_features import processor_features
+
+    tone = np.sin(2 * np.pi * 200 / MEL.sampling_rate * np.arange(700))  # left: a tone
+    noise = np.random.default_rng(7).standard_normal(700)                 # right: noise
+    pcm = (np.stack([tone, noise], 1) * 8000).astype(np.int16)
+    _write_wav(tmp_path / "stereo.wav", pcm, MEL.sampling_rate)
+    code, out, err = cli_main("generate", mel_toy, "--tokenizer", tokenizer, "--prompt", "Hi",
+                              "--audio", tmp_path / "stereo.wav", "--image",
+                              _save(tmp_path / "image.npy", _image(0)), "--max-new-tokens", 8)
+    assert code == 0, err
+    assert "note: stereo.wav: 2 channels mixed down to mono" in err
+    extractor = transformers.WhisperFeatureExtractor(
+        feature_size=MEL.n_mels, sampling_rate=MEL.sampling_rate, hop_length=MEL.hop_length,
+        n_fft=MEL.n_fft, chunk_length=1)
+    heard = processor_features(extractor, (pcm.astype(np.float32) / 32768).mean(axis=1))
+    want = toy.eager_tokens("Hi", 8, image=_image(0), audio=torch.from_numpy(heard))
+    assert _ids(list(out.rstrip("\n"))) == want
+    mono = toy.eager_tokens("Hi", 8, image=_image(0), audio=torch.from_numpy(
+        processor_features(extractor, pcm[:, 0].astype(np.float32) / 32768)))
+    assert mono != want  # the mix reached the encoder, not one channel
+
+
+def _save(path, tensor: torch.Tensor):
+    np.save(path, tensor.numpy())
+    return path
+
+
 def test_raw_image_and_audio_files_in_the_encoders_layout(toy_dir, tokenizer, tmp_path):
     _image(5).numpy().tofile(tmp_path / "image.raw")
     _audio(6).numpy().tofile(tmp_path / "audio.bin")
@@ -339,6 +391,17 @@ def test_a_picture_without_pillow_names_the_extra(toy_dir, tokenizer, tmp_path, 
                   "audio_encoder takes float32 [1, 8, 16]", "pad or trim it to 16 samples",
                   "WhisperFeatureExtractor", "numpy.save"]),
     ("wav_rate", ["sampled at 16000 Hz", "feature extractor takes 8000 Hz", "resample"]),
+    ("mel_wav_rate", ["sampled at 16000 Hz", "feature extractor takes 800 Hz",
+                      "sox speech.wav -r 800 out.wav"]),
+    ("empty_wav", ["speech.wav holds no samples"]),
+    ("short_wav", ["is 50 samples (62.5 ms at 800 Hz)", "n_fft=100 samples (125.0 ms)",
+                   "give at least that much"]),
+    ("long_wav", ["is 2.12 s (1700 samples at 800 Hz), 3 chunks of 1 s",
+                  "takes at most 1 chunk(s) (1 s)", "pieces of at most 1 s",
+                  "larger max_audio_chunks"]),
+    ("old_log_mel_wav", ["takes float32 [1, 8, 16], log-mel features",
+                         "does not record its feature extractor's parameters",
+                         "get_audio_sampling_rate", "Export it again", "as a .npy"]),
     ("audio_without_encoder", ["an audio was given", "no audio_encoder", "leave the audio out"]),
     ("no_token_embedding", ["no method 'token_embedding'", "MultimodalRunner needs"]),
     ("no_forward", ["no method 'forward'", "TextLLMRunner"]),
@@ -347,7 +410,7 @@ def test_a_picture_without_pillow_names_the_extra(toy_dir, tokenizer, tmp_path, 
     ("context_full", ["fill 48 positions (8 for the media, 40 for the prompt)",
                       "holds 48 (get_max_context_len)", "needs one free"]),
 ])
-def test_multimodal_bad_inputs(case, words, toy_dir, tokenizer, tmp_path):
+def test_multimodal_bad_inputs(case, words, toy_dir, mel_toy, tokenizer, tmp_path):
     program = toy_dir / "toy_multimodal.pte"  # vision and audio
     np.save(tmp_path / "image.npy", _image(0).numpy())
     args = ["--image", tmp_path / "image.npy"]
@@ -387,6 +450,17 @@ def test_multimodal_bad_inputs(case, words, toy_dir, tokenizer, tmp_path):
         if case == "wav_rate":  # a program recording its feature extractor's rate
             program = toy.write_program(tmp_path, audio=True, name="rate.pte",
                                         constants={"sampling_rate": 8000})
+    elif case in ("mel_wav_rate", "empty_wav", "short_wav", "long_wav"):
+        program = mel_toy
+        count = {"empty_wav": 0, "short_wav": 50, "long_wav": 1700}.get(case, 16000)
+        _write_wav(tmp_path / "speech.wav", np.ones((count, 1), np.int16),
+                   16000 if case == "mel_wav_rate" else MEL.sampling_rate)
+        args += ["--audio", tmp_path / "speech.wav"]
+    elif case == "old_log_mel_wav":  # a log-mel encoder, no extractor's parameters
+        program = toy.write_program(tmp_path, audio=True, name="old.pte",
+                                    constants={"get_audio_n_mels": 8, "get_audio_frames": 16})
+        _write_wav(tmp_path / "speech.wav", np.ones((800, 1), np.int16), MEL.sampling_rate)
+        args += ["--audio", tmp_path / "speech.wav"]
     elif case == "audio_without_encoder":
         np.save(tmp_path / "audio.npy", _audio(0).numpy())
         program = toy.write_program(tmp_path, name="vision_only.pte")

@@ -2,7 +2,8 @@
 recipe="tensorrt")` of a Voxtral writes, through `llm.audio.export_audio_llm`,
 a program that optimum's own `ExecuTorchModelForMultiModalToText` loads and
 decodes with the tokens transformers' greedy `generate` gives on the same
-log-mel features and prompt, every method on TensorRT (tiny random Voxtral
+log-mel features and prompt, every method on TensorRT, and the feature
+extractor's parameters recorded for `generate --audio x.wav` (tiny random Voxtral
 and a WhisperFeatureExtractor saved to a local folder; optimum runs in a
 child interpreter with build/optimum-site on its path)."""
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import torch
 import transformers
 
+from executorch_tensorrt.llm.mel_features import MelFeatureSpec
 from runner_helpers import BOS, write_char_tokenizer
 from test_audio_llm import AUDIO_TOKENS, FRAMES, N_MELS, _voxtral
 from test_optimum_recipe import _child
@@ -36,6 +38,8 @@ for chunks, prompt in enumerate(json.loads(prompts), 1):  # one chunk of audio, 
                                  multimodal_features=features))
 print()
 report = json.load(open(os.path.join(out, "model.report.json")))
+from executorch_tensorrt.llm.runner_inputs import read_program_info
+mel = read_program_info(os.path.join(out, "model.pte")).mel  # what generate makes a .wav into
 try:  # an option of the image export: refused before any export
     main_export(model_dir, task="multimodal-text-to-text", recipe="tensorrt",
                 output_dir=out + "-q", local_files_only=True, max_length=48,
@@ -44,7 +48,7 @@ try:  # an option of the image export: refused before any export
 except TypeError as e:
     refusal = str(e)
 print(json.dumps({"files": sorted(os.listdir(out)), "tokens": tokens, "modality": model.modality,
-                  "report": report, "refusal": refusal}))
+                  "report": report, "refusal": refusal, "mel": mel and mel.constant_methods()}))
 """ % (N_MELS, FRAMES, NEW)
 
 
@@ -80,6 +84,8 @@ def test_optimum_runs_the_recipes_voxtral_program_as_transformers(tmp_path, allo
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["files"] == ["model.pte", "model.report.json"]
     assert result["modality"] == "audio"
+    # The folder's preprocessor_config.json, recorded for `generate --audio x.wav`.
+    assert result["mel"] == MelFeatureSpec(1600, 100, 50, N_MELS, 1600).constant_methods()
     for chunks, (prompt, got) in enumerate(zip(prompts, result["tokens"]), 1):
         want = _eager_tokens(model, prompt, chunks)
         # optimum stops after its eos id; the tokens before it are eager's.

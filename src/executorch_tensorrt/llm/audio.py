@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 import torch
 from torch import nn
@@ -27,6 +28,7 @@ from torch import nn
 from ..aot.export import ExportResult, export_program
 from ..errors import ExportError
 from ..tensorrt.engine_builder import Progress, stderr_progress
+from .mel_features import MelFeatureSpec
 from .multimodal_inputs import AudioSpec
 from .exporter import DTYPES, _check_arguments, in_dtype, refuse_kv_cache_dtype
 from .hf_export import (export_hf_embeds, export_token_embedding, hf_example_inputs,
@@ -79,6 +81,27 @@ class AudioLLMExportResult:
     export: ExportResult
 
 
+def feature_spec(spec: AudioSpec, feature_extractor=None) -> MelFeatureSpec:
+    """The log-mel parameters `generate` turns a .wav into features with:
+    the model's feature extractor (a WhisperFeatureExtractor, or its
+    preprocessor_config.json as a dict), else WhisperFeatureExtractor's
+    defaults (16 kHz, n_fft 400, hop 160) with the encoder's mel bins and a
+    chunk of its frames. Refused when they do not make the encoder's input."""
+    if feature_extractor is None:
+        hop = 160
+        return MelFeatureSpec(16000, 400, hop, spec.n_mels, spec.frames * hop)
+    config = feature_extractor if isinstance(feature_extractor, Mapping) else \
+        feature_extractor.to_dict()
+    mel = MelFeatureSpec.from_config(config)
+    if (mel.n_mels, mel.chunk_frames) != (spec.n_mels, spec.frames):
+        raise ValueError(
+            f"the feature extractor makes [{mel.n_mels}, {mel.chunk_frames}] features per "
+            f"chunk ({mel.chunk_samples} samples / hop_length {mel.hop_length}); the audio "
+            f"encoder takes [{spec.n_mels}, {spec.frames}]: give the model's own feature "
+            "extractor (feature_size, hop_length and chunk_length to match)")
+    return mel
+
+
 def audio_llm_programs(model, spec: AudioSpec, max_seq_len: int, max_context_len: int,
                        max_audio_chunks: int = 1) -> dict[str, torch.export.ExportedProgram]:
     lm = causal_lm_of(model)
@@ -101,7 +124,7 @@ def audio_llm_programs(model, spec: AudioSpec, max_seq_len: int, max_context_len
 def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: str | Path,
                      dtype: str = "float32", bos_id: int | None = None, eos_ids=None,
                      constant_methods: dict | None = None, max_audio_chunks: int = 1,
-                     progress: Progress | None = stderr_progress,
+                     feature_extractor=None, progress: Progress | None = stderr_progress,
                      **options) -> AudioLLMExportResult:
     """Exports a transformers audio-language model (VoxtralForConditionalGeneration)
     for MultimodalRunner. `max_seq_len`: most embeddings per text_decoder call,
@@ -110,7 +133,10 @@ def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: s
     more name -> value methods (optimum's metadata); the limits written here win.
     `max_audio_chunks`: audio_encoder takes [1..max_audio_chunks, n_mels,
     frames] (optimum's class passes a processor's chunks of longer audio at
-    once; ExecuTorch's MultimodalRunner passes one)."""
+    once, MultimodalRunner `generate`'s chunks of a .wav). `feature_extractor`:
+    the model's WhisperFeatureExtractor (or its preprocessor_config.json as a
+    dict); its parameters are recorded (mel_features.MEL_METHODS) so that
+    `generate --audio x.wav` computes the features (default: Whisper's)."""
     refuse_kv_cache_dtype(options, "export_audio_llm")
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
@@ -133,11 +159,14 @@ def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: s
             f"{max_audio_chunks} chunks of audio become {spec.tokens * max_audio_chunks} "
             f"tokens, fed to text_decoder in one call, but max_seq_len={max_seq_len}; use "
             f"max_audio_chunks <= {max_seq_len // spec.tokens} or a larger max_seq_len")
+    mel = feature_spec(spec, feature_extractor)
     meta = LLMMetadata.for_config(config, max_seq_len, max_context_len, bos_id, eos_ids)
     if progress:
         progress(f"{type(model).__name__}: audio [1, {spec.n_mels}, {spec.frames}] -> "
                  f"{spec.tokens} tokens, cache of {max_context_len} positions, up to "
-                 f"{max_seq_len} per call, dtype {dtype}")
+                 f"{max_seq_len} per call, dtype {dtype}; a .wav becomes features at "
+                 f"{mel.sampling_rate} Hz, n_fft {mel.n_fft}, hop {mel.hop_length}, chunks of "
+                 f"{mel.chunk_seconds:g} s")
         progress("torch.export of audio_encoder, token_embedding and text_decoder...")
     try:
         programs = audio_llm_programs(model, spec, max_seq_len, max_context_len,
@@ -157,10 +186,11 @@ def export_audio_llm(model, *, max_seq_len: int, max_context_len: int, output: s
                             method_references={"text_decoder": decoder},
                             constant_methods={**(constant_methods or {}),
                                               **meta.constant_methods(),
-                                              **spec.constant_methods()},
+                                              **spec.constant_methods(),
+                                              **mel.constant_methods()},
                             write_expected_file=False, **options)
     return AudioLLMExportResult(result.path, result.data_paths, meta, spec, result)
 
 
-__all__ = ["export_audio_llm", "audio_llm_programs", "audio_spec", "causal_lm_of",
+__all__ = ["export_audio_llm", "audio_llm_programs", "audio_spec", "causal_lm_of", "feature_spec",
            "AudioEncoder", "AudioLLMExportResult"]

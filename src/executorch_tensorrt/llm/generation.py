@@ -196,8 +196,12 @@ def generate_multimodal(program: str | Path, tokenizer: str | Path, prompt: str,
         input shape ([H, W, C] or [C, H, W]) and dtype, preprocessed as the
         model's processor does; or a .raw/.bin file of its values in the
         encoder's layout.
-    audio: a .npy (or .raw/.bin) of the audio encoder's features, or a .wav
-        for an encoder that takes the waveform ([1, channels, samples]).
+    audio: a PCM .wav: for a Whisper-style audio encoder (Voxtral) made into
+        log-mel features with the feature extractor's parameters the program
+        records (stereo mixed to mono, audio longer than one chunk split into
+        up to the encoder's most chunks); for an encoder of the waveform
+        passed as [1, channels, samples]. Or a .npy (or .raw/.bin) of the
+        encoder's features, [chunks, n_mels, frames].
     The inputs go to the runner in the order image, audio, prompt; the
     prompt is passed as given (write the model's chat template into it).
     Other arguments and errors as `generate_text`; a program with an encoder
@@ -232,14 +236,18 @@ def generate_multimodal(program: str | Path, tokenizer: str | Path, prompt: str,
             picture = read_image(given[kind], info.encoders[kind],
                                  _normalization(info, image_mean, image_std),
                                  info.image_preprocessing)
-            array, notes = picture.array, picture.notes
+            array, notes = picture.array, (*notes, *picture.notes)
         else:
-            array = read_audio(given[kind], info.encoders[kind], info.sampling_rate)
+            audio = read_audio(given[kind], info)
+            array, notes = audio.array, (*notes, *audio.notes)
         inputs.append(make(torch.from_numpy(array)))
-        positions += info.media_tokens[kind]
-        if decoder_max is not None and info.media_tokens[kind] > decoder_max:
+        tokens = info.media_tokens[kind]
+        if kind == "audio":  # an encoder of up to K chunks gives its tokens per chunk given
+            tokens = tokens * array.shape[0] // info.encoders[kind].shape[0]
+        positions += tokens
+        if decoder_max is not None and tokens > decoder_max:
             raise GenerateInputError(
-                f"program {info.path}'s {ENCODERS[kind]} gives {info.media_tokens[kind]} "
+                f"program {info.path}'s {ENCODERS[kind]} gives {tokens} "
                 f"embeddings but its text_decoder takes at most {decoder_max} at once: export "
                 "the decoder with a max_seq_len of at least that")
     tokens = prompt_tokens(tok, prompt, info)

@@ -173,8 +173,11 @@ def _export_audio_llm(module, output: Path, **kwargs):
 
     common = _multimodal_limits(module, output, kwargs)
     tokens = audio_spec(module.model).tokens
+    # The model folder's preprocessor_config.json, as optimum read it: its
+    # log-mel parameters let `generate` take a .wav.
     return export_audio_llm(module.model, **common,
-                            max_audio_chunks=max(1, common["max_seq_len"] // tokens), **kwargs)
+                            max_audio_chunks=max(1, common["max_seq_len"] // tokens),
+                            feature_extractor=module.processor_config, **kwargs)
 
 
 def _export_speech(module, output: Path, **kwargs):

@@ -11,7 +11,6 @@ here happens before a runner exists and names the input, the limit and the
 remedy."""
 from __future__ import annotations
 
-import wave
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +18,11 @@ import numpy as np
 
 from ..dtypes import by_scalar_type
 from ..errors import ExecuTorchTensorRTError
+from .audio_files import AudioFileError, AudioInput, read_wav, wav_features
 from .image_files import PICTURE_SUFFIXES, Normalization, Picture, PictureError, read_picture
 from .image_preprocessing import METHOD as PREPROCESSING_METHOD
 from .image_preprocessing import ImagePreprocessing, PreprocessingConfigError
+from .mel_features import MEL_METHODS, MelFeatureSpec
 from .metadata import LLMMetadata, read_metadata
 
 ENCODERS = {"image": "vision_encoder", "audio": "audio_encoder"}
@@ -68,6 +69,7 @@ class ProgramInfo:
     sampling_rate: int | None = None       # the feature extractor's, when recorded so
     # the processor's resize, crop and rescale, when the program records them
     image_preprocessing: ImagePreprocessing | None = None
+    mel: MelFeatureSpec | None = None      # its log-mel parameters, when recorded
 
     @property
     def multimodal(self) -> bool:
@@ -143,7 +145,14 @@ def read_program_info(path: str | Path, data_path: str | Path | None = None) -> 
     return ProgramInfo(path, info.data_path, methods, limits, encoders, media_tokens,
                        text_chunk, decoder_chunk, _recorded_normalization(program, methods),
                        _recorded_int(program, methods, "sampling_rate"),
-                       _recorded_preprocessing(program, methods, path))
+                       _recorded_preprocessing(program, methods, path),
+                       _recorded_mel(program, methods))
+
+
+def _recorded_mel(program, methods) -> MelFeatureSpec | None:
+    if not all(m in methods for m in MEL_METHODS):
+        return None
+    return MelFeatureSpec.from_methods(lambda name: _recorded_int(program, methods, name))
 
 
 def _recorded_int(program, methods, name: str) -> int | None:
@@ -306,69 +315,75 @@ def read_image(path: str | Path, meta: TensorMeta,
     return Picture(np.ascontiguousarray(chw), ())
 
 
-def read_audio(path: str | Path, meta: TensorMeta,
-               sampling_rate: int | None = None) -> np.ndarray:
-    """Audio as the encoder's [batch, bins, frames] float32 array: a .npy of
-    features, raw float32 values in that layout, or a .wav whose samples
-    (scaled to [-1, 1]) are [1, channels, samples], for an encoder that takes
-    the waveform itself (at `sampling_rate`, when the program records one)."""
+def read_audio(path: str | Path, info: ProgramInfo) -> AudioInput:
+    """Audio as the program's audio_encoder input, [chunks, bins, frames]
+    float32 (1 <= chunks <= the encoder's most): a .npy of features, raw
+    float32 values in that layout, or a PCM .wav, made into log-mel features
+    with the feature extractor's parameters the program records
+    (audio_files.py), or passed as its samples [1, channels, samples] to an
+    encoder that takes the waveform itself."""
+    meta = info.encoders["audio"]
     path = Path(path)
     if not path.is_file():
         raise GenerateInputError(f"audio {path} does not exist")
-    if path.suffix.lower() == ".wav":
-        array, rate = _read_wav(path)
-        if sampling_rate is not None and rate != sampling_rate:
+    suffix = path.suffix.lower()
+    notes: tuple[str, ...] = ()
+    if suffix == ".wav" and info.mel is not None:
+        try:
+            audio = wav_features(path, info.mel, meta.shape[0])
+        except AudioFileError as e:
+            raise GenerateInputError(str(e)) from None
+        array, notes = audio.array, audio.notes
+        where = "the .wav's log-mel features (from the feature extractor the program records)"
+    elif suffix == ".wav":
+        try:
+            array, rate = read_wav(path)
+        except AudioFileError as e:
+            raise GenerateInputError(str(e)) from None
+        array = array[None]
+        if info.sampling_rate is not None and rate != info.sampling_rate:
             raise GenerateInputError(
                 f"audio {path} is sampled at {rate} Hz; the model's feature extractor takes "
-                f"{sampling_rate} Hz: resample it (e.g. sox in.wav -r {sampling_rate} "
-                "out.wav)")
+                f"{info.sampling_rate} Hz: resample it (e.g. sox in.wav -r "
+                f"{info.sampling_rate} out.wav)")
         if array.shape != meta.shape:
             samples = array.shape[2]
+            log_mel = "get_audio_n_mels" in info.methods
             raise GenerateInputError(
                 f"audio {path}: the .wav has {array.shape[1]} channel(s) of {samples} samples "
                 f"({samples / rate:.3f} s at {rate} Hz); program's audio_encoder takes "
-                f"{meta.describe()}. A .wav fits only an encoder that takes the waveform "
-                f"[1, channels, samples] (then pad or trim it to {meta.shape[-1]} samples); "
-                "for an encoder of log-mel features, compute them as the model's processor "
-                "does (e.g. transformers' WhisperFeatureExtractor) and save them with "
-                "numpy.save.")
+                f"{meta.describe()}"
+                + (", log-mel features, but the program does not record its feature "
+                   f"extractor's parameters ({', '.join(MEL_METHODS[1:])}; programs exported "
+                   "before .wav input do not). Export it again, or compute the features with "
+                   "the model's feature extractor (transformers' WhisperFeatureExtractor) and "
+                   "pass them as a .npy (numpy.save)." if log_mel else
+                   ". A .wav fits an encoder that takes the waveform [1, channels, samples] "
+                   f"(then pad or trim it to {meta.shape[-1]} samples) or a program that "
+                   "records its feature extractor's parameters; otherwise compute the "
+                   "features as the model's processor does (e.g. transformers' "
+                   "WhisperFeatureExtractor) and save them with numpy.save."))
         where = "the .wav's samples [1, channels, samples]"
-    elif path.suffix.lower() == ".npy":
+    elif suffix == ".npy":
         array = _read_npy(path, "audio")
         array = array[None] if array.ndim == 2 else array
         where = "the features"
-    elif path.suffix.lower() in RAW_SUFFIXES:
+    elif suffix in RAW_SUFFIXES:
         array, where = _read_raw(path, meta, "audio"), "the values"
     else:
         raise GenerateInputError(f"audio {path}: give a .wav, a .npy of features or raw "
                                  f"{'/'.join(RAW_SUFFIXES)} values (the encoder takes "
                                  f"{meta.describe()})")
-    if array.shape != meta.shape:
+    # A first dimension above 1 is the most chunks an encoder takes at once.
+    if array.ndim != len(meta.shape) or array.shape[1:] != meta.shape[1:] \
+            or not 1 <= array.shape[0] <= meta.shape[0]:
+        chunks = f" (1 to {meta.shape[0]} chunks)" if meta.shape[0] > 1 else ""
         raise GenerateInputError(
             f"audio {path}: {where} have shape {list(array.shape)}; program's audio_encoder "
-            f"takes {meta.describe()}. Compute the features as the model's processor does "
-            "(e.g. a log-mel spectrogram) and save them with numpy.save.")
+            f"takes {meta.describe()}{chunks}. Compute the features as the model's processor "
+            "does (e.g. a log-mel spectrogram) and save them with numpy.save.")
     _check_dtype(array, meta, path, "audio")
-    return np.ascontiguousarray(array)
-
-
-def _read_wav(path: Path) -> tuple[np.ndarray, int]:
-    try:
-        with wave.open(str(path)) as w:
-            channels, width, frames = w.getnchannels(), w.getsampwidth(), w.getnframes()
-            rate = w.getframerate()
-            raw = w.readframes(frames)
-    except (wave.Error, EOFError) as e:
-        raise GenerateInputError(f"audio {path} is not a PCM .wav file: {e}") from None
-    if width not in (1, 2, 4):
-        raise GenerateInputError(f"audio {path} has {8 * width}-bit samples: give 8-, 16- "
-                                 "or 32-bit PCM")
-    if width == 1:  # 8-bit PCM is unsigned
-        samples = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128) / 128
-    else:
-        dtype = np.int16 if width == 2 else np.int32
-        samples = np.frombuffer(raw, dtype).astype(np.float32) / float(2 ** (8 * width - 1))
-    return samples.reshape(frames, channels).T[None].copy(), rate
+    return AudioInput(np.ascontiguousarray(array), notes)
 
 
 def _check_dtype(array: np.ndarray, meta: TensorMeta, path: Path, kind: str) -> None:

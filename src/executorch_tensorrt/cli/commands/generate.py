@@ -38,8 +38,9 @@ def register(sub) -> None:
     p.add_argument("--image-std", type=float, nargs="+", metavar="S",
                    help="the processor's image_std, with --image-mean")
     p.add_argument("--audio", metavar="FILE",
-                   help="audio for audio_encoder: .npy (or .raw/.bin) features, or a .wav for "
-                        "an encoder that takes the waveform")
+                   help="audio for audio_encoder: a PCM .wav (made into the log-mel features "
+                        "of the feature extractor the program records, at its sampling rate; "
+                        "docs/generate.md), or .npy (or .raw/.bin) features")
     p.add_argument("--max-new-tokens", type=int, metavar="N",
                    help="stop after N tokens (default: at EOS or the end of the context)")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T",
