@@ -59,20 +59,6 @@ class Lookup(torch.nn.Module):
         return self.emb(ids) * 2.0
 
 
-class PosEmbed(torch.nn.Module):
-    """The ViTDet/SAM pattern of issue 21: a weight added after a layout Transpose."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.patch = torch.nn.Conv2d(3, 256, 4, 4)
-        self.pos = torch.nn.Parameter(torch.randn(1, 8, 8, 256))
-        self.head = torch.nn.Conv2d(256, 4, 1)
-
-    def forward(self, x):
-        return self.head((self.patch(x).permute(0, 2, 3, 1) + self.pos).permute(0, 3, 1, 2))
-
-
 def damage_blob_when_written(pte):
     """A progress callback that flips one byte in the middle of the written
     program's first TensorRT blob as soon as export says it wrote the file
@@ -213,23 +199,6 @@ def test_cli_export_prints_the_check_and_exits_4_when_it_fails(tmp_path, capsys)
         in capsys.readouterr().err
     assert not noisy.exists() and (tmp_path / "noisy.rejected" / "noisy.pte").is_file()
     assert cli.main(["export", f"{source}:make", str(noisy), "--no-run-check"]) == 0
-
-
-def test_the_layout_weights_pattern_passes_with_or_without_the_layout_copies(tmp_path,
-                                                                            monkeypatch):
-    """The position-embedding pattern whose weights onnxruntime re-lays out
-    passes the run check; handed over as files in memory (named_weights.py),
-    it also passes with the layout copies undone."""
-    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
-    result = export_program(PosEmbed().eval(), (x,), tmp_path / "pos.pte", progress=None,
-                            external_weights=True)
-    assert result.run_check.ok and result.run_check.methods[0].compared
-    from executorch_tensorrt.runtime.onnxruntime import executor
-
-    monkeypatch.setattr(executor, "layout_movable", lambda model, names: frozenset())
-    again = export_program(PosEmbed().eval(), (x,), tmp_path / "old.pte", progress=None,
-                           external_weights=True)
-    assert again.run_check.ok and again.run_check.methods[0].compared
 
 
 def test_the_child_process_check_starts_early_and_catches_a_program_that_cannot_run(

@@ -140,14 +140,14 @@ def test_fp4_fallback_matches_the_eager_quantized_model(fp4, monkeypatch):
 
 
 def test_the_fallback_frees_its_float16_copies_once_onnxruntime_holds_them(fp4, monkeypatch):
-    """onnxruntime copies (and folds) the decoded fp4 weights when it builds the
-    session, so the fallback frees its own float16 copies then: poisoned with
-    NaN just before, the outputs stay equal to eager."""
+    """onnxruntime folds the decoded fp4 weights into float32 constants of its
+    own when it builds the session, so the fallback frees its own float16
+    copies then: poisoned with NaN just before, the outputs stay equal to eager."""
     from executorch_tensorrt.runtime.onnxruntime.named_weights import OrtNamedWeights
 
     fp32, model, x, result, _ = fp4
     freed = []
-    release = OrtNamedWeights.release_onnxruntime_copies
+    release = OrtNamedWeights.release_decoded_fp4
 
     def poisoned(self):
         for array in self._owned.values():
@@ -155,7 +155,7 @@ def test_the_fallback_frees_its_float16_copies_once_onnxruntime_holds_them(fp4, 
         freed.append(release(self))
         return freed[-1]
 
-    monkeypatch.setattr(OrtNamedWeights, "release_onnxruntime_copies", poisoned)
+    monkeypatch.setattr(OrtNamedWeights, "release_decoded_fp4", poisoned)
     for key, value in FALLBACK.items():
         monkeypatch.setenv(key, value)
     out = run_forward(result, x)

@@ -1,14 +1,12 @@
-"""Memory cost of handing onnxruntime its own copies of the weights its
-transpose optimizer may re-lay out (issue #21, docs/named-data.md).
+"""The onnxruntime fallback on weights its transpose optimizer re-lays out
+(docs/evidence/named-data.md): outputs against eager and resident memory.
 
 Exports a SAM/ViTDet-style block (patch Conv -> NHWC -> + pos -> LayerNorm ->
-MLP -> NCHW -> Conv, ~23 MB fp32, weights in a .ptd), then in one child
-process per mode loads it through executorch.runtime with the onnxruntime
-fallback and reports RSS above the child's baseline after load and after one
-call, plus the peak (VmHWM):
-  fix       - this package as shipped (elementwise-read weights copied)
-  inplace   - every weight in place (the old behaviour; loads, cannot run)
-  allcopied - every weight copied (the peer for "copy them all")
+MLP -> NCHW -> Conv, ~23 MB fp32, weights in a .ptd) at fp32 and fp16
+precision (the fallback upcasts the latter into float32 copies), then in one
+child process each loads it through executorch.runtime with the fallback,
+runs it once and reports the largest difference from eager and RSS above the
+child's baseline after load and after the call, plus the peak (VmHWM).
 Usage: python tools/bench/layout_weights.py [folder]
 """
 from __future__ import annotations
@@ -27,7 +25,7 @@ def _kb(field: str) -> int:
     raise KeyError(field)
 
 
-def export(folder: Path) -> Path:
+def export(folder: Path, precision: str) -> Path:
     import torch
     from executorch_tensorrt.aot.export import export_program
 
@@ -45,30 +43,33 @@ def export(folder: Path) -> Path:
             y = y + self.down(torch.nn.functional.gelu(self.up(self.norm(y))))
             return self.neck(y.permute(0, 3, 1, 2))
 
-    pte = folder / "block.pte"
-    export_program(Block().eval(), (torch.randn(1, 3, 224, 224),), str(pte), progress=None,
-                   external_weights=True)
+    torch.manual_seed(0)
+    model = Block().eval()
+    pte = folder / f"block-{precision}.pte"
+    export_program(model, (_input(),), str(pte), progress=None, external_weights=True,
+                   run_check=False, write_expected_file=False, precision=precision)
+    with torch.no_grad():
+        torch.save(model(_input()), pte.with_suffix(".eager.pt"))
     return pte
 
 
-def child(pte: str, mode: str) -> dict:
+def _input():
+    import torch
+
+    return torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+
+
+def child(pte: str) -> dict:
     import executorch_tensorrt  # noqa: F401
-    from executorch_tensorrt.runtime.onnxruntime import executor
     from executorch.runtime import Runtime
     import torch
 
-    if mode != "fix":
-        def every_or_none(model, names):
-            return frozenset(names) if mode == "allcopied" else frozenset()
-        executor.layout_movable = every_or_none
+    want = torch.load(pte[:-4] + ".eager.pt")
+    x = _input()
     base = _kb("VmRSS")
     method = Runtime.get().load_program(pte, data_path=pte[:-4] + ".ptd").load_method("forward")
-    row = {"mode": mode, "after_load": _kb("VmRSS") - base}
-    try:
-        method.execute([torch.randn(1, 3, 224, 224)])
-        row["ran"] = True
-    except RuntimeError:
-        row["ran"] = False
+    row = {"after_load": _kb("VmRSS") - base}
+    row["diff"] = float((method.execute([x])[0] - want).abs().max())
     row["after_call"] = _kb("VmRSS") - base
     row["peak"] = _kb("VmHWM") - base
     return row
@@ -76,20 +77,20 @@ def child(pte: str, mode: str) -> dict:
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
-        print(json.dumps(child(sys.argv[2], sys.argv[3])))
+        print(json.dumps(child(sys.argv[2])))
         return
     folder = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp())
-    pte = export(folder)
-    weights = pte.with_suffix(".ptd").stat().st_size
-    print(f"| mode | runs | RSS after load | after one call | peak | (.ptd {weights / 1e6:.1f} MB) |")
+    print("| precision | .ptd | max abs diff vs eager | RSS after load | after one call | peak |")
     print("| --- | --- | --- | --- | --- | --- |")
     env = {"EXECUTORCH_TENSORRT_FALLBACK": "onnxruntime", "PATH": "/usr/bin:/bin"}
-    for mode in ("fix", "inplace", "allcopied"):
-        out = subprocess.run([sys.executable, __file__, "--child", str(pte), mode],
+    for precision in ("fp32", "fp16"):
+        pte = export(folder, precision)
+        out = subprocess.run([sys.executable, __file__, "--child", str(pte)],
                              capture_output=True, text=True, env=env, timeout=600)
         row = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"| {mode} | {'yes' if row['ran'] else 'no'} | {row['after_load'] / 1e6:.1f} MB "
-              f"| {row['after_call'] / 1e6:.1f} MB | {row['peak'] / 1e6:.1f} MB | |")
+        print(f"| {precision} | {pte.with_suffix('.ptd').stat().st_size / 1e6:.1f} MB "
+              f"| {row['diff']:.2g} | {row['after_load'] / 1e6:.1f} MB "
+              f"| {row['after_call'] / 1e6:.1f} MB | {row['peak'] / 1e6:.1f} MB |")
 
 
 if __name__ == "__main__":

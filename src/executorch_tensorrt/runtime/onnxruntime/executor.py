@@ -35,7 +35,7 @@ from .where_used import cast_where_used
 from .fp4 import fp4_as_float16
 from ..named_data import NamedData, blob_weights
 from .capi import OrtApi, OrtSession
-from .named_weights import OrtNamedWeights, layout_movable, packable
+from .named_weights import OrtNamedWeights, packable
 from .output_shapes import output_dim_sources
 from .node_timings import OrtNodeTimings
 from .threads import OrtThreads
@@ -86,7 +86,6 @@ class OnnxRuntimeExecutor(Executor):
         names = [w.name for w in weights]
         self.weights = OrtNamedWeights(
             OrtApi.get(), weights, upcast, where_used=where_used,
-            movable=layout_movable(model, names) - where_used,
             packable=packable(model, names)) if weights else None
         # Per-node times only when asked (EXECUTORCH_TENSORRT_PROFILE_NODES=1).
         self.node_timings = (OrtNodeTimings(model, self.weights) if profiling.nodes_requested()
@@ -100,7 +99,7 @@ class OnnxRuntimeExecutor(Executor):
                 self.weights.release()
             raise
         if self.weights is not None and self.node_timings is None:  # no further session
-            self.weights.release_onnxruntime_copies()
+            self.weights.release_decoded_fp4()
         self.api = self.session.api
         # Delegate-owned state (KV caches): extra model inputs/outputs (../state.py, ./state.py).
         specs = state_specs(blob, self.inputs) if blob.meta.state else None

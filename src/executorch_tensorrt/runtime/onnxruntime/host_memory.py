@@ -3,10 +3,10 @@ the program's own bytes (docs/llm.md, "Memory"): the memory report's
 "on the onnxruntime fallback" line, read from a blob before anything runs.
 
 It follows the executor's own decisions (executor.py, named_weights.py):
-weights handed over in place cost nothing more; onnxruntime's own copies of
-the layout-movable weights (norms, biases), our upcast (fp16/bf16 -> fp32)
-and FP4-decoded copies, and the packed copy of the MatMul/Gemm weights of a
-prepacked partition do. A partition that computes in fp32 holds its state
+weights handed over in place cost nothing more (those onnxruntime re-lays
+out are small: norms, biases, position embeddings); our upcast (fp16/bf16 ->
+fp32) and FP4-decoded copies, and the packed copy of the MatMul/Gemm weights
+of a prepacked partition do. A partition that computes in fp32 holds its state
 (KV cache) in fp32; a weight cast where used makes its fp32 value on each
 call, so the largest one is counted once. A partition that computes in
 fp16 (an fp16 model exported at fp32 precision) is not upcast by us, but
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ...blob.metadata import BlobMetadata
 from .fp4 import FP4_DTYPE
-from .named_weights import PREPACK_LIMIT, layout_movable, packable, prepacking_requested
+from .named_weights import PREPACK_LIMIT, packable, prepacking_requested
 from .upcast import has_bfloat16
 from .where_used import REDUCED_WEIGHT_DTYPES, cast_where_used
 
@@ -62,7 +62,6 @@ def fallback_copies(meta: BlobMetadata, model: bytes) -> FallbackCopies:
     entries = list(meta.weights or ())
     where_used = cast_where_used(entries) if upcast else frozenset()
     names = [w.name for w in entries]
-    movable = layout_movable(model, names) - where_used
     packed_names = packable(model, names)
     packable_bytes = sum(4 * math.prod(w.shape) for w in entries if w.name in packed_names)
     prepack = prepacking_requested()
@@ -74,9 +73,8 @@ def fallback_copies(meta: BlobMetadata, model: bytes) -> FallbackCopies:
             scratch = max(scratch, 4 * numel)
             continue
         held = _runtime_bytes(w.dtype, numel, w.nbytes, upcast)
-        # Our copy (upcast, decoded) stays unless onnxruntime took its own of it
-        # (movable: ours is freed); onnxruntime copies movable ones in any case.
-        if (held != w.nbytes or w.name in movable) and held > _IN_MODEL:
+        # A copy (upcast, FP4 decoded) unless held as stored.
+        if held != w.nbytes and held > _IN_MODEL:
             copies += held
     growth = sum(s.nbytes for s in meta.state or () if upcast and s.dtype in REDUCED_WEIGHT_DTYPES)
     return FallbackCopies(packable_bytes if prepack else 0, copies, scratch, growth)

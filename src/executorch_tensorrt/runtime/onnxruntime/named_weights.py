@@ -21,21 +21,21 @@ partition whose MatMul/Gemm weights total at most PREPACK_LIMIT is packed, a
 bigger one is not; EXECUTORCH_TENSORRT_ORT_PREPACK=1 or 0 decides for every
 partition.
 
-Exception: onnxruntime's transpose optimizer (the level-1
-"TransposeOptimizer" and the per-EP "TransposeOptimizer_CPUExecutionProvider")
-pushes a Transpose through an elementwise node by transposing or reshaping
-that node's constant input, and replaces the initializer under the SAME name
-(ApiGraph::TransposeInitializer / ReshapeInitializer). So a weight that any
-node other than Conv/ConvTranspose/MatMul/Gemm/Gather reads (where that
-optimizer never moves a constant) is given with AddExternalInitializers
-only: onnxruntime takes its own copy, which it may re-lay out. Those are
-biases, norms, scales and position embeddings: small next to the matrices
-(docs/named-data.md measures it).
+onnxruntime's transpose optimizer (the level-1 "TransposeOptimizer" and the
+per-EP "TransposeOptimizer_CPUExecutionProvider") pushes a Transpose through
+an elementwise node by transposing or reshaping that node's constant input
+(a ViTDet/SAM position embedding, a bias or norm read in NHWC) and replaces
+the initializer under the same name. Over a file in memory it reads our
+buffer and builds the new tensor in memory of its own: our buffer is never
+written (ExecuTorch maps it read-only) and another session over the same
+named data (a second method, a second partition) still reads it as stored.
+tests/runtime/onnxruntime/test_named_weights.py checks both.
 
 FP4 weights are decoded into float16 arrays owned here (fp4.py: onnxruntime
-has no FLOAT4E2M1 kernels). Such copies of weights handed with
-AddExternalInitializers alone, which onnxruntime copies itself, are freed once
-the executor's session is built (release_onnxruntime_copies).
+has no FLOAT4E2M1 kernels). onnxruntime folds each one's dequantizing Mul into
+a float32 constant of its own while it builds the session, so those arrays
+are freed once the executor's session is built (release_decoded_fp4;
+tests/quantization/test_fp4.py poisons them first and compares with eager).
 
 fp16/bf16 weights of a partition that the fallback upcasts (upcast.py;
 onnxruntime's CPU kernels lack fp16) are converted into float32 arrays owned
@@ -58,8 +58,8 @@ from ..named_data import WeightBuffer
 from ..onnx_safety import ONNX_DTYPES
 from .fp4 import FP4_DTYPE, decode_e2m1
 
-__all__ = ["PREPACK_ENV", "PREPACK_LIMIT", "IN_PLACE_CONSUMERS", "OrtNamedWeights",
-           "layout_movable", "packable", "prepacking_requested"]
+__all__ = ["PREPACK_ENV", "PREPACK_LIMIT", "OrtNamedWeights", "packable",
+           "prepacking_requested"]
 
 PREPACK_ENV = "EXECUTORCH_TENSORRT_ORT_PREPACK"
 _FLOAT = ONNX_DTYPES["float32"]
@@ -67,8 +67,6 @@ _FLOAT16 = ONNX_DTYPES["float16"]
 _EMPTY = ctypes.c_uint64(0)  # onnxruntime refuses a NULL buffer, even for an empty tensor
 
 
-#: Ops whose weight inputs onnxruntime's transpose optimizer never rewrites.
-IN_PLACE_CONSUMERS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Gather"})
 # fp32 kernels whose constant B onnxruntime's CPU provider packs once at session
 # creation unless prepacking is off (its MatMul and Gemm PrePack).
 _PACKED_BY = frozenset({"MatMul", "Gemm"})
@@ -88,23 +86,12 @@ def _nodes(graph: onnx.GraphProto):
                 yield from _nodes(sub)
 
 
-def _read_by(model: bytes, names: list[str], inside: bool, ops: frozenset[str]):
-    wanted = set(names)
-    graph = onnx.load_model_from_string(model).graph
-    return frozenset(name for node in _nodes(graph) if (node.op_type in ops) == inside
-                     for name in node.input if name in wanted)
-
-
-def layout_movable(model: bytes, names: list[str]) -> frozenset[str]:
-    """The weights in `names` that some node outside IN_PLACE_CONSUMERS reads:
-    onnxruntime's transpose optimizer may re-lay them out, so they must be
-    onnxruntime's own copies (module docstring)."""
-    return _read_by(model, names, False, IN_PLACE_CONSUMERS)
-
-
 def packable(model: bytes, names: list[str]) -> frozenset[str]:
     """The weights in `names` that a MatMul or Gemm reads: what prepacking copies."""
-    return _read_by(model, names, True, _PACKED_BY)
+    wanted = set(names)
+    graph = onnx.load_model_from_string(model).graph
+    return frozenset(name for node in _nodes(graph) if node.op_type in _PACKED_BY
+                     for name in node.input if name in wanted)
 
 
 def prepacking_requested() -> bool | None:
@@ -135,14 +122,10 @@ class OrtNamedWeights:
     object (and the named data) alive as long as any session made with it."""
 
     def __init__(self, api, weights: list[WeightBuffer], upcast: bool,
-                 prepack: bool | None = None, movable: frozenset[str] = frozenset(),
-                 packable: frozenset[str] = frozenset(),
+                 prepack: bool | None = None, packable: frozenset[str] = frozenset(),
                  where_used: frozenset[str] = frozenset()):
         self.api = api
         self.where_used = where_used  # fp16/bf16 weights the graph casts itself: no copy
-        # Weights onnxruntime copies so its layout rewrites stick (layout_movable).
-        self.movable = movable
-        self.movable_bytes = sum(w.nbytes for w in weights if w.name in movable)
         # What prepacking would copy (packable()), counted as fp32, which it computes in.
         self.packable_bytes = sum(math.prod(w.shape) * 4 for w in weights if w.name in packable)
         if prepack is None:
@@ -150,7 +133,7 @@ class OrtNamedWeights:
         self.prepack = self.packable_bytes <= PREPACK_LIMIT if prepack is None else prepack
         self.copied_bytes = 0  # bytes the upcast copied (0 for fp32 partitions)
         self._owned: dict[str, np.ndarray] = {}  # our copies (upcast, fp4 decoded), by name
-        self._sealed = False  # release_onnxruntime_copies ran: no further session
+        self._sealed = False  # release_decoded_fp4 ran: no further session
         self._weights = weights  # keeps the views' exporters alive
         self.values: list[ctypes.c_void_p] = []
         self._buffers: list[tuple[int, int]] = []  # (address, nbytes) each value is over
@@ -162,18 +145,17 @@ class OrtNamedWeights:
             raise
         self._names = (ctypes.c_char_p * len(weights))(*(w.name.encode() for w in weights))
         # Handed over in place, each as a file in memory of its own (`located`):
-        # every weight but those onnxruntime must own (`movable`) and those fed
-        # as inputs (`where_used`); an empty one has no buffer to lend.
-        direct = [i for i, w in enumerate(weights) if w.name not in movable
-                  and w.name not in where_used and self._buffers[i][1]]
+        # every weight but those fed as inputs (`where_used`); an empty one has
+        # no buffer to lend.
+        direct = [i for i, w in enumerate(weights)
+                  if w.name not in where_used and self._buffers[i][1]]
         self.locations = {weights[i].name: f"{NAMED_DATA_LOCATION}.{k}"
                           for k, i in enumerate(direct)}
         self._files = (ctypes.c_char_p * len(direct))(
             *(self.locations[weights[i].name].encode() for i in direct))
         self._file_buffers = (ctypes.c_void_p * len(direct))(*(self._buffers[i][0] for i in direct))
         self._file_lengths = (ctypes.c_size_t * len(direct))(*(self._buffers[i][1] for i in direct))
-        # onnxruntime's own copies (AddExternalInitializers): the movable ones
-        # and empty ones.
+        # Empty weights, which onnxruntime copies (AddExternalInitializers).
         copied = [(n, v.value) for n, v in zip(self._names, self.values)
                   if n.decode() not in self.locations and n.decode() not in where_used]
         self._copied_names = (ctypes.c_char_p * len(copied))(*(n for n, _ in copied))
@@ -212,26 +194,25 @@ class OrtNamedWeights:
         self.copied_bytes += array.nbytes
         return array.ctypes.data, array.nbytes
 
-    def release_onnxruntime_copies(self) -> int:
-        """Frees our own copies (fp4 decoded, upcast) of the weights handed with
-        AddExternalInitializers alone (`movable`): onnxruntime copied those when
-        it built the session (docs/design-weights-and-state.md, A3), so nothing
-        reads ours again. Call it once the last session made with this object
-        is built (configure refuses afterwards); returns the bytes freed."""
+    def release_decoded_fp4(self) -> int:
+        """Frees our float16 copies of the FP4 weights: onnxruntime folded each
+        into a float32 constant of its own when it built the session (module
+        docstring), so nothing reads ours again. Call it once the last session
+        made with this object is built (configure refuses afterwards); returns
+        the bytes freed."""
         freed = 0
-        for i, name in enumerate(self._names):
-            key = name.decode()
-            if key in self.movable and key in self._owned and self.values[i] is not None:
+        for i, w in enumerate(self._weights):
+            if w.dtype == FP4_DTYPE and w.name in self._owned:
                 self.api.ReleaseValue(self.values[i])
                 self.values[i] = None
-                freed += self._owned.pop(key).nbytes
+                freed += self._owned.pop(w.name).nbytes
         self._sealed = True
         return freed
 
     def configure(self, api, options) -> None:
         if self._sealed:
-            raise RuntimeError("these weights' own copies were released after their session "
-                               "was built; a further session needs a new OrtNamedWeights")
+            raise RuntimeError("these weights' decoded FP4 copies were released after their "
+                               "session was built; a further session needs a new OrtNamedWeights")
         if not self.prepack:
             api.check(api.AddSessionConfigEntry(options, b"session.disable_prepacking", b"1"),
                       "AddSessionConfigEntry(session.disable_prepacking)")
