@@ -1,5 +1,6 @@
-"""An audio-language model (transformers' Voxtral from a tiny random config)
-exported with `llm.audio.export_audio_llm` runs in ExecuTorch's own
+"""An audio-language model (transformers' Voxtral from a tiny random config),
+saved with its feature extractor and exported by `llm-export --task
+audio-text-to-text --model FOLDER` (`llm.audio.export_audio_llm`), runs in ExecuTorch's own
 MultimodalRunner: a `make_audio_input` of log-mel features and a token
 prompt decode eager's greedy tokens; every method is on TensorRT. The
 program records its feature extractor's parameters, so `generate` takes a
@@ -7,6 +8,7 @@ program records its feature extractor's parameters, so `generate` takes a
 are refused with the input, the limit and the remedy named."""
 from __future__ import annotations
 
+import json
 import wave
 
 import numpy as np
@@ -17,7 +19,9 @@ import transformers
 from executorch_tensorrt.llm.mel_features import MelFeatureSpec
 from executorch_tensorrt.llm.multimodal_inputs import AudioSpec, check_audio_features, read_audio_spec
 from executorch_tensorrt.llm.runner_inputs import read_program_info
+from executorch_tensorrt.aot.partition.report import read_report
 from runner_helpers import BOS, CHARS, EOS, VOCAB, write_char_tokenizer
+from tests.helpers import cli_main
 
 N_MELS, FRAMES, AUDIO_TOKENS = 8, 32, 4  # 16 positions, 4 per token
 PROMPT, NEW = [5, 6, 7], 10
@@ -60,15 +64,21 @@ def feature_extractor():
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    from executorch_tensorrt.llm.audio import export_audio_llm
-
+    """The command a user runs on a model folder; the folder's
+    preprocessor_config.json gives the feature extractor's parameters."""
     folder = tmp_path_factory.mktemp("voxtral")
     model = _voxtral()
+    model.save_pretrained(folder / "model")
+    feature_extractor().save_pretrained(folder / "model")
+    out = folder / "model.pte"
     # Two chunks: one text_decoder call of 8 holds 2 x 4 audio tokens.
-    result = export_audio_llm(model, max_seq_len=8, max_context_len=48,
-                              output=folder / "model.pte", max_audio_chunks=2,
-                              feature_extractor=feature_extractor(), progress=None)
-    return model, result, write_char_tokenizer(folder)
+    code, stdout, stderr = cli_main(
+        "llm-export", out, "--task", "audio-text-to-text", "--model", folder / "model",
+        "--max-seq-len", 8, "--max-context-len", 48, "--max-audio-chunks", 2)
+    assert code == 0, stderr[-3000:]
+    assert stdout.strip() == f"wrote {out}"
+    assert f"get_audio_tokens={AUDIO_TOKENS}" in stderr and "get_max_context_len=48" in stderr
+    return model, out, write_char_tokenizer(folder)
 
 
 def test_multimodal_runner_decodes_eagers_greedy_tokens(exported, allow_fallback):
@@ -79,7 +89,7 @@ def test_multimodal_runner_decodes_eagers_greedy_tokens(exported, allow_fallback
     torch.manual_seed(1)
     features = torch.randn(1, N_MELS, FRAMES)
     pieces: list[str] = []
-    MultimodalRunner(str(result.path), str(tokenizer)).generate(
+    MultimodalRunner(str(result), str(tokenizer)).generate(
         [make_audio_input(features), make_token_input(PROMPT)],
         GenerationConfig(echo=False, max_new_tokens=NEW, temperature=0.0),
         token_callback=pieces.append)
@@ -90,20 +100,21 @@ def test_multimodal_runner_decodes_eagers_greedy_tokens(exported, allow_fallback
 
 
 def test_every_method_is_one_tensorrt_partition_owning_the_caches(exported):
-    reports = exported[1].export.reports
+    reports = read_report(exported[1])["methods"]
     assert sorted(reports) == ["audio_encoder", "text_decoder", "token_embedding"]
     for method, report in reports.items():
-        assert report.rejected == {} and len(report.partitions) == 1, (method, report.rejected)
-    caches = {k: v for k, v in reports["text_decoder"].state.items() if "_cache_" in k}
+        assert report["nodes"] == report["nodes_on_tensorrt"] > 0, method
+        assert report["partitions"] == 1, method
+    caches = {k: v for k, v in reports["text_decoder"]["state"].items() if "_cache_" in k}
     assert len(caches) == 4 and all(v.startswith("owned by TensorRT") for v in caches.values())
 
 
 def test_the_program_records_its_audio_input(exported, allow_fallback):
     from executorch.runtime import Runtime
 
-    program = Runtime.get().load_program(str(exported[1].path))
+    program = Runtime.get().load_program(str(exported[1]))
     assert read_audio_spec(program) == AudioSpec(N_MELS, FRAMES, torch.float32, AUDIO_TOKENS)
-    info = read_program_info(exported[1].path)
+    info = read_program_info(exported[1])
     assert info.mel == MelFeatureSpec(1600, 100, 50, N_MELS, 1600)
     assert info.encoders["audio"].shape == (2, N_MELS, FRAMES)  # up to two chunks
 
@@ -115,8 +126,6 @@ def test_generate_turns_a_wav_into_the_feature_extractors_features(exported, all
     Voxtral's processor cuts them) given as .npy, and eager's on them."""
     from executorch_tensorrt import llm
     from test_mel_features import processor_features
-    from tests.helpers import cli_main
-
     model, result, tokenizer = exported
     pcm = (np.random.default_rng(3).standard_normal(2560) * 6000).astype(np.int16)
     with wave.open(str(tmp_path / "speech.wav"), "wb") as w:
@@ -128,12 +137,12 @@ def test_generate_turns_a_wav_into_the_feature_extractors_features(exported, all
     assert features.shape == (2, N_MELS, FRAMES)
     np.save(tmp_path / "features.npy", features.astype(np.float32))
     prompt = "".join(CHARS[t] for t in PROMPT)
-    code, out, err = cli_main("generate", result.path, "--tokenizer", tokenizer, "--prompt",
+    code, out, err = cli_main("generate", result, "--tokenizer", tokenizer, "--prompt",
                               prompt, "--audio", tmp_path / "speech.wav",
                               "--max-new-tokens", NEW)
     assert code == 0, err
     assert f"prompt tokens: {2 * AUDIO_TOKENS + len(PROMPT)} " in err
-    from_npy = llm.generate(result.path, tokenizer, prompt, audio=tmp_path / "features.npy",
+    from_npy = llm.generate(result, tokenizer, prompt, audio=tmp_path / "features.npy",
                             max_new_tokens=NEW)
     assert out.rstrip("\n") == from_npy.text
     ids = {c: i for i, c in enumerate(CHARS)}
@@ -190,3 +199,21 @@ def test_export_refuses_more_chunks_than_one_decoder_call_holds(tmp_path):
                                          "max_seq_len=8; use max_audio_chunks <= 2"):
         export_audio_llm(_voxtral(), max_seq_len=8, max_context_len=48, max_audio_chunks=3,
                          output=tmp_path / "model.pte", progress=None)
+
+
+@pytest.mark.parametrize("task, extra, words", [
+    ("audio-text-to-text", ["--quantize", "int8_weight_only"],
+     "--quantize is not taken by --task audio-text-to-text"),
+    ("audio-text-to-text", ["--image-size", "32"], "--image-size is for --task image-text-to-text"),
+    ("text-generation", ["--max-audio-chunks", "2"],
+     "--max-audio-chunks is for --task audio-text-to-text"),
+])
+def test_llm_export_refuses_options_the_task_does_not_take(tmp_path, task, extra, words):
+    config = _voxtral().config.to_dict() if task == "audio-text-to-text" else \
+        _voxtral().config.text_config.to_dict()
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    code, stdout, stderr = cli_main("llm-export", tmp_path / "m.pte", "--task", task,
+                                    "--config", tmp_path / "config.json", "--max-seq-len", 8,
+                                    "--max-context-len", 48, *extra)
+    assert code == 2 and words in stderr, stderr[-2000:]
+    assert not (tmp_path / "m.pte").exists()

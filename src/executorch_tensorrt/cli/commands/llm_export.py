@@ -6,7 +6,8 @@ The model comes from a config (random weights: a config.json, or the JSON
 text itself) or from a local transformers model folder; nothing is
 downloaded. `--task image-text-to-text` exports a vision-language model
 for ExecuTorch's MultimodalRunner instead (llm.export_multimodal,
-docs/multimodal.md).
+docs/multimodal.md), `--task audio-text-to-text` an audio-language model
+(Voxtral; llm.audio.export_audio_llm, docs/speech.md).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from ..exits import EXIT_EXPORT, EXIT_OK, EXIT_USAGE, Fail
 from .common import add_command, add_quantize_options
 
-TASKS = ("text-generation", "image-text-to-text")
+TASKS = ("text-generation", "image-text-to-text", "audio-text-to-text")
 
 
 def register(sub) -> None:
@@ -68,10 +69,16 @@ def register(sub) -> None:
                    help="text-generation: a causal LM for TextLLMRunner (default); "
                         "image-text-to-text: a vision-language model for MultimodalRunner "
                         "(methods vision_encoder, token_embedding, text_decoder; "
-                        "docs/multimodal.md)")
+                        "docs/multimodal.md); audio-text-to-text: an audio-language model "
+                        "(Voxtral) for MultimodalRunner (audio_encoder, token_embedding, "
+                        "text_decoder; docs/speech.md)")
     p.add_argument("--image-size", type=int, nargs="+", metavar="PIXELS",
                    help="image-text-to-text: the image's H W (or one size for both) that "
                         "vision_encoder takes (default: the vision config's image_size)")
+    p.add_argument("--max-audio-chunks", type=int, metavar="N",
+                   help="audio-text-to-text: the most chunks of audio (each the feature "
+                        "extractor's chunk_length, 30 s for Voxtral) one audio_encoder call "
+                        "takes (default 1)")
     p.set_defaults(func=run)
 
 
@@ -135,7 +142,32 @@ def _model(args):
 
 
 _AUTO = {"text-generation": "AutoModelForCausalLM",
-         "image-text-to-text": "AutoModelForImageTextToText"}
+         "image-text-to-text": "AutoModelForImageTextToText",
+         "audio-text-to-text": "AutoModelForMultimodalLM"}
+
+
+def _check_task_options(args) -> None:
+    """Options the task does not take, refused before the model is loaded."""
+    task = args.task
+    if task != "image-text-to-text" and args.image_size is not None:
+        raise Fail(EXIT_USAGE, "--image-size is for --task image-text-to-text")
+    if task != "audio-text-to-text" and args.max_audio_chunks is not None:
+        raise Fail(EXIT_USAGE, "--max-audio-chunks is for --task audio-text-to-text")
+    if task == "text-generation":
+        return
+    # a program for MultimodalRunner
+    if args.memory_budget is not None or args.max_context_len is None:
+        raise Fail(EXIT_USAGE, f"--task {task} takes --max-context-len (no --memory-budget)")
+    if args.batch_size != 1:
+        raise Fail(EXIT_USAGE, "--batch-size: MultimodalRunner runs batch 1 programs only")
+    if args.kv_cache_dtype is not None:
+        raise Fail(EXIT_USAGE, "--kv-cache-dtype is for --task text-generation (the "
+                                "multimodal export keeps its cache in --dtype)")
+    if args.image_size is not None and len(args.image_size) not in (1, 2):
+        raise Fail(EXIT_USAGE, "--image-size: give H W, or one size for both")
+    if task == "audio-text-to-text" and args.quantize is not None:
+        raise Fail(EXIT_USAGE, "--quantize is not taken by --task audio-text-to-text: its "
+                                "export keeps the weights in --dtype")
 
 
 def _export(args, model, out: Path):
@@ -146,17 +178,18 @@ def _export(args, model, out: Path):
         common["compute_capabilities"] = tuple(args.compute_capability)
     if args.no_run_check:
         common["run_check"] = False
+    if args.task == "audio-text-to-text":
+        from ...llm.audio import export_audio_llm
+        from ...llm.multimodal import folder_processor_config
+
+        try:  # the feature extractor's parameters, for generate to take a .wav
+            extractor = folder_processor_config(args.model) if args.model else None
+        except ValueError as e:
+            raise Fail(EXIT_USAGE, f"--model {args.model}: {e}") from None
+        common.pop("quantize"), common.pop("group_size")
+        return export_audio_llm(model, max_audio_chunks=args.max_audio_chunks or 1,
+                                feature_extractor=extractor, **common)
     if args.task == "image-text-to-text":
-        if args.memory_budget is not None or args.max_context_len is None:
-            raise Fail(EXIT_USAGE, "--task image-text-to-text takes --max-context-len (no "
-                                    "--memory-budget)")
-        if args.batch_size != 1:
-            raise Fail(EXIT_USAGE, "--batch-size: MultimodalRunner runs batch 1 programs only")
-        if args.image_size is not None and len(args.image_size) not in (1, 2):
-            raise Fail(EXIT_USAGE, "--image-size: give H W, or one size for both")
-        if args.kv_cache_dtype is not None:
-            raise Fail(EXIT_USAGE, "--kv-cache-dtype is for --task text-generation (the "
-                                    "multimodal export keeps its cache in --dtype)")
         from ...llm.multimodal import (export_multimodal, folder_processor_config,
                                        processor_record)
 
@@ -172,8 +205,6 @@ def _export(args, model, out: Path):
         return export_multimodal(model, image_size=size[0] if size and len(size) == 1
                                  else size, constant_methods=recorded.constant_methods,
                                  **common)
-    if args.image_size is not None:
-        raise Fail(EXIT_USAGE, "--image-size is for --task image-text-to-text")
     from ...llm.exporter import export
 
     return export(model, batch_size=args.batch_size, memory_budget=args.memory_budget,
@@ -194,11 +225,14 @@ def run(args) -> int:
             parse_size(args.memory_budget)
         except ValueError as e:
             raise Fail(EXIT_USAGE, f"--memory-budget: {e}") from None
+    _check_task_options(args)
     model = _model(args)
     from ...program.memory_report import format_memory_report
 
     try:
         result = _export(args, model, out)
+    except Fail:
+        raise
     except ValueError as e:
         raise Fail(EXIT_USAGE, str(e)) from None
     except MemoryBudgetError as e:
@@ -209,9 +243,9 @@ def run(args) -> int:
         raise Fail(EXIT_EXPORT, f"export failed: {type(e).__name__}: {e}") from None
     methods = ", ".join(f"{k}={v}" for k, v in result.metadata.constant_methods().items())
     print(f"wrote {result.path}" + "".join(f" + {p}" for p in result.data_paths))
-    image = getattr(result, "image", None)
-    if image is not None:
-        methods += "".join(f", {k}={v}" for k, v in image.constant_methods().items())
+    for spec in (getattr(result, "image", None), getattr(result, "audio", None)):
+        if spec is not None:
+            methods += "".join(f", {k}={v}" for k, v in spec.constant_methods().items())
     print(f"runner metadata: {methods}", file=sys.stderr)
     if getattr(result, "memory", None) is not None:
         print(format_memory_report(result.memory))
