@@ -31,7 +31,8 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from .decoder_fusions import (branch_first_step, branch_kept_writes, broadcast_grouped_values,
-                              drop_identity, fuse_swish, has_silu, shorten_masked_softmax, swap_negated_where)
+                              drop_identity, fuse_swish, has_silu, shorten_masked_softmax,
+                              swap_negated_where)
 from .graph_match import ints, known, near, only_reader, other_input, replace, scalar
 from .projection_fusions import fuse_shared_input_matmuls, sink_split_below_heads
 from .vision_fusions import (drop_broadcast_expand, fold_batch_norm, fuse_hardswish,

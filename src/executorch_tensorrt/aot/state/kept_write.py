@@ -66,11 +66,11 @@ def find_kept_write(program: torch.export.ExportedProgram, placeholder: str) -> 
     select = scatter.args[1]
     if (not isinstance(select, torch.fx.Node) or not _op(select).startswith("where")
             or select.args[2] is not reader or len(reader.users) != 1
-            or not _one_bool(select.args[0]) or scatter.users.keys() - {program.graph.output_node()}):
+            or not _one_bool(select.args[0])):
         return None
-    outputs = program.graph.output_node().args[0]
-    if scatter not in list(outputs):
-        return None
+    output = program.graph.output_node()
+    if set(scatter.users) != {output} or scatter not in list(output.args[0]):
+        return None  # the new value is the state's, read by nothing else
     return KeptWrite(2, reader.name, select.name, scatter.name)
 
 
