@@ -117,3 +117,12 @@ def test_first_step_writes_become_an_in_place_scatter_of_an_empty_update_later()
     np.testing.assert_array_equal(later[1], kept)
     assert later[0] == y
     _build(written, "first-step writes")
+    # TensorRT's parser makes the write its KV-cache-update layer, whose output
+    # aliases the cache input: the engine updates the state in place.
+    from executorch_tensorrt.tensorrt.flavor import load_tensorrt
+    from executorch_tensorrt.tensorrt.onnx_parser import parse_network
+
+    _, network, _, _ = parse_network(load_tensorrt(), written.SerializeToString())
+    layers = [network.get_layer(i) for i in range(network.num_layers)]
+    assert [str(layer.type) for layer in layers if layer.get_output(0) is not None
+            and layer.get_output(0).name == "kept"] == ["LayerType.KV_CACHE_UPDATE"]
