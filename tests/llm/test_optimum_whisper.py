@@ -158,3 +158,45 @@ def test_cross_attention_is_projected_at_position_0_only(exported):
     assert report["ignored"] == 0.0, report["ignored"]
     assert report["late"] < 1e-4, report["late"]
 
+
+
+def test_kept_cross_attention_is_updated_in_place(exported, allow_fallback, capfd):
+    """The kept keys/values are "in_place" states: one buffer each, bound as
+    the engine's input and output, written by TensorScatter at position 0 and
+    by an empty update afterwards. A later step leaves the buffer where it is
+    and as it was, the executor copies none of it, and onnxruntime's
+    TensorScatter updates it in place (it says when it has to copy instead)."""
+    from executorch.runtime import Runtime
+
+    from executorch_tensorrt.runtime import callbacks
+    from executorch_tensorrt.runtime import state as rt_state
+    from helpers import new_state
+
+    pte = exported[1]["pte"]
+    kinds = {e["fqn"]: e.get("update") for e in decoder_blob(pte).state}
+    cross = [k for k in kinds if k.startswith(("cross_key_", "cross_value_"))]
+    assert len(cross) == 4 and {kinds[k] for k in cross} == {"in_place"}, kinds
+    program = Runtime.get().load_program(pte)
+    before = rt_state.live_states("text_decoder")
+    decoder = program.load_method("text_decoder")
+    st = new_state(before, "text_decoder")
+    [executor] = [e for e in callbacks.install().handles.values()
+                  if getattr(e, "state", None) is st]
+    index = {s.fqn: k for k, s in enumerate(st.specs)}
+    torch.manual_seed(1)
+    hidden = program.load_method("encoder").execute([torch.randn(1, N_MELS, 100)])[0]
+    assert all(st.spares[index[k]] is None for k in cross)  # no second buffer
+    addresses = [st.buffers[index[k]].ctypes.data for k in cross]
+    capfd.readouterr()
+    decoder.execute([torch.tensor([[START]]), hidden, torch.tensor([0])])
+    kept = {k: st.value(k) for k in cross}
+    assert all(float(abs(v).sum()) > 0 for v in kept.values())
+    copied = executor.copied_bytes
+    for position in (1, 2):  # the encoder output passed again is ignored
+        decoder.execute([torch.tensor([[START]]), torch.zeros_like(hidden),
+                         torch.tensor([position])])
+    assert executor.copied_bytes - copied < min(v.nbytes for v in kept.values())
+    assert [st.buffers[index[k]].ctypes.data for k in cross] == addresses
+    assert all(torch.equal(torch.from_numpy(st.value(k)), torch.from_numpy(v))
+               for k, v in kept.items())
+    assert "in-place optimization not activated" not in capfd.readouterr().err

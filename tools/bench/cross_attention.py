@@ -10,6 +10,9 @@ times `text_decoder` calls through ExecuTorch's runtime:
 
 - `kept` is the exported program as it is (llm/cross_attention.py): the
   projections run at position 0 only, inside an ONNX If;
+- `kept-copied` is the same export with the kept buffers left a functional
+  state (the form before they were written in place, aot/state/
+  kept_write.py): each step copies them into the other of two buffers;
 - `recomputed` is the same export with the step's cross-attention cache
   swapped for one that keeps nothing, so every step projects
   `encoder_hidden_states` again (what the program did before).
@@ -17,9 +20,10 @@ times `text_decoder` calls through ExecuTorch's runtime:
 The first step (position 0) is reported apart; "ms/token" is the median of
 the later steps. Both variants must produce the same greedy tokens.
 
-    .venv/bin/python tools/bench/cross_attention.py [--steps 24] [--write]
+    .venv/bin/python tools/bench/cross_attention.py [--steps 24] [--variants ...] [--write]
 
---write replaces docs/evidence/cross-attention.md.
+--write puts the run at the top of docs/evidence/cross-attention.md; the
+earlier runs stay below it.
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ from optimum_tasks import ROOT, failure_lines, markdown_header, publish, run_row
 
 EVIDENCE = ROOT / "docs" / "evidence" / "cross-attention.md"
 MODELS = ("whisper",)
-VARIANTS = ("recomputed", "kept")
+VARIANTS = ("recomputed", "kept-copied", "kept")
 
 
 def _recompute_every_step() -> None:
@@ -53,6 +57,13 @@ def _recompute_every_step() -> None:
 
     speech.add_cross_attention_state = no_state
     speech.cross_attention_cache = lambda module, cache_position: Recomputed()
+
+
+def _copy_kept_every_step() -> None:
+    """Leaves the kept buffers functional (two of each, copied every step)."""
+    from executorch_tensorrt.aot.state import owned
+
+    owned.find_kept_write = lambda program, placeholder: None
 
 
 def _whisper(folder: str):
@@ -83,6 +94,8 @@ def child(model: str, variant: str, folder: str, steps: int) -> dict:
 
     if variant == "recomputed":
         _recompute_every_step()
+    elif variant == "kept-copied":
+        _copy_kept_every_step()
     t0 = time.perf_counter()
     path, encoder_inputs, start, name = _whisper(folder)
     row = {"model": model, "variant": variant, "name": name,
@@ -110,8 +123,11 @@ def _markdown(rows: list[dict], steps: int) -> str:
         "Each program is driven through ExecuTorch's runtime: the "
         f"encoder once, then {steps} `text_decoder` steps feeding back the greedy token. "
         "`first ms` is the step at position 0 (it projects in both variants); `ms/token` "
-        "the median of the later steps. `recomputed` is the program before cross-attention "
-        "state (every step projects the encoder output again).", threads="Threads: onnxruntime one.")
+        "the median of the later steps. `kept` writes the kept keys/values in place (one "
+        "buffer each, an empty update after position 0); `kept-copied` keeps them as a "
+        "functional state (every step copies them into a second buffer); `recomputed` is "
+        "the program before cross-attention state (every step projects the encoder output "
+        "again).", threads="Threads: onnxruntime one.")
     lines += [
         "| model | variant | export s | first ms | ms/token | same tokens |",
         "| --- | --- | ---: | ---: | ---: | --- |",
@@ -138,7 +154,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    parser.add_argument("--write", action="store_true", help=f"replace {EVIDENCE.name}")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--write", action="store_true",
+                        help=f"put the run at the top of {EVIDENCE.name}")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # model, variant, folder
     args = parser.parse_args()
     if args.child:
@@ -146,9 +164,21 @@ def main() -> int:
         return 0
     rows = run_rows(Path(__file__), [([model, variant, "--steps", str(args.steps)],
                                       {"model": model, "variant": variant})
-                                     for model in args.models for variant in VARIANTS],
+                                     for model in args.models for variant in args.variants],
                     hidden=("tokens",))
-    return publish(_markdown(rows, args.steps), EVIDENCE, args.write)
+    return publish(_with_earlier_runs(_markdown(rows, args.steps)), EVIDENCE, args.write)
+
+
+EARLIER = "## Earlier runs"
+
+
+def _with_earlier_runs(text: str) -> str:
+    """`text` followed by the evidence file's earlier runs (its body below the
+    title), so a new run never drops what an older program measured."""
+    if not EVIDENCE.exists():
+        return text
+    old = EVIDENCE.read_text().split("\n", 1)[-1].replace(f"{EARLIER}\n", "").strip()
+    return f"{text}\n{EARLIER}\n\n{old}\n"
 
 
 if __name__ == "__main__":

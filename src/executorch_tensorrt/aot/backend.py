@@ -156,7 +156,8 @@ class TensorRTBackend(BackendDetails):
                                if spec.precision == "fp32" else (False,)):
             lifted = lift_state(edge_program, tensor_scatter)  # state as graph I/O (state.py)
             scatters = bool(lifted.aliases or any(
-                s.kv_update is not None and s.kv_update.scatter for s in lifted.states))
+                (s.kv_update is not None and s.kv_update.scatter) or s.kept_write
+                for s in lifted.states))
             stateful = bool(lifted.aliases or lifted.states)
             reused = (export_cache.take(edge_program, spec.precision)
                       if export_cache is not None and not stateful else None)

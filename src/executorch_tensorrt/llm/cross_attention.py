@@ -9,9 +9,13 @@ them in buffers, one key and one value buffer per decoder layer:
     buffer[:, :, :S] = where(cache_position[0] == 0, project(hidden), buffer[:, :, :S])
 
 The buffers are mutated, so the partition owns them like the self-attention
-cache (aot/state/). The ONNX rewrite `branch_first_step` (aot/onnx/
-decoder_fusions.py) turns those Wheres into one ONNX If on the predicate:
-the projections run only at position 0; later steps read the kept values.
+cache (aot/state/). The partition's export (aot/state/kept_write.py and the
+ONNX rule `branch_kept_writes` in aot/onnx/decoder_fusions.py) turns each
+write into a TensorScatter at position 0 of an update that one ONNX If on
+the predicate gives: the projections at position 0, an empty tensor later,
+so the buffer is updated in place and a later step copies nothing. Where
+that form is not taken, `branch_first_step` turns the Wheres into the same
+If and the buffers stay a functional state.
 
 The projections also run when nothing is kept yet: a flag (state
 `cross_attention_kept`, 0 after load or `reset_state`) says whether a call

@@ -30,6 +30,10 @@ values for every input, -inf and NaN included:
   (a matmul at least) serves only such Wheres, becomes If(c) computing a in
   its then-branch only: a decoder's kept cross-attention keys and values are
   projected on the first step alone.
+- `branch_kept_writes`: the same for states written on a first step only
+  (aot/state/kept_write.py's KeepFirst markers): If(c) projects the update in
+  its then-branch and passes an empty one in its else-branch, and each state
+  is written by TensorScatter at position 0 (kv_update.py's marker), in place.
 
 Each rule keeps fusions.py's contract: values it removes have no other reader
 and are no graph output, and every new node takes the metadata of a node it
@@ -43,6 +47,8 @@ import onnx_ir as ir
 from .graph_match import (initializer, ints, known, new_node, only_reader, other_input, replace,
                           scalar)
 from .vision_fusions import masked_rows
+from ..state.kept_write import KEEP_OP
+from ..state.kv_update import MARKER_DOMAIN, MARKER_OP
 
 
 # -- masked safe softmax -> Where(Equal(ReduceMax(x), -inf), 0, Softmax(x)) -------------
@@ -277,6 +283,67 @@ def branch_first_step(graph: ir.Graph, where: ir.Node) -> bool:
         old.replace_all_uses_with(out, replace_graph_outputs=True)
     graph.remove(wheres, safe=True)
     return True
+
+
+def branch_kept_writes(graph: ir.Graph, marker: ir.Node) -> bool:
+    """KeepFirst(cache, fresh, c) markers on one c become If(c), whose
+    then-branch computes every `fresh` (their exclusive producers move into
+    it) and whose else-branch passes empty updates (length 0 along the axis),
+    each written into its cache at position 0 by the in-place cache update
+    marker: a later step writes nothing and copies nothing."""
+    if marker.domain != MARKER_DOMAIN or marker.op_type != KEEP_OP:
+        return False
+    condition = marker.inputs[2]
+    order = {node: i for i, node in enumerate(graph)}
+    markers = sorted({use.node for use in condition.uses()
+                      if use.node.domain == MARKER_DOMAIN and use.node.op_type == KEEP_OP
+                      and use.idx == 2 and use.node.graph is graph}, key=order.__getitem__)
+    if any(m.inputs[0].shape is None or not known(m.inputs[0].shape, len(m.inputs[0].shape))
+           for m in markers):
+        return False  # left as it is: TensorRT's parser refuses it, the export stays functional
+    cone = _exclusive_cone(graph, markers)
+    cone_nodes = [node for node in graph if node in cone]  # graph order: topological
+    graph.remove(cone_nodes)
+    fresh, empties = [], []
+    for m in markers:
+        value = m.inputs[1]
+        if value.producer() not in cone:  # an outer value: the branch names it by an Identity
+            cone_nodes.append(_identity(value, f"{m.name}_fresh"))
+            value = cone_nodes[-1].outputs[0]
+        fresh.append(value)
+        cache, axis = m.inputs[0], m.attributes.get_int("axis")
+        shape = [0 if d == axis else n for d, n in enumerate(cache.shape)]
+        empty = initializer(graph, f"{m.name}_nothing", np.zeros(shape, cache.dtype.numpy()),
+                            cache.dtype)
+        empties.append(_identity(empty, f"{m.name}_update_else"))
+    then_branch = ir.Graph([], fresh, nodes=cone_nodes, name=f"{markers[0].name}_then")
+    else_branch = ir.Graph([], [e.outputs[0] for e in empties], nodes=empties,
+                           name=f"{markers[0].name}_else")
+    branch = ir.Node("", "If", [condition], [ir.AttrGraph("then_branch", then_branch),
+                                             ir.AttrGraph("else_branch", else_branch)],
+                     num_outputs=len(markers), name=f"{markers[0].name}_first")
+    branch.metadata_props.update(markers[0].metadata_props)
+    graph.insert_before(markers[0], branch)
+    start = initializer(graph, f"{markers[0].name}_position_0", np.zeros(1, np.int64),
+                        ir.DataType.INT64)
+    for m, update in zip(markers, branch.outputs):
+        update.name, update.type = f"{m.name}_update", m.inputs[0].type
+        write = ir.Node(MARKER_DOMAIN, MARKER_OP, [m.inputs[0], update, start],
+                        [ir.AttrInt64("axis", m.attributes.get_int("axis"))], name=m.name)
+        write.metadata_props.update(m.metadata_props)
+        graph.insert_before(m, write)
+        old = write.outputs[0]
+        old.name, old.shape, old.type = m.outputs[0].name, m.outputs[0].shape, m.outputs[0].type
+        m.outputs[0].replace_all_uses_with(old, replace_graph_outputs=True)
+    graph.remove(markers, safe=True)
+    return True
+
+
+def _identity(value: ir.Value, name: str) -> ir.Node:
+    node = ir.Node("", "Identity", [value], name=name)
+    node.outputs[0].name, node.outputs[0].shape = name, value.shape
+    node.outputs[0].type = value.type
+    return node
 
 
 def _one_element(value: ir.Value) -> bool:

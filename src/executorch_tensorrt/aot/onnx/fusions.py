@@ -30,8 +30,9 @@ from collections.abc import Callable
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-from .decoder_fusions import (branch_first_step, broadcast_grouped_values, drop_identity,
-                              fuse_swish, has_silu, shorten_masked_softmax, swap_negated_where)
+from .decoder_fusions import (branch_first_step, branch_kept_writes, broadcast_grouped_values,
+                              drop_identity, fuse_swish, has_silu, shorten_masked_softmax,
+                              swap_negated_where)
 from .graph_match import ints, known, near, only_reader, other_input, replace, scalar
 from .projection_fusions import fuse_shared_input_matmuls, sink_split_below_heads
 from .vision_fusions import (drop_broadcast_expand, fold_batch_norm, fuse_hardswish,
@@ -44,7 +45,8 @@ _OPSET = {"Gelu": 20, "RMSNormalization": 23, "RotaryEmbedding": 23, "MatMul": 1
           "MatMul side by side": 13, "Split below heads": 13,  # Split's sizes as an input: 13
           "masked Softmax shortened": 18,  # ReduceMax's axes as an input: 18
           "Swish": 24, "grouped values broadcast": 13, "Identity dropped": 1,
-          "Not folded into Where": 9, "first step branched": 11}
+          "Not folded into Where": 9, "first step branched": 11,
+          "first-step writes in place": 11}
 _STARTS = {"Gelu": "Erf", "RMSNormalization": "Pow", "RotaryEmbedding": "Neg"}
 _CONVERTER_FROM = 18  # the oldest opset onnxscript's IR converter moves
 
@@ -78,7 +80,8 @@ def fuse(model: ir.Model) -> dict[str, int]:
                        ("grouped values broadcast", broadcast_grouped_values),
                        ("Identity dropped", drop_identity),
                        ("Not folded into Where", swap_negated_where),
-                       ("first step branched", branch_first_step)):
+                       ("first step branched", branch_first_step),
+                       ("first-step writes in place", branch_kept_writes)):
         if _opset(model) >= _OPSET[name]:
             counts[name] = sum(rule(model.graph, node) for node in list(model.graph)
                                if node.graph is model.graph)

@@ -25,6 +25,7 @@ class LiftedState:
     placeholder: str         # its placeholder in the partition's graph
     init: torch.Tensor       # initial value
     kv_update: KvUpdate | None = None  # set when the update is a contiguous cache write
+    kept_write: bool = False  # written on a first step only, in place (kept_write.py)
 
 
 @dataclass

@@ -24,6 +24,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
 from .fp8_cache import quantize_caches
+from .kept_write import find_kept_write, mark_kept_writes
 from .kv_update import find_kv_updates, mark_kv_updates, rewrite_tensor_scatter
 from .lifted import LiftedProgram, LiftedState
 from ..torch_dtypes import BLOB_NAME_OF_ONNX, BLOB_NAME_OF_TORCH
@@ -75,7 +76,8 @@ def mark_caller_caches(ep: torch.export.ExportedProgram, notes: dict[str, str]) 
 def lift_state(ep: torch.export.ExportedProgram, tensor_scatter: bool = True) -> LiftedProgram:
     """A copy of `ep` whose delegate-owned buffers are user inputs and whose
     buffer mutations are user outputs; with `tensor_scatter`, contiguous cache
-    writes become kv_cache_update (exported as TensorScatter, kv_update.py)."""
+    writes become kv_cache_update (exported as TensorScatter, kv_update.py), and
+    first-step writes keep_first (kept_write.py)."""
     sig = ep.graph_signature
     mutated = set(sig.buffers_to_mutate.values())
     owned = [s for s in sig.input_specs
@@ -115,12 +117,18 @@ def lift_state(ep: torch.export.ExportedProgram, tensor_scatter: bool = True) ->
                                      for s in lifted.states]
     for state in lifted.states:
         state.kv_update = find_kv_updates(program, state.placeholder)
+    kept = {s.fqn: w for s in lifted.states if s.kv_update is None
+            and (w := find_kept_write(program, s.placeholder)) is not None}
     if tensor_scatter:
         updates = [s.kv_update for s in lifted.states
                    if s.kv_update is not None and s.kv_update.scatter]
-        before = [kv.update_node for kv in updates]
+        before = [kv.update_node for kv in updates] + [w.update_node for w in kept.values()]
         mark_kv_updates(gm, updates)
-        renamed = {old: kv.update_node for old, kv in zip(before, updates)}
+        mark_kept_writes(gm, list(kept.values()))
+        for state in lifted.states:
+            state.kept_write = state.fqn in kept
+        after = [kv.update_node for kv in updates] + [w.update_node for w in kept.values()]
+        renamed = dict(zip(before, after))
         for spec in program.graph_signature.output_specs:
             if spec.arg.name in renamed:
                 spec.arg.name = renamed[spec.arg.name]
