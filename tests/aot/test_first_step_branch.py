@@ -72,7 +72,8 @@ def test_first_step_writes_become_an_in_place_scatter_of_an_empty_update_later()
     TensorScatter at position 0: the projection runs at position 0 only, a
     later call leaves the cache as it was, and TensorRT-RTX builds it."""
     from executorch_tensorrt.aot.state.kept_write import KEEP_OP
-    from executorch_tensorrt.aot.state.kv_update import MARKER_DOMAIN, rewrite_tensor_scatter
+    from executorch_tensorrt.aot.onnx.state_markers import MARKER_DOMAIN
+    from executorch_tensorrt.aot.state.kv_update import rewrite_tensor_scatter
     from executorch_tensorrt.aot.state.lifted import LiftedProgram
 
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3)).astype(

@@ -47,8 +47,7 @@ import onnx_ir as ir
 from .graph_match import (initializer, ints, known, new_node, only_reader, other_input, replace,
                           scalar)
 from .vision_fusions import masked_rows
-from ..state.kept_write import KEEP_OP
-from ..state.kv_update import MARKER_DOMAIN, MARKER_OP
+from .state_markers import KEEP_OP, MARKER_DOMAIN, MARKER_OP
 
 
 # -- masked safe softmax -> Where(Equal(ReduceMax(x), -inf), 0, Softmax(x)) -------------

@@ -30,7 +30,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from ...errors import ExportError
-from .kv_update import MARKER_DOMAIN, MARKER_OP, raise_opset, replace_nodes
+from ..onnx.state_markers import MARKER_DOMAIN, MARKER_OP
+from .kv_update import raise_opset, replace_nodes
 from .lifted import LiftedProgram
 
 #: llm.export(kv_cache_dtype=...) values; the blob records the state as "float8".

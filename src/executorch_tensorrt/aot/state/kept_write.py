@@ -21,9 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .kv_update import _TENSOR_TYPES, MARKER_DOMAIN
-
-KEEP_OP = "KeepFirst"
+from ..onnx.state_markers import KEEP_OP, MARKER_DOMAIN
+from .kv_update import MARKER_TENSOR_TYPES
 
 
 @dataclass
@@ -100,7 +99,8 @@ def _register_schema() -> None:
         KEEP_OP, MARKER_DOMAIN, 1,
         inputs=[P("cache", "T"), P("fresh", "T"), P("first", "B")],
         outputs=[P("kept", "T")],
-        type_constraints=[("T", _TENSOR_TYPES, "cache type"), ("B", ["tensor(bool)"], "first")],
+        type_constraints=[("T", MARKER_TENSOR_TYPES, "cache type"),
+                          ("B", ["tensor(bool)"], "first")],
         attributes=[defs.OpSchema.Attribute("axis", defs.OpSchema.AttrType.INT, "axis")]))
 
 

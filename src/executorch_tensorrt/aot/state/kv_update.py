@@ -20,6 +20,7 @@ import torch
 from onnx import helper
 
 from ...dtypes import EXPORT_DTYPES
+from ..onnx.state_markers import MARKER_DOMAIN, MARKER_OP
 from .lifted import KvUpdate, LiftedProgram
 
 TENSOR_SCATTER_OPSET = 24
@@ -95,8 +96,6 @@ def find_kv_updates(program: torch.export.ExportedProgram, placeholder: str) -> 
     return KvUpdate(axis, user_inputs.index(pos.name), put.name, val.dim() == 4 and axis == 2)
 
 
-MARKER_DOMAIN = "pkg.executorch_tensorrt.state"
-MARKER_OP = "KvCacheUpdate"
 
 
 @torch.library.custom_op("executorch_tensorrt::kv_cache_update", mutates_args=())
@@ -125,13 +124,13 @@ def _register_marker_schema() -> None:
         MARKER_OP, MARKER_DOMAIN, 1,
         inputs=[P("cache", "T"), P("update", "T"), P("positions", "I")],
         outputs=[P("updated", "T")],
-        type_constraints=[("T", _TENSOR_TYPES, "cache type"),
+        type_constraints=[("T", MARKER_TENSOR_TYPES, "cache type"),
                           ("I", ["tensor(int64)"], "positions")],
         attributes=[defs.OpSchema.Attribute("axis", defs.OpSchema.AttrType.INT, "axis")]))
 
 
 # ONNX type strings of dtypes.py's exported rows ("tensor(float)", ...).
-_TENSOR_TYPES = [f"tensor({onnx.TensorProto.DataType.Name(d.onnx).lower()})"
+MARKER_TENSOR_TYPES = [f"tensor({onnx.TensorProto.DataType.Name(d.onnx).lower()})"
                  for d in EXPORT_DTYPES]
 
 
