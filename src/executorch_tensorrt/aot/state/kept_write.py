@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..onnx.state_markers import KEEP_OP, MARKER_DOMAIN
-from .kv_update import MARKER_TENSOR_TYPES
+from ..onnx.state_markers import KEEP_OP
+from .kv_update import marker_translation
 
 
 @dataclass
@@ -89,34 +89,6 @@ def _(cache, fresh, first, axis):
     return torch.empty_like(cache)
 
 
-def _register_schema() -> None:
-    from onnx import defs
-
-    if defs.has(KEEP_OP, MARKER_DOMAIN):
-        return
-    P = defs.OpSchema.FormalParameter
-    defs.register_schema(defs.OpSchema(
-        KEEP_OP, MARKER_DOMAIN, 1,
-        inputs=[P("cache", "T"), P("fresh", "T"), P("first", "B")],
-        outputs=[P("kept", "T")],
-        type_constraints=[("T", MARKER_TENSOR_TYPES, "cache type"),
-                          ("B", ["tensor(bool)"], "first")],
-        attributes=[defs.OpSchema.Attribute("axis", defs.OpSchema.AttrType.INT, "axis")]))
-
-
-def _translation():
-    import onnxscript
-
-    _register_schema()
-    marker = onnxscript.values.Opset(MARKER_DOMAIN, 1)
-
-    def keep_first_onnx(cache, fresh, first, axis: int):
-        return getattr(marker, KEEP_OP)(cache, fresh, first, axis=axis)
-
-    return onnxscript.TracedOnnxFunction(onnxscript.values.Opset("pkg.executorch_tensorrt", 1),
-                                         keep_first_onnx)
-
-
 def mark_kept_writes(gm: torch.fx.GraphModule, writes: list[KeptWrite]) -> None:
     """Replaces each matched write in `gm` (a copy) by keep_first; the
     attention then reads the marker's output."""
@@ -125,7 +97,8 @@ def mark_kept_writes(gm: torch.fx.GraphModule, writes: list[KeptWrite]) -> None:
     registry = onnx_registry()
     op = torch.ops.executorch_tensorrt.keep_first.default
     if not registry.is_registered(op):
-        registry.register_op(op, _translation(), is_complex=False)
+        registry.register_op(op, marker_translation(KEEP_OP, "fresh", "first", ["tensor(bool)"]),
+                             is_complex=False)
     nodes = {n.name: n for n in gm.graph.nodes}
     for write in writes:
         scatter, select, reader = (nodes[write.update_node], nodes[write.select],

@@ -113,39 +113,34 @@ def _(cache, update, positions, axis):
     return torch.empty_like(cache)
 
 
-def _register_marker_schema() -> None:
-    """onnxscript builds nodes only for ops with a schema: give the marker one."""
+def marker_translation(op: str, second: str, third: str, third_types: list[str]):
+    """The ONNX translation of a state marker: one node `op`(cache, `second`,
+    `third`; axis) in MARKER_DOMAIN, its output of the cache's type. onnxscript
+    builds nodes only for ops with a schema, so the marker is given one."""
+    import onnxscript
     from onnx import defs
 
-    if defs.has(MARKER_OP, MARKER_DOMAIN):
-        return
-    P = defs.OpSchema.FormalParameter
-    defs.register_schema(defs.OpSchema(
-        MARKER_OP, MARKER_DOMAIN, 1,
-        inputs=[P("cache", "T"), P("update", "T"), P("positions", "I")],
-        outputs=[P("updated", "T")],
-        type_constraints=[("T", MARKER_TENSOR_TYPES, "cache type"),
-                          ("I", ["tensor(int64)"], "positions")],
-        attributes=[defs.OpSchema.Attribute("axis", defs.OpSchema.AttrType.INT, "axis")]))
+    if not defs.has(op, MARKER_DOMAIN):
+        P = defs.OpSchema.FormalParameter
+        defs.register_schema(defs.OpSchema(
+            op, MARKER_DOMAIN, 1, inputs=[P("cache", "T"), P(second, "T"), P(third, "X")],
+            outputs=[P("updated", "T")],
+            type_constraints=[("T", _TENSOR_TYPES, "cache type"),
+                              ("X", third_types, third)],
+            attributes=[defs.OpSchema.Attribute("axis", defs.OpSchema.AttrType.INT, "axis")]))
+    marker = onnxscript.values.Opset(MARKER_DOMAIN, 1)
+
+    def marker_onnx(cache, value, where, axis: int):
+        return getattr(marker, op)(cache, value, where, axis=axis)
+
+    marker_onnx.__name__ = f"{op}_onnx"
+    return onnxscript.TracedOnnxFunction(onnxscript.values.Opset("pkg.executorch_tensorrt", 1),
+                                         marker_onnx)
 
 
 # ONNX type strings of dtypes.py's exported rows ("tensor(float)", ...).
-MARKER_TENSOR_TYPES = [f"tensor({onnx.TensorProto.DataType.Name(d.onnx).lower()})"
+_TENSOR_TYPES = [f"tensor({onnx.TensorProto.DataType.Name(d.onnx).lower()})"
                  for d in EXPORT_DTYPES]
-
-
-def _marker_translation():
-    import onnxscript
-
-    _register_marker_schema()
-
-    marker = onnxscript.values.Opset(MARKER_DOMAIN, 1)
-
-    def kv_cache_update_onnx(cache, update, positions, axis: int):
-        return getattr(marker, MARKER_OP)(cache, update, positions, axis=axis)
-
-    return onnxscript.TracedOnnxFunction(onnxscript.values.Opset("pkg.executorch_tensorrt", 1),
-                                         kv_cache_update_onnx)
 
 
 def mark_kv_updates(gm: torch.fx.GraphModule, updates: list[KvUpdate]) -> None:
@@ -156,7 +151,8 @@ def mark_kv_updates(gm: torch.fx.GraphModule, updates: list[KvUpdate]) -> None:
     registry = onnx_registry()
     op = torch.ops.executorch_tensorrt.kv_cache_update.default
     if not registry.is_registered(op):
-        registry.register_op(op, _marker_translation(), is_complex=False)
+        registry.register_op(op, marker_translation(MARKER_OP, "update", "positions",
+                                                    ["tensor(int64)"]), is_complex=False)
     nodes = {n.name: n for n in gm.graph.nodes}
     for kv in updates:
         put = nodes[kv.update_node]
